@@ -1,0 +1,123 @@
+//! The resume journal kept beside a partial file.
+//!
+//! Layout (all little-endian):
+//! ```text
+//! header  "LHJ1" | size u64 | mtime_ns i64 | chunk_size u64          (28 bytes)
+//! record  index u64 | digest [32] | check [4] = blake3(index||digest)[..4]   (44 bytes)
+//! ```
+//! Records are appended only after the partial file's data has been synced, so every
+//! record names a chunk that is durably on disk with that digest. A torn or corrupt
+//! record at the tail (a crash while appending) ends the journal there; the chunks it
+//! would have named are simply fetched again.
+
+use crate::chunk::{Digest, CHUNK_SIZE};
+use std::io::{self, Read, Write};
+
+const MAGIC: &[u8; 4] = b"LHJ1";
+const HEADER: usize = 28;
+const RECORD: usize = 44;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalHeader {
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+/// A journal's header and its valid records.
+pub type Parsed = (JournalHeader, Vec<(u64, Digest)>);
+
+fn check(index: u64, digest: &Digest) -> [u8; 4] {
+    let mut h = blake3::Hasher::new();
+    h.update(&index.to_le_bytes());
+    h.update(digest);
+    let mut out = [0u8; 4];
+    out.copy_from_slice(&h.finalize().as_bytes()[..4]);
+    out
+}
+
+pub fn encode_header(h: &JournalHeader) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER);
+    v.extend_from_slice(MAGIC);
+    v.extend_from_slice(&h.size.to_le_bytes());
+    v.extend_from_slice(&h.mtime_ns.to_le_bytes());
+    v.extend_from_slice(&CHUNK_SIZE.to_le_bytes());
+    v
+}
+
+pub fn encode_records(records: &[(u64, Digest)]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(records.len() * RECORD);
+    for (i, d) in records {
+        v.extend_from_slice(&i.to_le_bytes());
+        v.extend_from_slice(d);
+        v.extend_from_slice(&check(*i, d));
+    }
+    v
+}
+
+/// Parse a journal. `None` if the header is missing, foreign or for another chunk
+/// size; records past the first torn/corrupt one, or naming a chunk beyond the file,
+/// are dropped.
+pub fn decode(bytes: &[u8], chunks: u64) -> Option<Parsed> {
+    if bytes.len() < HEADER || &bytes[..4] != MAGIC {
+        return None;
+    }
+    let u = |r: std::ops::Range<usize>| u64::from_le_bytes(bytes[r].try_into().unwrap());
+    let header = JournalHeader {
+        size: u(4..12),
+        mtime_ns: u(12..20) as i64,
+    };
+    if u(20..28) != CHUNK_SIZE {
+        return None;
+    }
+    let mut records = Vec::new();
+    for rec in bytes[HEADER..].chunks_exact(RECORD) {
+        let index = u64::from_le_bytes(rec[..8].try_into().unwrap());
+        let digest: Digest = rec[8..40].try_into().unwrap();
+        if rec[40..44] != check(index, &digest) || index >= chunks {
+            break;
+        }
+        records.push((index, digest));
+    }
+    Some((header, records))
+}
+
+/// Read and parse a journal from any reader.
+pub fn read(mut r: impl Read, chunks: u64) -> io::Result<Option<Parsed>> {
+    let mut buf = Vec::new();
+    r.read_to_end(&mut buf)?;
+    Ok(decode(&buf, chunks))
+}
+
+/// Append records to an open journal file.
+pub fn append(mut w: impl Write, records: &[(u64, Digest)]) -> io::Result<()> {
+    w.write_all(&encode_records(records))?;
+    w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_torn_tail() {
+        let h = JournalHeader {
+            size: 5 * CHUNK_SIZE,
+            mtime_ns: -42,
+        };
+        let recs = vec![(0u64, [1u8; 32]), (3, [2u8; 32]), (4, [3u8; 32])];
+        let mut bytes = encode_header(&h);
+        bytes.extend(encode_records(&recs));
+        assert_eq!(decode(&bytes, 5), Some((h, recs.clone())));
+        // torn last record
+        let torn = &bytes[..bytes.len() - 5];
+        assert_eq!(decode(torn, 5).unwrap().1, recs[..2].to_vec());
+        // corrupt middle record stops the journal there
+        let mut bad = bytes.clone();
+        bad[HEADER + RECORD + 10] ^= 0xff;
+        assert_eq!(decode(&bad, 5).unwrap().1, recs[..1].to_vec());
+        // a record beyond the file is refused
+        assert_eq!(decode(&bytes, 4).unwrap().1, recs[..2].to_vec());
+        // foreign file
+        assert_eq!(decode(b"hello world, not a journal at all", 5), None);
+    }
+}

@@ -1,0 +1,23 @@
+//! longhaul-transfer: everything about moving a file set that is not a socket.
+//!
+//! - [`path`]: validated, root-relative paths (`RelPath`) and request parsing.
+//! - [`manifest`]: the entries a sender announces (files, directories, symlinks).
+//! - [`chunk`]: the chunk plan and the BLAKE3 tree built from per-chunk chaining values,
+//!   so chunks read or written out of order (striped over streams) still yield the
+//!   file's ordinary BLAKE3 hash.
+//! - [`journal`]: the resume journal of verified chunks beside a partial file.
+//! - [`walk`]: a streaming, non-following walk of a tree confined to a root (cap-std).
+//! - [`place`]: the receiver's crash-safe placement: hidden temp file, verify, rename.
+//! - [`sync`]: skip/resume/full decisions.
+
+pub mod chunk;
+pub mod journal;
+pub mod manifest;
+pub mod path;
+pub mod place;
+pub mod sync;
+pub mod walk;
+
+pub use chunk::{ChunkPlan, CHUNK_SIZE};
+pub use manifest::{Entry, EntryKind};
+pub use path::{PathError, RelPath};

@@ -1,0 +1,585 @@
+//! The receiver's side of the file system: crash-safe placement under a destination.
+//!
+//! A file is written to a hidden part file beside its target (`.NAME.lh-part`), its
+//! chunks hashed as they are written; only when every chunk is there and the BLAKE3
+//! root equals the sender's does it get its mode and mtime and is renamed to its
+//! final name. Multi-chunk files keep a journal (`.NAME.lh-journal`) of chunks that
+//! are durably written, so a rerun fetches only what is missing. Every path is
+//! resolved by cap-std beneath the destination: links planted in the destination or
+//! sent by a hostile peer cannot lead writes outside it.
+
+use crate::chunk::{hex, ChunkPlan, Digest};
+use crate::journal::{self, JournalHeader};
+use crate::manifest::{ns_to_system_time, Entry};
+use crate::path::RelPath;
+use crate::sync::{missing_ranges, Existing};
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, SystemTimeSpec};
+use cap_std::fs::{Dir, MetadataExt, OpenOptions};
+use std::fs::File;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+fn os(b: &[u8]) -> &Path {
+    Path::new(std::ffi::OsStr::from_bytes(b))
+}
+
+/// Hidden sibling name `.NAME.SUFFIX`, or a hashed name when that would be too long.
+pub fn sibling_name(name: &[u8], suffix: &str) -> Vec<u8> {
+    if name.len() + suffix.len() + 2 <= crate::path::MAX_NAME_LEN {
+        let mut v = Vec::with_capacity(name.len() + suffix.len() + 2);
+        v.push(b'.');
+        v.extend_from_slice(name);
+        v.push(b'.');
+        v.extend_from_slice(suffix.as_bytes());
+        v
+    } else {
+        let h = blake3::hash(name).to_hex();
+        format!(".lh-{}.{suffix}", &h[..32]).into_bytes()
+    }
+}
+
+pub const PART: &str = "lh-part";
+pub const JOURNAL: &str = "lh-journal";
+const LINK: &str = "lh-link";
+
+fn times(ns: i64) -> SystemTimeSpec {
+    SystemTimeSpec::Absolute(cap_std::time::SystemTime::from_std(ns_to_system_time(ns)))
+}
+
+fn perms(mode: u32) -> cap_std::fs::Permissions {
+    cap_std::fs::Permissions::from_std(std::fs::Permissions::from_mode(mode & 0o7777))
+}
+
+/// The destination tree of a session.
+pub struct Dest {
+    base: Dir,
+    cached: Option<(RelPath, Arc<Dir>)>,
+    dirs: Vec<(RelPath, u32, i64)>,
+}
+
+impl Dest {
+    pub fn new(base: Dir) -> Self {
+        Dest {
+            base,
+            cached: None,
+            dirs: Vec::new(),
+        }
+    }
+
+    pub fn base(&self) -> &Dir {
+        &self.base
+    }
+
+    /// Metadata of a regular file at `path`, if one is there (links are not followed).
+    pub fn existing_file(&self, path: &RelPath) -> io::Result<Option<Existing>> {
+        match self.base.symlink_metadata(path.as_path()) {
+            Ok(m) if m.is_file() => Ok(Some(Existing {
+                size: m.len(),
+                mtime_ns: m
+                    .mtime()
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(m.mtime_nsec()),
+            })),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// BLAKE3 of the regular file at `path` (for `--checksum`).
+    pub fn hash_file(&self, path: &RelPath) -> io::Result<Digest> {
+        let f = self
+            .base
+            .open_with(
+                path.as_path(),
+                OpenOptions::new().read(true).follow(FollowSymlinks::No),
+            )?
+            .into_std();
+        let mut h = blake3::Hasher::new();
+        h.update_reader(f)?;
+        Ok(*h.finalize().as_bytes())
+    }
+
+    /// Create a directory (and its parents). Its mode and mtime are applied by
+    /// [`Dest::finish_dirs`], after its contents are in place.
+    pub fn make_dir(&mut self, path: &RelPath, mode: u32, mtime_ns: i64) -> io::Result<()> {
+        if !path.is_root() {
+            match self.base.symlink_metadata(path.as_path()) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!("{}: exists and is not a directory", path.display()),
+                    ))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    self.base.create_dir_all(path.as_path())?
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.dirs.push((path.clone(), mode, mtime_ns));
+        Ok(())
+    }
+
+    /// The directory that will hold `path`, created if needed.
+    pub fn parent_of(&mut self, path: &RelPath) -> io::Result<(Arc<Dir>, Vec<u8>)> {
+        let parent = path.parent().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the destination itself is not a file name",
+            )
+        })?;
+        let name = path.file_name().to_vec();
+        if let Some((p, d)) = &self.cached {
+            if *p == parent {
+                return Ok((d.clone(), name));
+            }
+        }
+        let dir = if parent.is_root() {
+            self.base.try_clone()?
+        } else {
+            self.base.create_dir_all(parent.as_path())?;
+            self.base.open_dir(parent.as_path())?
+        };
+        let dir = Arc::new(dir);
+        self.cached = Some((parent, dir.clone()));
+        Ok((dir, name))
+    }
+
+    /// Place a symlink (replacing a file or link already there).
+    pub fn make_symlink(&mut self, path: &RelPath, target: &[u8], mtime_ns: i64) -> io::Result<()> {
+        let (dir, name) = self.parent_of(path)?;
+        let tmp = sibling_name(&name, LINK);
+        let _ = dir.remove_file(os(&tmp));
+        dir.symlink_contents(os(target), os(&tmp))?;
+        let _ = dir.set_symlink_times(os(&tmp), None, Some(times(mtime_ns)));
+        dir.rename(os(&tmp), &dir, os(&name))
+    }
+
+    /// Apply directory modes and mtimes, deepest first. Call once, at the end.
+    pub fn finish_dirs(&mut self) -> io::Result<()> {
+        self.cached = None;
+        let mut dirs = std::mem::take(&mut self.dirs);
+        dirs.sort_by(|a, b| b.0.cmp(&a.0));
+        let mut first_err = None;
+        for (p, mode, mtime) in dirs {
+            let r = self
+                .base
+                .set_permissions(p.as_path(), perms(mode | 0o200))
+                .and_then(|_| self.base.set_times(p.as_path(), None, Some(times(mtime))))
+                .and_then(|_| self.base.set_permissions(p.as_path(), perms(mode)));
+            if let Err(e) = r {
+                first_err.get_or_insert(io::Error::new(e.kind(), format!("{}: {e}", p.display())));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+/// Why a finished file could not take its final name.
+#[derive(Debug, thiserror::Error)]
+pub enum FinishError {
+    #[error("BLAKE3 mismatch: sender {expected}, received {actual}")]
+    Mismatch { expected: String, actual: String },
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// A file being received.
+pub struct Incoming {
+    pub plan: ChunkPlan,
+    digests: Vec<Option<Digest>>,
+    missing: u64,
+    /// The sender's BLAKE3 of the whole file, once announced.
+    pub expected: Option<Digest>,
+    file: Arc<File>,
+    dir: Arc<Dir>,
+    name: Vec<u8>,
+    journal: Option<File>,
+    pending: Vec<(u64, Digest)>,
+    mode: u32,
+    mtime_ns: i64,
+    /// Bytes already held from an earlier run.
+    pub resumed_bytes: u64,
+}
+
+impl Incoming {
+    /// Open the part file for `entry` in `dir` under `name`. With `resume`, a part and
+    /// journal left by an earlier run for the same source (size and mtime) are kept
+    /// and only the missing chunk ranges are returned; otherwise all of them.
+    pub fn open(
+        dir: Arc<Dir>,
+        name: &[u8],
+        entry: &Entry,
+        resume: bool,
+    ) -> io::Result<(Incoming, Vec<(u64, u64)>)> {
+        let plan = ChunkPlan::new(entry.size);
+        let part = sibling_name(name, PART);
+        let jname = sibling_name(name, JOURNAL);
+        let journaled = plan.count() > 1;
+        let header = JournalHeader {
+            size: entry.size,
+            mtime_ns: entry.mtime_ns,
+        };
+        let mut digests = vec![None; plan.count() as usize];
+        let mut kept = false;
+        if resume && journaled {
+            if let Ok(j) = dir.open_with(
+                os(&jname),
+                OpenOptions::new().read(true).follow(FollowSymlinks::No),
+            ) {
+                if let Ok(Some((h, recs))) = journal::read(j.into_std(), plan.count()) {
+                    if h == header {
+                        for (i, d) in recs {
+                            digests[i as usize] = Some(d);
+                        }
+                        kept = true;
+                    }
+                }
+            }
+        }
+        let mut opts = OpenOptions::new();
+        opts.read(true)
+            .write(true)
+            .create(true)
+            .follow(FollowSymlinks::No);
+        if !kept {
+            opts.truncate(true);
+        }
+        let mut opts_mode = opts.clone();
+        {
+            use cap_std::fs::OpenOptionsExt;
+            opts_mode.mode(0o600);
+        }
+        let file = dir.open_with(os(&part), &opts_mode)?.into_std();
+        if kept && file.metadata()?.len() < entry.size {
+            // Chunks the journal names must be inside the part file.
+            let len = file.metadata()?.len();
+            for (i, d) in digests.iter_mut().enumerate() {
+                if d.is_some() && plan.offset(i as u64) + plan.len(i as u64).unwrap() > len {
+                    *d = None;
+                }
+            }
+        }
+        file.set_len(entry.size)?;
+        let journal = if journaled {
+            let mut jo = OpenOptions::new();
+            jo.write(true).create(true).follow(FollowSymlinks::No);
+            if kept {
+                jo.append(true);
+            } else {
+                jo.truncate(true);
+            }
+            let mut j = dir.open_with(os(&jname), &jo)?.into_std();
+            if !kept {
+                use std::io::Write;
+                j.write_all(&journal::encode_header(&header))?;
+                let held: Vec<_> = digests
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, d)| d.map(|d| (i as u64, d)))
+                    .collect();
+                journal::append(&mut j, &held)?;
+            }
+            Some(j)
+        } else {
+            let _ = dir.remove_file(os(&jname));
+            None
+        };
+        let have: Vec<bool> = digests.iter().map(Option::is_some).collect();
+        let missing = have.iter().filter(|h| !**h).count() as u64;
+        let resumed_bytes = (0..plan.count())
+            .filter(|&i| have[i as usize])
+            .filter_map(|i| plan.len(i))
+            .sum();
+        let ranges = missing_ranges(&have);
+        Ok((
+            Incoming {
+                plan,
+                digests,
+                missing,
+                expected: None,
+                file: Arc::new(file),
+                dir,
+                name: name.to_vec(),
+                journal,
+                pending: Vec::new(),
+                mode: entry.mode,
+                mtime_ns: entry.mtime_ns,
+                resumed_bytes,
+            },
+            ranges,
+        ))
+    }
+
+    pub fn file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
+    /// Is a record for chunk `index` of `len` bytes acceptable now?
+    pub fn check_record(&self, index: u64, len: u64) -> Result<(), String> {
+        match self.plan.len(index) {
+            None => Err(format!(
+                "chunk {index} is beyond the file ({} bytes)",
+                self.plan.size
+            )),
+            Some(l) if l != len => Err(format!("chunk {index} has {len} bytes, expected {l}")),
+            Some(_) if self.digests[index as usize].is_some() => {
+                Err(format!("chunk {index} sent twice"))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Write chunk `index` (given as pieces) at its offset and hash it. Needs no lock.
+    pub fn write_chunk(
+        file: &File,
+        plan: &ChunkPlan,
+        index: u64,
+        pieces: &[impl AsRef<[u8]>],
+    ) -> io::Result<Digest> {
+        let mut h = plan.hasher(index);
+        let mut off = plan.offset(index);
+        for p in pieces {
+            let p = p.as_ref();
+            h.update(p);
+            file.write_all_at(p, off)?;
+            off += p.len() as u64;
+        }
+        Ok(h.finish())
+    }
+
+    /// Note that chunk `index` is written with `digest`.
+    pub fn record(&mut self, index: u64, digest: Digest) {
+        if self.digests[index as usize].replace(digest).is_none() {
+            self.missing -= 1;
+        }
+        if self.journal.is_some() {
+            self.pending.push((index, digest));
+        }
+    }
+
+    pub fn pending_records(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Make the chunks written so far durable, then journal them.
+    pub fn flush_journal(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.file.sync_data()?;
+        if let Some(j) = self.journal.as_mut() {
+            journal::append(j, &self.pending)?;
+        }
+        self.pending.clear();
+        Ok(())
+    }
+
+    pub fn missing_chunks(&self) -> u64 {
+        self.missing
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.missing == 0 && self.expected.is_some()
+    }
+
+    /// BLAKE3 of what was received (all chunks must be there).
+    pub fn root(&self) -> Digest {
+        let d: Vec<Digest> = self.digests.iter().map(|d| d.expect("complete")).collect();
+        self.plan.root(&d)
+    }
+
+    /// Verify and place under the final name. On a mismatch the part and journal are
+    /// removed (they hold bad data); on an I/O error they are kept for a rerun.
+    pub fn finish(mut self) -> Result<Digest, FinishError> {
+        let actual = self.root();
+        let expected = self.expected.expect("finish needs the sender's hash");
+        if actual != expected {
+            self.discard();
+            return Err(FinishError::Mismatch {
+                expected: hex(&expected),
+                actual: hex(&actual),
+            });
+        }
+        self.file
+            .set_permissions(std::fs::Permissions::from_mode(self.mode & 0o7777))?;
+        self.file
+            .set_times(std::fs::FileTimes::new().set_modified(ns_to_system_time(self.mtime_ns)))?;
+        let part = sibling_name(&self.name, PART);
+        self.dir.rename(os(&part), &self.dir, os(&self.name))?;
+        if self.journal.take().is_some() {
+            let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+        }
+        Ok(actual)
+    }
+
+    /// Remove the part file and journal (bad data, or the sender's file is unchanged).
+    pub fn discard(&mut self) {
+        let _ = self.dir.remove_file(os(&sibling_name(&self.name, PART)));
+        if self.journal.take().is_some() {
+            let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::EntryKind;
+    use crate::CHUNK_SIZE;
+    use cap_std::ambient_authority;
+
+    fn entry(size: u64) -> Entry {
+        Entry {
+            id: 1,
+            root: 0,
+            path: b"f".to_vec(),
+            kind: EntryKind::File,
+            size,
+            mode: 0o640,
+            mtime_ns: 1_600_000_000_123_456_789,
+            link: vec![],
+        }
+    }
+
+    fn data(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    #[test]
+    fn resume_keeps_journaled_chunks_and_verifies() {
+        let t = tempfile::tempdir().unwrap();
+        let mut dest = Dest::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 3 * CHUNK_SIZE + 100;
+        let bytes = data(size as usize);
+        let e = entry(size);
+        let path = RelPath::from_wire(b"sub/f").unwrap();
+        let (dir, name) = dest.parent_of(&path).unwrap();
+
+        // First run: chunks 0 and 2 arrive, then the run dies.
+        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
+        assert_eq!(want, vec![(0, 4)]);
+        for i in [0u64, 2] {
+            let (o, l) = (
+                inc.plan.offset(i) as usize,
+                inc.plan.len(i).unwrap() as usize,
+            );
+            let d = Incoming::write_chunk(&inc.file(), &inc.plan, i, &[&bytes[o..o + l]]).unwrap();
+            inc.record(i, d);
+        }
+        inc.flush_journal().unwrap();
+        drop(inc);
+        assert!(
+            !t.path().join("sub/f").exists(),
+            "nothing under the final name"
+        );
+
+        // Second run: only chunks 1 and 3 are wanted.
+        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
+        assert_eq!(want, vec![(1, 2), (3, 4)]);
+        assert_eq!(inc.resumed_bytes, 2 * CHUNK_SIZE);
+        for i in [1u64, 3] {
+            let (o, l) = (
+                inc.plan.offset(i) as usize,
+                inc.plan.len(i).unwrap() as usize,
+            );
+            assert!(inc.check_record(i, l as u64).is_ok());
+            let d = Incoming::write_chunk(&inc.file(), &inc.plan, i, &[&bytes[o..o + l]]).unwrap();
+            inc.record(i, d);
+        }
+        assert!(inc
+            .check_record(1, CHUNK_SIZE)
+            .unwrap_err()
+            .contains("twice"));
+        assert!(!inc.is_complete());
+        inc.expected = Some(*blake3::hash(&bytes).as_bytes());
+        assert!(inc.is_complete());
+        inc.finish().unwrap();
+        assert_eq!(std::fs::read(t.path().join("sub/f")).unwrap(), bytes);
+        let m = std::fs::metadata(t.path().join("sub/f")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o640);
+        assert_eq!(
+            crate::manifest::system_time_ns(m.modified().unwrap()),
+            e.mtime_ns
+        );
+        let left: Vec<_> = std::fs::read_dir(t.path().join("sub")).unwrap().collect();
+        assert_eq!(left.len(), 1, "part and journal removed");
+    }
+
+    #[test]
+    fn mismatch_discards_and_changed_source_restarts() {
+        let t = tempfile::tempdir().unwrap();
+        let mut dest = Dest::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 2 * CHUNK_SIZE;
+        let bytes = data(size as usize);
+        let e = entry(size);
+        let (dir, name) = dest.parent_of(&RelPath::from_wire(b"f").unwrap()).unwrap();
+        let (mut inc, _) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
+        let d = Incoming::write_chunk(&inc.file(), &inc.plan, 0, &[&bytes[..CHUNK_SIZE as usize]])
+            .unwrap();
+        inc.record(0, d);
+        inc.flush_journal().unwrap();
+        drop(inc);
+        // The source changed (other mtime): the journal is not trusted.
+        let mut e2 = e.clone();
+        e2.mtime_ns += 1;
+        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e2, true).unwrap();
+        assert_eq!(want, vec![(0, 2)]);
+        for i in 0..2u64 {
+            let o = (i * CHUNK_SIZE) as usize;
+            let d = Incoming::write_chunk(
+                &inc.file(),
+                &inc.plan,
+                i,
+                &[&bytes[o..o + CHUNK_SIZE as usize]],
+            )
+            .unwrap();
+            inc.record(i, d);
+        }
+        inc.expected = Some([0u8; 32]);
+        match inc.finish() {
+            Err(FinishError::Mismatch { expected, .. }) => assert_eq!(expected, "0".repeat(64)),
+            other => panic!("expected mismatch, got {other:?}"),
+        }
+        assert_eq!(
+            std::fs::read_dir(t.path()).unwrap().count(),
+            0,
+            "nothing left behind"
+        );
+    }
+
+    #[test]
+    fn planted_symlinks_do_not_lead_writes_outside() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("d")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), t.path().join("d/esc")).unwrap();
+        let mut dest =
+            Dest::new(Dir::open_ambient_dir(t.path().join("d"), ambient_authority()).unwrap());
+        let p = RelPath::from_wire(b"esc/passwd").unwrap();
+        assert!(dest.parent_of(&p).is_err());
+        // A link at the target name is replaced, not written through.
+        std::fs::write(outside.path().join("victim"), b"keep").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("victim"), t.path().join("d/v")).unwrap();
+        let (dir, name) = dest.parent_of(&RelPath::from_wire(b"v").unwrap()).unwrap();
+        let (mut inc, _) = Incoming::open(dir, &name, &entry(3), false).unwrap();
+        let d = Incoming::write_chunk(&inc.file(), &inc.plan, 0, &[b"new"]).unwrap();
+        inc.record(0, d);
+        inc.expected = Some(*blake3::hash(b"new").as_bytes());
+        inc.finish().unwrap();
+        assert_eq!(
+            std::fs::read(outside.path().join("victim")).unwrap(),
+            b"keep"
+        );
+        assert_eq!(std::fs::read(t.path().join("d/v")).unwrap(), b"new");
+        assert!(!std::fs::symlink_metadata(t.path().join("d/v"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
+}
