@@ -1,1 +1,328 @@
-fn main() {}
+//! The `longhaul` command: argument parsing and wiring only.
+
+mod args;
+mod demo;
+mod progress;
+
+use anyhow::{Context, Result};
+use args::{Cli, Command, TransferArgs};
+use clap::Parser;
+use longhaul_quic::cc::{parse_rate, CcChoice};
+use longhaul_quic::client::split_host_port;
+use longhaul_quic::identity::{
+    check_fingerprint_syntax, default_known_hosts, default_state_dir, Identity, TrustPolicy,
+};
+use longhaul_quic::net::NetOpts;
+use longhaul_quic::{ClientOpts, ClientReport, Problem, Progress, ServeOpts, Server};
+use longhaul_transfer::sync::SyncMode;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Exit status for usage errors found after parsing (clap uses 2 as well).
+const EXIT_USAGE: i32 = 2;
+
+fn main() {
+    let cli = Cli::parse();
+    let default_level = match &cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LONGHAUL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let code = rt.block_on(run(cli));
+    std::process::exit(code);
+}
+
+async fn run(cli: Cli) -> i32 {
+    let r = match cli.command {
+        Command::Serve(a) => serve(a).await,
+        Command::Get(a) => get(a).await,
+        Command::Put(a) => put(a).await,
+        Command::Demo(a) => demo::run(a).await,
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            if let Some(u) = e.downcast_ref::<Usage>() {
+                eprintln!("error: {}", u.0);
+                return EXIT_USAGE;
+            }
+            eprintln!("error: {e:#}");
+            1
+        }
+    }
+}
+
+/// A usage error discovered after parsing.
+#[derive(Debug)]
+struct Usage(String);
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Usage {}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    Usage(msg.into()).into()
+}
+
+fn read_token(file: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
+    if let Some(f) = file {
+        let t =
+            std::fs::read(f).with_context(|| format!("reading the token file {}", f.display()))?;
+        let t = t.strip_suffix(b"\n").unwrap_or(&t).to_vec();
+        if t.is_empty() {
+            return Err(usage(format!("the token file {} is empty", f.display())));
+        }
+        return Ok(Some(t));
+    }
+    Ok(std::env::var_os("LONGHAUL_TOKEN").map(|t| {
+        use std::os::unix::ffi::OsStrExt;
+        t.as_bytes().to_vec()
+    }))
+}
+
+fn net_opts(
+    cc: &Option<String>,
+    max_rate: &Option<String>,
+    window: &Option<String>,
+) -> Result<(NetOpts, Option<CcChoice>)> {
+    let mut net = NetOpts::default();
+    let cc = match cc {
+        Some(s) => Some(CcChoice::parse(s).map_err(|e| usage(e.to_string()))?),
+        None => None,
+    };
+    if let Some(c) = cc {
+        net.cc = c;
+    }
+    if let Some(r) = max_rate {
+        net.max_rate = parse_rate(r).map_err(|e| usage(format!("--max-rate: {e}")))?;
+        net.rate_hint = net.max_rate;
+    }
+    if let Some(w) = window {
+        net.max_window = args::parse_size(w).map_err(|e| usage(format!("--window: {e}")))?;
+    }
+    Ok((net, cc))
+}
+
+async fn serve(a: args::ServeArgs) -> Result<i32> {
+    let state_dir = a.state_dir.clone().unwrap_or_else(default_state_dir);
+    if a.print_fingerprint {
+        println!("{}", Identity::load_or_create(&state_dir)?.fingerprint);
+        return Ok(0);
+    }
+    let root = a
+        .root
+        .clone()
+        .ok_or_else(|| usage("serve needs --root DIR"))?;
+    let (net, _) = net_opts(&a.cc, &a.max_rate, &a.window)?;
+    let opts = ServeOpts {
+        root: root.clone(),
+        listen: a.listen,
+        read_only: a.read_only,
+        token: read_token(&a.token_file)?,
+        state_dir,
+        net,
+        streams: a.streams.unwrap_or(4),
+    };
+    let server = Server::bind(opts)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "longhaul serve: root {}, listening on {}{}{}",
+        root.display(),
+        server.local_addr()?,
+        if a.read_only { ", read-only" } else { "" },
+        if a.token_file.is_some() || std::env::var_os("LONGHAUL_TOKEN").is_some() {
+            ", token required"
+        } else {
+            ""
+        }
+    )?;
+    writeln!(out, "fingerprint {}", server.fingerprint)?;
+    out.flush()?;
+    drop(out);
+    tokio::select! {
+        r = server.run() => r?,
+        _ = tokio::signal::ctrl_c() => eprintln!("longhaul serve: interrupted, exiting"),
+    }
+    Ok(0)
+}
+
+/// `HOST[:PORT]:PATH` split into (`HOST:PORT` key, host, port, path).
+fn parse_remote(s: &str) -> Result<(String, String, u16, String)> {
+    let bad = || usage(format!("{s:?} is not HOST[:PORT]:PATH"));
+    let (hostport, path) = if s.starts_with('[') {
+        let end = s.find(']').ok_or_else(bad)?;
+        let rest = &s[end + 1..];
+        let rest = rest.strip_prefix(':').ok_or_else(bad)?;
+        match rest.split_once(':') {
+            Some((p, path)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
+                (format!("{}:{p}", &s[..=end]), path)
+            }
+            _ => (s[..=end].to_string(), rest),
+        }
+    } else {
+        let (h, rest) = s.split_once(':').ok_or_else(bad)?;
+        match rest.split_once(':') {
+            Some((p, path)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
+                (format!("{h}:{p}"), path)
+            }
+            _ => (h.to_string(), rest),
+        }
+    };
+    let (host, port) = split_host_port(&hostport).map_err(usage)?;
+    if host.is_empty() {
+        return Err(bad());
+    }
+    let key = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    Ok((key, host, port, path.to_string()))
+}
+
+fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
+    if let Some(fp) = &a.fingerprint {
+        check_fingerprint_syntax(fp).map_err(|e| usage(e.to_string()))?;
+    }
+    let (net, cc) = net_opts(&a.cc, &a.max_rate, &a.window)?;
+    if a.checksum && !a.sync {
+        return Err(usage("--checksum only makes sense with --sync"));
+    }
+    Ok(ClientOpts {
+        trust: TrustPolicy {
+            host: host_key,
+            known_hosts: a.known_hosts.clone().unwrap_or_else(default_known_hosts),
+            pinned: a.fingerprint.clone(),
+            accept_new: a.accept_new,
+        },
+        token: read_token(&a.token_file)?.unwrap_or_default(),
+        cc,
+        net,
+        streams: match a.streams {
+            Some(0) => return Err(usage("--streams must be at least 1")),
+            Some(n) => n,
+            None => 4,
+        },
+        sync: match (a.sync, a.checksum) {
+            (true, true) => SyncMode::Checksum,
+            (true, false) => SyncMode::SizeMtime,
+            _ => SyncMode::Always,
+        },
+    })
+}
+
+async fn get(a: args::GetArgs) -> Result<i32> {
+    if a.paths.len() < 2 {
+        return Err(usage("get needs HOST[:PORT]:REMOTE_PATH... LOCAL_DEST"));
+    }
+    let (remotes, dest) = a.paths.split_at(a.paths.len() - 1);
+    let mut key = None;
+    let mut paths = Vec::new();
+    let (mut host, mut port) = (String::new(), 0);
+    for r in remotes {
+        let (k, h, p, path) = parse_remote(r)?;
+        if key.as_ref().is_some_and(|k0| *k0 != k) {
+            return Err(usage(
+                "every REMOTE_PATH of one get must name the same HOST:PORT",
+            ));
+        }
+        key = Some(k);
+        (host, port) = (h, p);
+        paths.push(path);
+    }
+    let opts = client_opts(&a.t, key.unwrap())?;
+    let dest = PathBuf::from(&dest[0]);
+    let progress = Arc::new(Progress::default());
+    let bar = progress::start(&progress, a.t.quiet || a.t.json);
+    let r = longhaul_quic::get(&host, port, &paths, &dest, &opts, progress).await;
+    bar.finish().await;
+    Ok(conclude(r, &a.t))
+}
+
+async fn put(a: args::PutArgs) -> Result<i32> {
+    if a.paths.len() < 2 {
+        return Err(usage("put needs LOCAL_PATH... HOST[:PORT]:REMOTE_DEST"));
+    }
+    let (locals, dest) = a.paths.split_at(a.paths.len() - 1);
+    let (key, host, port, rdest) = parse_remote(&dest[0])?;
+    let opts = client_opts(&a.t, key)?;
+    let locals: Vec<PathBuf> = locals.iter().map(PathBuf::from).collect();
+    let progress = Arc::new(Progress::default());
+    let bar = progress::start(&progress, a.t.quiet || a.t.json);
+    let r = longhaul_quic::put(&locals, &host, port, &rdest, &opts, progress).await;
+    bar.finish().await;
+    Ok(conclude(r, &a.t))
+}
+
+/// Print the outcome (JSON or human) and pick the exit status.
+fn conclude(r: Result<ClientReport, Problem>, t: &TransferArgs) -> i32 {
+    match r {
+        Ok(rep) => {
+            if t.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rep).expect("report serializes")
+                );
+            } else {
+                for p in &rep.problems {
+                    eprintln!("error: {p}");
+                }
+                if !t.quiet {
+                    println!("{}", summary(&rep));
+                }
+            }
+            rep.exit_code()
+        }
+        Err(p) => {
+            if t.json {
+                let doc = serde_json::json!({ "ok": false, "problems": [p] });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&doc).expect("serializes")
+                );
+            } else {
+                eprintln!("error: {p}");
+            }
+            p.kind.exit_code()
+        }
+    }
+}
+
+fn summary(r: &ClientReport) -> String {
+    let t = &r.totals;
+    format!(
+        "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {} symlink(s)\n\
+         {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed; \
+         RTT {:.2} ms; {} B retransmitted; {} stream(s), cc {}",
+        r.op,
+        t.files,
+        t.verified,
+        t.skipped,
+        t.failed,
+        t.dirs,
+        t.symlinks,
+        t.bytes_transferred as f64 / 1e6,
+        r.seconds,
+        r.rate_mbps,
+        r.rate_mbps / 8.0,
+        t.bytes_resumed as f64 / 1e6,
+        r.rtt_ms,
+        r.retransmitted_bytes,
+        r.streams,
+        r.cc
+    )
+}

@@ -1,1 +1,21 @@
+//! longhaul-quic: unicast sessions over QUIC (quinn + rustls).
+//!
+//! One connection per session; control frames on one bidirectional stream, file
+//! data on several unidirectional streams (see docs/PROTOCOL.md). [`proto`] is the
+//! sans-IO wire format; [`sender`] and [`receiver`] are the two roles, used by
+//! [`server`] and [`client`] in either direction; [`cc`] holds congestion control.
 
+pub mod cc;
+pub mod client;
+pub mod control;
+pub mod identity;
+pub mod net;
+pub mod proto;
+pub mod receiver;
+pub mod report;
+pub mod sender;
+pub mod server;
+
+pub use client::{get, put, ClientOpts, ClientReport};
+pub use report::{Kind, Problem, Progress};
+pub use server::{ServeOpts, Server, DEFAULT_PORT};

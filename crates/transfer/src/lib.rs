@@ -11,6 +11,7 @@
 //! - [`sync`]: skip/resume/full decisions.
 
 pub mod chunk;
+pub mod gen;
 pub mod journal;
 pub mod manifest;
 pub mod path;

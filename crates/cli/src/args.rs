@@ -1,0 +1,222 @@
+//! Command-line grammar. `--help` on each subcommand teaches its use.
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+const EXIT_CODES: &str = "\
+Exit status:
+  0  every file arrived and verified (or was already there)
+  2  usage error
+  3  connection, trust or access problem (unknown/changed fingerprint, wrong token)
+  4  remote error (path missing on the server, server-side I/O, read-only server)
+  5  local I/O error (destination not writable, disk full; partials are kept for resume)
+  6  verification failed (BLAKE3 mismatch; the bad partial is removed)";
+
+#[derive(Parser)]
+#[command(
+    name = "longhaul",
+    version,
+    about = "Move file trees fast over long fat networks, verified and resumable.",
+    long_about = "longhaul moves file trees over QUIC: one connection, all requests at once, \
+many streams, BLAKE3 verification of every file, resumable after any interruption.\n\n\
+  longhaul serve --root /data                   # on the source host; prints its fingerprint\n\
+  longhaul get srv:run42 ./                     # fetch /data/run42 into ./run42\n\
+  longhaul put ./obs srv:incoming/              # send ./obs into /data/incoming/obs\n\
+  longhaul demo                                 # local serve + get of generated data",
+    after_help = EXIT_CODES
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Serve a directory tree to `get` and `put` clients.
+    Serve(ServeArgs),
+    /// Fetch files from a server: get [OPTIONS] HOST[:PORT]:REMOTE_PATH... LOCAL_DEST
+    #[command(after_help = GET_HELP)]
+    Get(GetArgs),
+    /// Send files to a server: put [OPTIONS] LOCAL_PATH... HOST[:PORT]:REMOTE_DEST
+    #[command(after_help = PUT_HELP)]
+    Put(PutArgs),
+    /// Run a local server and fetch a generated data set from it, printing the rate.
+    Demo(DemoArgs),
+}
+
+const GET_HELP: &str = "\
+Paths:
+  REMOTE_PATH is relative to the server's --root ('.' or '' is the root itself);
+  absolute paths and '..' are refused. Like rsync: 'srv:run42' lands as DEST/run42
+  when DEST is a directory, 'srv:run42/' puts the contents of run42 into DEST. A
+  single file fetched to a DEST that is not a directory is saved under that name.
+
+Trust:
+  The first connection to a server needs --fingerprint SHA256:... (as `longhaul serve`
+  printed it) or --accept-new; it is then remembered in the known-hosts file. A
+  changed fingerprint is always refused.
+
+Resume and sync:
+  Rerunning an interrupted command fetches only the missing chunks (the partial
+  file `.NAME.lh-part` and its journal sit beside the target). --sync skips files
+  whose size and mtime match; --sync --checksum compares BLAKE3 instead.
+
+Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O, 6 verification.";
+
+const PUT_HELP: &str = "\
+Paths:
+  REMOTE_DEST is relative to the server's --root. 'put ./obs srv:in/' stores
+  in/obs; 'put ./obs/ srv:in' stores the contents of obs in 'in'; a single file to a
+  REMOTE_DEST that is not a directory is stored under that name.
+
+Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O, 6 verification.";
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Directory to serve; every path is confined beneath it.
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "print_fingerprint"
+    )]
+    pub root: Option<PathBuf>,
+    /// UDP address to listen on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:7878")]
+    pub listen: SocketAddr,
+    /// Refuse `put`.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Require this token (file content, trailing newline ignored); also LONGHAUL_TOKEN.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Where the server keeps its key and certificate [default: $XDG_STATE_HOME/longhaul/server].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Print the server's fingerprint (creating its identity if needed) and exit.
+    #[arg(long)]
+    pub print_fingerprint: bool,
+    /// Default congestion control when sending: bbr, cubic, reno, fixed:RATE.
+    #[arg(long, value_name = "CC")]
+    pub cc: Option<String>,
+    /// Cap every session's sending rate (bits/s: 400M, 1G).
+    #[arg(long, value_name = "RATE")]
+    pub max_rate: Option<String>,
+    /// Data streams per session when sending [default: 4].
+    #[arg(long, value_name = "N")]
+    pub streams: Option<usize>,
+    /// Memory bound of a session's receive window (bytes: 64M, 1G) [default: 256M].
+    #[arg(long, value_name = "BYTES")]
+    pub window: Option<String>,
+}
+
+#[derive(Args)]
+pub struct TransferArgs {
+    /// Known-hosts file [default: $XDG_CONFIG_HOME/longhaul/known_hosts].
+    #[arg(long, value_name = "FILE")]
+    pub known_hosts: Option<PathBuf>,
+    /// Trust the server only if its fingerprint is this (SHA256:...).
+    #[arg(long, value_name = "SHA256:...")]
+    pub fingerprint: Option<String>,
+    /// Trust a server seen for the first time and remember it.
+    #[arg(long)]
+    pub accept_new: bool,
+    /// Send this token (file content); also LONGHAUL_TOKEN.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Skip files whose size and mtime already match at the destination.
+    #[arg(long)]
+    pub sync: bool,
+    /// With --sync: compare BLAKE3 hashes instead of size and mtime.
+    #[arg(long)]
+    pub checksum: bool,
+    /// Concurrent data streams [default: 4].
+    #[arg(long, value_name = "N")]
+    pub streams: Option<usize>,
+    /// Congestion control of the sending side: bbr, cubic, reno, fixed:RATE.
+    #[arg(long, value_name = "CC")]
+    pub cc: Option<String>,
+    /// Cap the sending rate (bits/s: 400M, 1G).
+    #[arg(long, value_name = "RATE")]
+    pub max_rate: Option<String>,
+    /// Memory bound of the receive window (bytes: 64M, 1G) [default: 256M].
+    #[arg(long, value_name = "BYTES")]
+    pub window: Option<String>,
+    /// Print one JSON document with per-file results and totals on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar and no summary (errors still go to stderr).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub t: TransferArgs,
+    /// HOST[:PORT]:REMOTE_PATH... LOCAL_DEST
+    #[arg(required = true, num_args = 2.., value_name = "PATHS", allow_hyphen_values = false)]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct PutArgs {
+    #[command(flatten)]
+    pub t: TransferArgs,
+    /// LOCAL_PATH... HOST[:PORT]:REMOTE_DEST
+    #[arg(required = true, num_args = 2.., value_name = "PATHS")]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Work directory (default: a temporary directory, removed afterwards).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Size of the large file in MiB.
+    #[arg(long, default_value_t = 256)]
+    pub big_mib: u64,
+    /// Number of 10 KiB files.
+    #[arg(long, default_value_t = 2000)]
+    pub small: u64,
+    /// Print the JSON report of the get.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parse a byte size: `256M`, `1G`, `64k`, `1048576` (binary multiples).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s
+        .trim()
+        .trim_end_matches(['B', 'b'])
+        .trim_end_matches(['i']);
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok((v * mult as f64) as u64),
+        _ => Err(format!("{s:?} is not a size; write bytes like 64M or 1G")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("256M").unwrap(), 256 << 20);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,323 @@
+//! Congestion control: the one module to replace when the controller changes.
+//!
+//! quinn's BBR and CUBIC are offered as they are; `fixed:RATE` is a controller for
+//! dedicated links that keeps a window of RATE x RTT and ignores loss. Every
+//! controller can be capped (`--max-rate`): the window never exceeds rate x RTT.
+//!
+//! The sending side of a `get` is the server, whose controller is built before the
+//! client has said what it wants. So every connection gets a [`Switchable`]
+//! controller; the server looks up its handle right after accepting (see
+//! [`CcFactory::take_last`]) and switches it when the client's Hello names a choice.
+//! The switch happens before any data is sent.
+
+use anyhow::{bail, Result};
+use quinn::congestion::{
+    BbrConfig, Controller, ControllerFactory, ControllerMetrics, CubicConfig, NewRenoConfig,
+};
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Parse a rate in bits per second: `400M`, `1G`, `1.5G`, `250k`, `1000000`.
+/// A trailing `bit`, `bps` or `b` is allowed (`400Mbit`).
+pub fn parse_rate(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("bit")
+        .or_else(|| t.strip_suffix("bps"))
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(t);
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1e6),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1e9),
+        Some('t' | 'T') => (&t[..t.len() - 1], 1e12),
+        _ => (t, 1.0),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok((v * mult) as u64),
+        _ => bail!("{s:?} is not a rate; write bits per second like 400M, 1G or 2.5G"),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CcChoice {
+    Bbr,
+    Cubic,
+    NewReno,
+    /// Send at this many bits per second whatever the loss.
+    Fixed(u64),
+}
+
+impl CcChoice {
+    pub fn parse(s: &str) -> Result<CcChoice> {
+        Ok(match s {
+            "bbr" => CcChoice::Bbr,
+            "cubic" => CcChoice::Cubic,
+            "reno" | "newreno" => CcChoice::NewReno,
+            f if f.starts_with("fixed:") => CcChoice::Fixed(parse_rate(&f[6..])?),
+            _ => bail!("unknown congestion controller {s:?}: use bbr, cubic, reno or fixed:RATE"),
+        })
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            CcChoice::Bbr => "bbr".into(),
+            CcChoice::Cubic => "cubic".into(),
+            CcChoice::NewReno => "reno".into(),
+            CcChoice::Fixed(r) => format!("fixed:{r}"),
+        }
+    }
+
+    fn build(self, now: Instant, mtu: u16) -> Box<dyn Controller> {
+        match self {
+            CcChoice::Bbr => Arc::new(BbrConfig::default()).build(now, mtu),
+            CcChoice::Cubic => Arc::new(CubicConfig::default()).build(now, mtu),
+            CcChoice::NewReno => Arc::new(NewRenoConfig::default()).build(now, mtu),
+            CcChoice::Fixed(rate) => Box::new(FixedRate::new(rate, mtu)),
+        }
+    }
+}
+
+/// Window for `rate` bits/s over `rtt`, at least a few packets.
+fn rate_window(rate: u64, rtt: Duration, mtu: u16) -> u64 {
+    ((rate as f64 / 8.0) * rtt.as_secs_f64()) as u64 + 4 * mtu as u64
+}
+
+/// Loss-blind controller for dedicated links: window = rate x smoothed RTT.
+#[derive(Debug, Clone)]
+pub struct FixedRate {
+    rate: u64,
+    rtt: Duration,
+    mtu: u16,
+}
+
+impl FixedRate {
+    pub fn new(rate: u64, mtu: u16) -> Self {
+        FixedRate {
+            rate,
+            rtt: Duration::from_millis(100),
+            mtu,
+        }
+    }
+}
+
+impl Controller for FixedRate {
+    fn on_ack(
+        &mut self,
+        _now: Instant,
+        _sent: Instant,
+        _bytes: u64,
+        _app_limited: bool,
+        rtt: &quinn_proto::RttEstimator,
+    ) {
+        self.rtt = rtt.get();
+    }
+    fn on_congestion_event(
+        &mut self,
+        _now: Instant,
+        _sent: Instant,
+        _persistent: bool,
+        _lost: u64,
+    ) {
+    }
+    fn on_mtu_update(&mut self, mtu: u16) {
+        self.mtu = mtu;
+    }
+    fn window(&self) -> u64 {
+        rate_window(self.rate, self.rtt, self.mtu)
+    }
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(self.clone())
+    }
+    fn initial_window(&self) -> u64 {
+        rate_window(self.rate, Duration::from_millis(100), self.mtu)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// The knobs a session may set on its connection's controller.
+#[derive(Debug, Default)]
+pub struct CcHandle {
+    pending: Mutex<Option<(Option<CcChoice>, u64)>>,
+    changed: AtomicBool,
+}
+
+impl CcHandle {
+    /// Switch to `choice` (None keeps the current one) and cap at `max_rate` bits/s
+    /// (0 = no cap).
+    pub fn set(&self, choice: Option<CcChoice>, max_rate: u64) {
+        *self.pending.lock().unwrap() = Some((choice, max_rate));
+        self.changed.store(true, Ordering::Release);
+    }
+}
+
+/// A controller that can be replaced and capped while the connection lives.
+pub struct Switchable {
+    inner: Box<dyn Controller>,
+    handle: Arc<CcHandle>,
+    max_rate: u64,
+    rtt: Duration,
+    mtu: u16,
+    created: Instant,
+}
+
+impl Switchable {
+    fn poll_switch(&mut self) {
+        if !self.handle.changed.swap(false, Ordering::Acquire) {
+            return;
+        }
+        if let Some((choice, max_rate)) = self.handle.pending.lock().unwrap().take() {
+            if let Some(c) = choice {
+                self.inner = c.build(self.created, self.mtu);
+            }
+            self.max_rate = max_rate;
+        }
+    }
+}
+
+impl Controller for Switchable {
+    fn on_sent(&mut self, now: Instant, bytes: u64, last_packet_number: u64) {
+        self.poll_switch();
+        self.inner.on_sent(now, bytes, last_packet_number)
+    }
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        bytes: u64,
+        app_limited: bool,
+        rtt: &quinn_proto::RttEstimator,
+    ) {
+        self.rtt = rtt.get();
+        self.inner.on_ack(now, sent, bytes, app_limited, rtt)
+    }
+    fn on_end_acks(
+        &mut self,
+        now: Instant,
+        in_flight: u64,
+        app_limited: bool,
+        largest: Option<u64>,
+    ) {
+        self.inner.on_end_acks(now, in_flight, app_limited, largest)
+    }
+    fn on_congestion_event(&mut self, now: Instant, sent: Instant, persistent: bool, lost: u64) {
+        self.inner.on_congestion_event(now, sent, persistent, lost)
+    }
+    fn on_mtu_update(&mut self, mtu: u16) {
+        self.mtu = mtu;
+        self.inner.on_mtu_update(mtu)
+    }
+    fn window(&self) -> u64 {
+        let w = self.inner.window();
+        if self.max_rate == 0 {
+            w
+        } else {
+            w.min(rate_window(self.max_rate, self.rtt, self.mtu))
+        }
+    }
+    fn metrics(&self) -> ControllerMetrics {
+        self.inner.metrics()
+    }
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(Switchable {
+            inner: self.inner.clone_box(),
+            handle: self.handle.clone(),
+            max_rate: self.max_rate,
+            rtt: self.rtt,
+            mtu: self.mtu,
+            created: self.created,
+        })
+    }
+    fn initial_window(&self) -> u64 {
+        self.inner.initial_window()
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// Builds a [`Switchable`] per connection and remembers the handle of the last one.
+pub struct CcFactory {
+    default: CcChoice,
+    max_rate: u64,
+    last: Mutex<Option<Arc<CcHandle>>>,
+}
+
+impl CcFactory {
+    pub fn new(default: CcChoice, max_rate: u64) -> Arc<Self> {
+        Arc::new(CcFactory {
+            default,
+            max_rate,
+            last: Mutex::new(None),
+        })
+    }
+
+    /// The handle of the controller built last. A server that accepts connections
+    /// one at a time calls this right after `Incoming::accept`, which builds the
+    /// connection (and its controller) synchronously.
+    pub fn take_last(&self) -> Option<Arc<CcHandle>> {
+        self.last.lock().unwrap().take()
+    }
+}
+
+impl ControllerFactory for CcFactory {
+    fn build(self: Arc<Self>, now: Instant, mtu: u16) -> Box<dyn Controller> {
+        let handle = Arc::new(CcHandle::default());
+        *self.last.lock().unwrap() = Some(handle.clone());
+        Box::new(Switchable {
+            inner: self.default.build(now, mtu),
+            handle,
+            max_rate: self.max_rate,
+            rtt: Duration::from_millis(100),
+            mtu,
+            created: now,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_and_choices_parse() {
+        assert_eq!(parse_rate("400M").unwrap(), 400_000_000);
+        assert_eq!(parse_rate("1.5G").unwrap(), 1_500_000_000);
+        assert_eq!(parse_rate("250kbit").unwrap(), 250_000);
+        assert_eq!(parse_rate("1000").unwrap(), 1000);
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("-1G").is_err());
+        assert_eq!(
+            CcChoice::parse("fixed:1G").unwrap(),
+            CcChoice::Fixed(1_000_000_000)
+        );
+        assert!(CcChoice::parse("vegas").is_err());
+    }
+
+    #[test]
+    fn cap_and_switch_apply() {
+        let now = Instant::now();
+        let f = CcFactory::new(CcChoice::Fixed(8_000_000_000), 0);
+        let mut c = f.clone().build(now, 1200);
+        let h = f.take_last().unwrap();
+        assert!(f.take_last().is_none());
+        // 8 Gbit/s x 100 ms = 100 MB window.
+        assert!(c.window() > 99_000_000);
+        // Cap at 80 Mbit/s: 1 MB per 100 ms.
+        h.set(None, 80_000_000);
+        c.on_sent(now, 1200, 1);
+        assert_eq!(c.window(), 1_000_000 + 4 * 1200);
+        // Switch to a loss-based controller: its own (small) initial window applies.
+        h.set(Some(CcChoice::Cubic), 0);
+        c.on_sent(now, 1200, 2);
+        assert!(
+            c.window() < 100_000,
+            "cubic starts small, got {}",
+            c.window()
+        );
+    }
+}

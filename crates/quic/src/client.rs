@@ -1,0 +1,459 @@
+//! `longhaul get` and `longhaul put`: connect, pin the server, send the whole
+//! request at once, then play receiver (get) or sender (put).
+
+use crate::cc::CcChoice;
+use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
+use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
+use crate::net::{endpoint, spawn_window_tuner, udp_socket, NetOpts};
+use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, ALPN, VERSION};
+use crate::receiver::{run_receiver, DestSpec, RecvOpts};
+use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
+use crate::sender::{run_sender, Source, SourceResult};
+use cap_std::fs::Dir;
+use longhaul_transfer::sync::SyncMode;
+use longhaul_transfer::RelPath;
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct ClientOpts {
+    pub trust: TrustPolicy,
+    pub token: Vec<u8>,
+    /// Controller for the sending side (None: the sender's default).
+    pub cc: Option<CcChoice>,
+    pub net: NetOpts,
+    pub streams: usize,
+    pub sync: SyncMode,
+}
+
+/// The document `--json` prints, and what the human summary is made from.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientReport {
+    pub op: &'static str,
+    pub ok: bool,
+    pub server: String,
+    pub fingerprint: Option<String>,
+    pub files: Vec<FileReport>,
+    pub problems: Vec<Problem>,
+    pub totals: Totals,
+    pub seconds: f64,
+    /// Payload bytes moved in this run / seconds, in Mbit/s.
+    pub rate_mbps: f64,
+    pub rtt_ms: f64,
+    /// Bytes of packets QUIC declared lost and sent again.
+    pub retransmitted_bytes: u64,
+    pub udp_tx_bytes: u64,
+    pub udp_rx_bytes: u64,
+    pub cc: String,
+    pub streams: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    pub files: u64,
+    pub verified: u64,
+    pub skipped: u64,
+    pub failed: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+    pub bytes_transferred: u64,
+    pub bytes_resumed: u64,
+}
+
+impl ClientReport {
+    /// Exit status: 0 only when everything arrived and verified.
+    pub fn exit_code(&self) -> i32 {
+        self.problems
+            .iter()
+            .map(|p| p.kind)
+            .max()
+            .map_or(0, Kind::exit_code)
+    }
+}
+
+/// `HOST[:PORT]` as typed; IPv6 literals in brackets (`[::1]:7878`).
+pub fn split_host_port(s: &str) -> Result<(String, u16), String> {
+    if let Some(rest) = s.strip_prefix('[') {
+        let (h, tail) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{s:?}: missing ']'"))?;
+        let port = match tail.strip_prefix(':') {
+            Some(p) => p.parse().map_err(|_| format!("{s:?}: bad port"))?,
+            None if tail.is_empty() => crate::server::DEFAULT_PORT,
+            None => return Err(format!("{s:?}: junk after ']'")),
+        };
+        return Ok((h.to_string(), port));
+    }
+    match s.rsplit_once(':') {
+        Some((h, p)) => Ok((
+            h.to_string(),
+            p.parse().map_err(|_| format!("{s:?}: bad port {p:?}"))?,
+        )),
+        None => Ok((s.to_string(), crate::server::DEFAULT_PORT)),
+    }
+}
+
+struct Session {
+    endpoint: quinn::Endpoint,
+    conn: quinn::Connection,
+    ctl: CtlTx,
+    writer: tokio::task::JoinHandle<Result<(), Problem>>,
+    rx: CtlRx,
+    fingerprint: Option<String>,
+    server: String,
+}
+
+fn conn_err(msg: impl Into<String>) -> Problem {
+    Problem::new(Kind::Connection, msg)
+}
+
+async fn connect(host: &str, port: u16, opts: &ClientOpts, op: Op) -> Result<Session, Problem> {
+    let addr: SocketAddr = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| conn_err(format!("cannot resolve {host}: {e}")))?
+        .next()
+        .ok_or_else(|| conn_err(format!("{host} has no address")))?;
+    let verifier = Arc::new(PinVerifier::new(opts.trust.clone()));
+    let outcome = verifier.outcome.clone();
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| conn_err(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+        .map_err(|e| conn_err(e.to_string()))?;
+    let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
+    let factory = crate::cc::CcFactory::new(opts.cc.unwrap_or(opts.net.cc), opts.net.max_rate);
+    cfg.transport_config(Arc::new(opts.net.transport(factory)));
+    let bind: SocketAddr = if addr.is_ipv6() {
+        "[::]:0"
+    } else {
+        "0.0.0.0:0"
+    }
+    .parse()
+    .unwrap();
+    let socket = udp_socket(bind).map_err(|e| conn_err(format!("{e:#}")))?;
+    let endpoint = endpoint(socket, None).map_err(|e| conn_err(format!("{e:#}")))?;
+    let conn = endpoint
+        .connect_with(cfg, addr, "longhaul")
+        .map_err(|e| conn_err(format!("connecting to {addr}: {e}")))?
+        .await;
+    let trust = outcome.lock().unwrap().clone();
+    let conn = match conn {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(msg) = trust
+                .as_ref()
+                .and_then(|t| t.refusal(&opts.trust.host, &opts.trust.known_hosts))
+            {
+                return Err(conn_err(msg));
+            }
+            return Err(conn_err(format!(
+                "cannot connect to {host}:{port} ({addr}): {e}"
+            )));
+        }
+    };
+    let fingerprint = match &trust {
+        Some(TrustOutcome::New(fp)) => {
+            KnownHosts::new(opts.trust.known_hosts.clone())
+                .add(&opts.trust.host, fp)
+                .map_err(|e| Problem::new(Kind::LocalIo, format!("{e:#}")))?;
+            tracing::warn!(
+                "added {} {fp} to {}",
+                opts.trust.host,
+                opts.trust.known_hosts.display()
+            );
+            Some(fp.clone())
+        }
+        _ => None,
+    };
+    let (send, recv) = conn
+        .open_bi()
+        .await
+        .map_err(|e| conn_err(format!("opening the control stream: {e}")))?;
+    let (ctl, writer) = spawn_writer(send);
+    let mut rx = spawn_reader(recv);
+    ctl.send(Frame::Hello(Hello {
+        version: VERSION,
+        token: opts.token.clone(),
+        op,
+        max_rate: opts.net.max_rate,
+        cc: opts.cc.map(|c| c.name()),
+    }))
+    .await?;
+    let server = match rx.recv().await {
+        Some(Ok(Frame::Welcome { server, .. })) => server,
+        Some(Ok(Frame::Fatal { code, message })) => {
+            let kind = match code {
+                ErrorCode::Auth | ErrorCode::Version => Kind::Connection,
+                _ => Kind::Remote,
+            };
+            return Err(Problem::new(kind, format!("the server refused: {message}")));
+        }
+        Some(Ok(other)) => {
+            return Err(conn_err(format!(
+                "protocol error: expected Welcome, got {other:?}"
+            )))
+        }
+        Some(Err(p)) => return Err(p),
+        None => {
+            let why = conn
+                .close_reason()
+                .map(|r| r.to_string())
+                .unwrap_or_default();
+            return Err(conn_err(format!("the server closed the connection {why}")));
+        }
+    };
+    Ok(Session {
+        endpoint,
+        conn,
+        ctl,
+        writer,
+        rx,
+        fingerprint,
+        server,
+    })
+}
+
+/// Close politely once the session's control stream has ended both ways.
+async fn close(
+    s: Session,
+    started: Instant,
+    op: &'static str,
+    opts: &ClientOpts,
+    mut r: SessionReport,
+) -> ClientReport {
+    let Session {
+        endpoint,
+        conn,
+        ctl,
+        writer,
+        mut rx,
+        fingerprint,
+        server,
+    } = s;
+    drop(ctl);
+    let _ = writer.await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while rx.recv().await.is_some() {}
+    })
+    .await;
+    let stats = conn.stats();
+    conn.close(0u32.into(), b"done");
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let mut t = Totals {
+        dirs: r.dirs,
+        symlinks: r.symlinks,
+        ..Totals::default()
+    };
+    r.files.sort_by(|a, b| a.path.cmp(&b.path));
+    for f in &r.files {
+        t.files += 1;
+        t.bytes += f.size;
+        t.bytes_transferred += f.bytes_transferred;
+        t.bytes_resumed += f.bytes_resumed;
+        match f.status {
+            Status::Verified => t.verified += 1,
+            Status::Skipped => t.skipped += 1,
+            Status::Failed => t.failed += 1,
+        }
+    }
+    ClientReport {
+        op,
+        ok: r.problems.is_empty(),
+        server,
+        fingerprint,
+        rate_mbps: t.bytes_transferred as f64 * 8.0 / 1e6 / seconds.max(1e-9),
+        totals: t,
+        files: r.files,
+        problems: r.problems,
+        seconds,
+        rtt_ms: stats.path.rtt.as_secs_f64() * 1e3,
+        retransmitted_bytes: stats.path.lost_bytes,
+        udp_tx_bytes: stats.udp_tx.bytes,
+        udp_rx_bytes: stats.udp_rx.bytes,
+        cc: opts.cc.unwrap_or(opts.net.cc).name(),
+        streams: opts.streams,
+    }
+}
+
+fn name_of(b: &[u8]) -> Vec<u8> {
+    RelPath::from_request(b)
+        .map(|p| p.file_name().to_vec())
+        .unwrap_or_default()
+}
+
+/// `get HOST:PATH... DEST`.
+pub async fn get(
+    host: &str,
+    port: u16,
+    remote: &[String],
+    local: &Path,
+    opts: &ClientOpts,
+    progress: Arc<Progress>,
+) -> Result<ClientReport, Problem> {
+    let started = Instant::now();
+    let local_err =
+        |e: std::io::Error| Problem::at(Kind::LocalIo, local.display().to_string(), e.to_string());
+    let roots: Vec<RootSpec> = remote
+        .iter()
+        .map(|p| RootSpec {
+            name: if p.ends_with('/') {
+                Vec::new()
+            } else {
+                name_of(p.as_bytes())
+            },
+        })
+        .collect();
+    let trailing = local.as_os_str().as_bytes().ends_with(b"/");
+    let (base, prefix, is_dir) = if local.is_dir() {
+        (
+            Dir::open_ambient_dir(local, cap_std::ambient_authority()).map_err(local_err)?,
+            RelPath::root(),
+            true,
+        )
+    } else {
+        let parent = match local.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = local.file_name().ok_or_else(|| {
+            Problem::new(
+                Kind::LocalIo,
+                format!("{}: not a usable destination", local.display()),
+            )
+        })?;
+        std::fs::create_dir_all(&parent).map_err(local_err)?;
+        let base =
+            Dir::open_ambient_dir(&parent, cap_std::ambient_authority()).map_err(local_err)?;
+        let prefix = RelPath::from_wire(name.as_bytes())
+            .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+        (base, prefix, trailing || remote.len() > 1)
+    };
+    let spec = DestSpec {
+        base,
+        prefix,
+        dest_is_dir: is_dir,
+        roots,
+    };
+    let op = Op::Get {
+        paths: remote.iter().map(|p| p.as_bytes().to_vec()).collect(),
+    };
+    let mut s = connect(host, port, opts, op).await?;
+    spawn_window_tuner(s.conn.clone(), opts.net);
+    let r = run_receiver(
+        s.conn.clone(),
+        s.ctl.clone(),
+        &mut s.rx,
+        spec,
+        RecvOpts { sync: opts.sync },
+        progress,
+    )
+    .await;
+    finish(s, started, "get", opts, r).await
+}
+
+/// `put PATH... HOST:DEST`.
+pub async fn put(
+    local: &[PathBuf],
+    host: &str,
+    port: u16,
+    remote_dest: &str,
+    opts: &ClientOpts,
+    progress: Arc<Progress>,
+) -> Result<ClientReport, Problem> {
+    let started = Instant::now();
+    let mut sources: Vec<SourceResult> = Vec::new();
+    let mut roots = Vec::new();
+    for p in local {
+        let contents = p.as_os_str().as_bytes().ends_with(b"/") || p.file_name().is_none();
+        let meta = std::fs::symlink_metadata(p)
+            .map_err(|e| Problem::at(Kind::LocalIo, p.display().to_string(), e.to_string()))?;
+        let open = |d: &Path| {
+            Dir::open_ambient_dir(d, cap_std::ambient_authority())
+                .map_err(|e| Problem::at(Kind::LocalIo, d.display().to_string(), e.to_string()))
+        };
+        let name = p
+            .file_name()
+            .map(|n| n.as_bytes().to_vec())
+            .unwrap_or_default();
+        if meta.is_dir() {
+            sources.push(Ok(Source {
+                dir: Arc::new(open(p)?),
+                start: RelPath::root(),
+            }));
+            roots.push(RootSpec {
+                name: if contents { Vec::new() } else { name },
+            });
+        } else {
+            let parent = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            let start = RelPath::from_wire(&name)
+                .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+            sources.push(Ok(Source {
+                dir: Arc::new(open(&parent)?),
+                start,
+            }));
+            roots.push(RootSpec { name });
+        }
+    }
+    let op = Op::Put {
+        dest: remote_dest.as_bytes().to_vec(),
+        dest_is_dir: remote_dest.ends_with('/') || local.len() > 1,
+        roots,
+    };
+    let mut s = connect(host, port, opts, op).await?;
+    let r = run_sender(
+        s.conn.clone(),
+        s.ctl.clone(),
+        &mut s.rx,
+        sources,
+        opts.streams,
+        progress,
+    )
+    .await;
+    finish(s, started, "put", opts, r).await
+}
+
+async fn finish(
+    s: Session,
+    started: Instant,
+    op: &'static str,
+    opts: &ClientOpts,
+    r: Result<SessionReport, Problem>,
+) -> Result<ClientReport, Problem> {
+    match r {
+        Ok(report) => Ok(close(s, started, op, opts, report).await),
+        Err(p) => {
+            let why = s.conn.close_reason();
+            s.conn.close(1u32.into(), p.message.as_bytes());
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), s.endpoint.wait_idle())
+                .await;
+            match why {
+                Some(quinn::ConnectionError::ApplicationClosed(a))
+                    if p.kind == Kind::Connection =>
+                {
+                    Err(Problem::new(
+                        Kind::Connection,
+                        format!(
+                            "{}: the server closed the session: {}",
+                            p.message,
+                            String::from_utf8_lossy(&a.reason)
+                        ),
+                    ))
+                }
+                _ => Err(p),
+            }
+        }
+    }
+}

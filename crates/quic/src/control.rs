@@ -1,0 +1,107 @@
+//! The control stream's I/O: a writer task that batches frames onto the stream and
+//! a reader task that decodes them, so session loops can `select!` on a channel.
+
+use crate::proto::{encode, Frame, FrameDecoder};
+use crate::report::{Kind, Problem};
+use quinn::{RecvStream, SendStream};
+use tokio::sync::mpsc;
+
+/// Sends frames on the control stream. Dropping every clone finishes the stream.
+#[derive(Clone)]
+pub struct CtlTx(mpsc::Sender<Frame>);
+
+impl CtlTx {
+    pub async fn send(&self, f: Frame) -> Result<(), Problem> {
+        self.0
+            .send(f)
+            .await
+            .map_err(|_| Problem::new(Kind::Connection, "control stream closed"))
+    }
+
+    /// For blocking threads (the walker).
+    pub fn blocking_send(&self, f: Frame) -> Result<(), Problem> {
+        self.0
+            .blocking_send(f)
+            .map_err(|_| Problem::new(Kind::Connection, "control stream closed"))
+    }
+}
+
+pub type CtlRx = mpsc::Receiver<Result<Frame, Problem>>;
+
+/// Start the writer; the returned handle ends when the stream is finished.
+pub fn spawn_writer(mut send: SendStream) -> (CtlTx, tokio::task::JoinHandle<Result<(), Problem>>) {
+    let (tx, mut rx) = mpsc::channel::<Frame>(1024);
+    let task = tokio::spawn(async move {
+        let mut buf = Vec::with_capacity(64 * 1024);
+        while let Some(f) = rx.recv().await {
+            buf.extend_from_slice(&encode(&f));
+            while buf.len() < 256 * 1024 {
+                match rx.try_recv() {
+                    Ok(f) => buf.extend_from_slice(&encode(&f)),
+                    Err(_) => break,
+                }
+            }
+            send.write_all(&buf)
+                .await
+                .map_err(|e| Problem::new(Kind::Connection, format!("control stream: {e}")))?;
+            buf.clear();
+        }
+        let _ = send.finish();
+        Ok(())
+    });
+    (CtlTx(tx), task)
+}
+
+/// Start the reader. A protocol error is delivered as the last item; a clean end
+/// of stream closes the channel.
+pub fn spawn_reader(mut recv: RecvStream) -> CtlRx {
+    let (tx, rx) = mpsc::channel(1024);
+    tokio::spawn(async move {
+        let mut dec = FrameDecoder::new();
+        loop {
+            loop {
+                match dec.next_frame() {
+                    Ok(Some(f)) => {
+                        if tx.send(Ok(f)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let _ = tx
+                            .send(Err(Problem::new(
+                                Kind::Connection,
+                                format!("protocol error: {e}"),
+                            )))
+                            .await;
+                        return;
+                    }
+                }
+            }
+            match recv.read_chunk(64 * 1024, true).await {
+                Ok(Some(c)) => dec.push(&c.bytes),
+                Ok(None) => {
+                    if let Err(e) = dec.finish() {
+                        let _ = tx
+                            .send(Err(Problem::new(
+                                Kind::Connection,
+                                format!("protocol error: {e}"),
+                            )))
+                            .await;
+                    }
+                    return;
+                }
+                Err(e) => {
+                    let _ = tx
+                        .send(Err(Problem::new(
+                            Kind::Connection,
+                            format!("control stream: {e}"),
+                        )))
+                        .await;
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}

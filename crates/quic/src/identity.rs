@@ -1,0 +1,365 @@
+//! TLS identities and trust, ssh style.
+//!
+//! The server keeps a self-signed certificate and key in its state directory,
+//! created on first start; its identity is the certificate's SHA-256 fingerprint
+//! (`SHA256:` + unpadded base64, as ssh prints keys). The client pins it: a
+//! known-hosts file maps `HOST:PORT` to a fingerprint; an unknown server is refused
+//! unless the user passes `--fingerprint` or `--accept-new`; a changed one is always
+//! refused.
+
+use anyhow::{bail, Context, Result};
+use base64::Engine;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// `SHA256:<base64>` of a DER certificate.
+pub fn fingerprint(cert_der: &[u8]) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, cert_der);
+    format!(
+        "SHA256:{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(d.as_ref())
+    )
+}
+
+/// A server's certificate and key.
+pub struct Identity {
+    pub cert: CertificateDer<'static>,
+    pub key: PrivateKeyDer<'static>,
+    pub fingerprint: String,
+}
+
+impl Identity {
+    /// Load `cert.der` and `key.der` from `dir`, creating them (key mode 0600) if absent.
+    pub fn load_or_create(dir: &Path) -> Result<Identity> {
+        let cert_path = dir.join("cert.der");
+        let key_path = dir.join("key.der");
+        if !cert_path.exists() || !key_path.exists() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating state dir {}", dir.display()))?;
+            let ck = rcgen::generate_simple_self_signed(vec!["longhaul".to_string()])
+                .context("generating the server key")?;
+            write_private(&key_path, &ck.key_pair.serialize_der())?;
+            std::fs::write(&cert_path, ck.cert.der())
+                .with_context(|| format!("writing {}", cert_path.display()))?;
+        }
+        let cert = std::fs::read(&cert_path)
+            .with_context(|| format!("reading {}", cert_path.display()))?;
+        let key =
+            std::fs::read(&key_path).with_context(|| format!("reading {}", key_path.display()))?;
+        Ok(Identity {
+            fingerprint: fingerprint(&cert),
+            cert: CertificateDer::from(cert),
+            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+        })
+    }
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// Default state directory of a server: `$XDG_STATE_HOME/longhaul/server`, else
+/// `~/.local/state/longhaul/server`.
+pub fn default_state_dir() -> PathBuf {
+    base_dir("XDG_STATE_HOME", ".local/state").join("longhaul/server")
+}
+
+/// Default known-hosts file: `$XDG_CONFIG_HOME/longhaul/known_hosts`, else
+/// `~/.config/longhaul/known_hosts`.
+pub fn default_known_hosts() -> PathBuf {
+    base_dir("XDG_CONFIG_HOME", ".config").join("longhaul/known_hosts")
+}
+
+fn base_dir(var: &str, fallback: &str) -> PathBuf {
+    match std::env::var_os(var) {
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(fallback)
+        }
+    }
+}
+
+/// The known-hosts file: lines of `HOST:PORT SHA256:...`; `#` starts a comment.
+pub struct KnownHosts {
+    path: PathBuf,
+}
+
+impl KnownHosts {
+    pub fn new(path: PathBuf) -> Self {
+        KnownHosts { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn lookup(&self, host: &str) -> Result<Option<String>> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", self.path.display())),
+        };
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            let mut parts = line.split_whitespace();
+            if let (Some(h), Some(fp)) = (parts.next(), parts.next()) {
+                if h == host {
+                    return Ok(Some(fp.to_string()));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn add(&self, host: &str, fp: &str) -> Result<()> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        writeln!(f, "{host} {fp}")?;
+        Ok(())
+    }
+}
+
+/// How the client decides to trust a server.
+#[derive(Debug, Clone)]
+pub struct TrustPolicy {
+    /// `HOST:PORT` as the user named it; the known-hosts key.
+    pub host: String,
+    pub known_hosts: PathBuf,
+    /// `--fingerprint`: the only one accepted.
+    pub pinned: Option<String>,
+    /// `--accept-new`: trust (and remember) an unknown server.
+    pub accept_new: bool,
+}
+
+/// What the verifier saw; read after the handshake to explain a refusal or to
+/// record a newly trusted server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrustOutcome {
+    Known,
+    /// Accepted by `--accept-new` or a matching `--fingerprint`; to be written down.
+    New(String),
+    Unknown(String),
+    Changed {
+        expected: String,
+        got: String,
+    },
+    PinMismatch {
+        expected: String,
+        got: String,
+    },
+    KnownHostsError(String),
+}
+
+impl TrustOutcome {
+    /// A user-facing explanation of a refusal (None when trusted).
+    pub fn refusal(&self, host: &str, known_hosts: &Path) -> Option<String> {
+        Some(match self {
+            TrustOutcome::Known | TrustOutcome::New(_) => return None,
+            TrustOutcome::Unknown(fp) => format!(
+                "the server {host} is not known; its fingerprint is {fp}.\n\
+                 Check it against what `longhaul serve` printed, then rerun with\n\
+                 --fingerprint {fp}   (or --accept-new to trust it on first use)"
+            ),
+            TrustOutcome::Changed { expected, got } => format!(
+                "@@@ WARNING: THE SERVER IDENTITY OF {host} HAS CHANGED! @@@\n\
+                 known_hosts ({}) says {expected}\n\
+                 the server presented   {got}\n\
+                 Someone may be intercepting this connection, or the server's key was \
+                 replaced. Refusing to connect. If the change is expected, remove the \
+                 line for {host} from the known-hosts file.",
+                known_hosts.display()
+            ),
+            TrustOutcome::PinMismatch { expected, got } => format!(
+                "the server {host} presented {got}, not the --fingerprint {expected}; refusing to connect"
+            ),
+            TrustOutcome::KnownHostsError(e) => format!("cannot read the known-hosts file: {e}"),
+        })
+    }
+}
+
+/// rustls verifier that pins the certificate fingerprint instead of a CA chain.
+#[derive(Debug)]
+pub struct PinVerifier {
+    policy: TrustPolicy,
+    provider: Arc<CryptoProvider>,
+    pub outcome: Arc<Mutex<Option<TrustOutcome>>>,
+}
+
+impl PinVerifier {
+    pub fn new(policy: TrustPolicy) -> Self {
+        PinVerifier {
+            policy,
+            provider: provider(),
+            outcome: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn decide(&self, got: String) -> TrustOutcome {
+        let known = match KnownHosts::new(self.policy.known_hosts.clone()).lookup(&self.policy.host)
+        {
+            Ok(k) => k,
+            Err(e) => return TrustOutcome::KnownHostsError(format!("{e:#}")),
+        };
+        match (known, &self.policy.pinned) {
+            (Some(k), _) if k != got => TrustOutcome::Changed { expected: k, got },
+            (Some(_), Some(p)) if *p != got => TrustOutcome::PinMismatch {
+                expected: p.clone(),
+                got,
+            },
+            (Some(_), _) => TrustOutcome::Known,
+            (None, Some(p)) if *p == got => TrustOutcome::New(got),
+            (None, Some(p)) => TrustOutcome::PinMismatch {
+                expected: p.clone(),
+                got,
+            },
+            (None, None) if self.policy.accept_new => TrustOutcome::New(got),
+            (None, None) => TrustOutcome::Unknown(got),
+        }
+    }
+}
+
+impl ServerCertVerifier for PinVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let outcome = self.decide(fingerprint(end_entity));
+        let ok = matches!(outcome, TrustOutcome::Known | TrustOutcome::New(_));
+        *self.outcome.lock().unwrap() = Some(outcome);
+        if ok {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(
+                "server fingerprint not trusted".into(),
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::General("TLS 1.2 is not used by QUIC".into()))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// Check a user-given fingerprint's form early, for a clear usage error.
+pub fn check_fingerprint_syntax(fp: &str) -> Result<()> {
+    let Some(b64) = fp.strip_prefix("SHA256:") else {
+        bail!("fingerprint {fp:?} must start with SHA256: (as `longhaul serve` prints it)");
+    };
+    match base64::engine::general_purpose::STANDARD_NO_PAD.decode(b64) {
+        Ok(b) if b.len() == 32 => Ok(()),
+        _ => bail!("fingerprint {fp:?} is not SHA256: followed by 43 base64 characters"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(dir: &Path, pinned: Option<&str>, accept_new: bool) -> TrustPolicy {
+        TrustPolicy {
+            host: "srv:7878".into(),
+            known_hosts: dir.join("kh"),
+            pinned: pinned.map(Into::into),
+            accept_new,
+        }
+    }
+
+    #[test]
+    fn trust_decisions() {
+        let t = tempfile::tempdir().unwrap();
+        let id = Identity::load_or_create(&t.path().join("state")).unwrap();
+        let again = Identity::load_or_create(&t.path().join("state")).unwrap();
+        assert_eq!(id.fingerprint, again.fingerprint, "identity is stable");
+        check_fingerprint_syntax(&id.fingerprint).unwrap();
+        assert!(check_fingerprint_syntax("MD5:abc").is_err());
+        let fp = id.fingerprint.clone();
+
+        let v = PinVerifier::new(policy(t.path(), None, false));
+        assert_eq!(v.decide(fp.clone()), TrustOutcome::Unknown(fp.clone()));
+        let v = PinVerifier::new(policy(t.path(), None, true));
+        assert_eq!(v.decide(fp.clone()), TrustOutcome::New(fp.clone()));
+        let v = PinVerifier::new(policy(t.path(), Some(&fp), false));
+        assert_eq!(v.decide(fp.clone()), TrustOutcome::New(fp.clone()));
+        let v = PinVerifier::new(policy(t.path(), Some("SHA256:other"), true));
+        assert!(matches!(
+            v.decide(fp.clone()),
+            TrustOutcome::PinMismatch { .. }
+        ));
+
+        KnownHosts::new(t.path().join("kh"))
+            .add("srv:7878", &fp)
+            .unwrap();
+        let v = PinVerifier::new(policy(t.path(), None, false));
+        assert_eq!(v.decide(fp.clone()), TrustOutcome::Known);
+        // A changed key is refused even with --accept-new or a matching --fingerprint.
+        let v = PinVerifier::new(policy(t.path(), Some("SHA256:new"), true));
+        let o = v.decide("SHA256:new".into());
+        assert_eq!(
+            o,
+            TrustOutcome::Changed {
+                expected: fp.clone(),
+                got: "SHA256:new".into()
+            }
+        );
+        assert!(o
+            .refusal("srv:7878", t.path())
+            .unwrap()
+            .contains("HAS CHANGED"));
+    }
+}

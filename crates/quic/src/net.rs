@@ -1,0 +1,141 @@
+//! Endpoints and transport parameters: UDP sockets with large buffers, flow-control
+//! windows sized from the bandwidth-delay product under a memory bound, and the
+//! congestion controller factory.
+
+use crate::cc::{CcChoice, CcFactory};
+use anyhow::{Context, Result};
+use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Flow-control and rate settings of one side.
+#[derive(Debug, Clone, Copy)]
+pub struct NetOpts {
+    /// Memory bound of the receive window (bytes): what a receiver lets in flight.
+    pub max_window: u64,
+    /// Rate to plan the first window for (bits/s): `--max-rate`, or 1 Gbit/s.
+    pub rate_hint: u64,
+    pub cc: CcChoice,
+    /// Cap on the sending rate (bits/s), 0 = none.
+    pub max_rate: u64,
+}
+
+impl Default for NetOpts {
+    fn default() -> Self {
+        NetOpts {
+            max_window: 256 << 20,
+            rate_hint: 1_000_000_000,
+            cc: CcChoice::Bbr,
+            max_rate: 0,
+        }
+    }
+}
+
+/// Smallest window ever used: enough for 1 Gbit/s at 100 ms.
+pub const MIN_WINDOW: u64 = 16 << 20;
+
+impl NetOpts {
+    /// First receive window: the BDP of the rate hint over a 1 s RTT (the longest
+    /// path we plan for), within [MIN_WINDOW, max_window].
+    pub fn initial_window(&self) -> u64 {
+        let bdp = self.rate_hint / 8;
+        bdp.clamp(MIN_WINDOW.min(self.max_window), self.max_window)
+    }
+
+    pub fn transport(&self, factory: Arc<CcFactory>) -> TransportConfig {
+        let w = VarInt::from_u64(self.initial_window()).unwrap_or(VarInt::MAX);
+        let bound = VarInt::from_u64(self.max_window).unwrap_or(VarInt::MAX);
+        let mut t = TransportConfig::default();
+        t.stream_receive_window(bound)
+            .receive_window(w)
+            .send_window(self.max_window)
+            .max_concurrent_uni_streams(VarInt::from_u32(256))
+            .max_concurrent_bidi_streams(VarInt::from_u32(1))
+            .max_idle_timeout(Some(VarInt::from_u32(60_000).into()))
+            .keep_alive_interval(Some(Duration::from_secs(5)))
+            .initial_rtt(Duration::from_millis(100))
+            .congestion_controller_factory(factory);
+        let mut mtu = MtuDiscoveryConfig::default();
+        mtu.upper_bound(9000);
+        t.mtu_discovery_config(Some(mtu));
+        t
+    }
+}
+
+/// Grow the connection's receive window when the measured BDP needs it: every
+/// 250 ms, if twice (delivery rate x smoothed RTT) exceeds the window, the window
+/// becomes four times that BDP, never above the memory bound.
+pub fn spawn_window_tuner(conn: quinn::Connection, opts: NetOpts) {
+    tokio::spawn(async move {
+        let mut window = opts.initial_window();
+        let mut last = conn.stats().udp_rx.bytes;
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = conn.closed() => return,
+            }
+            let now = conn.stats().udp_rx.bytes;
+            let rate = (now - last) as f64 / 0.25;
+            last = now;
+            let bdp = (rate * conn.rtt().as_secs_f64()) as u64;
+            if 2 * bdp > window && window < opts.max_window {
+                window = (4 * bdp).min(opts.max_window);
+                if let Ok(v) = VarInt::from_u64(window) {
+                    conn.set_receive_window(v);
+                }
+            }
+        }
+    });
+}
+
+/// A UDP socket with large kernel buffers (forced past rmem_max when root).
+pub fn udp_socket(addr: SocketAddr) -> Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        let _ = s.set_only_v6(false);
+    }
+    const BUF: usize = 32 << 20;
+    for (opt, force) in [
+        (libc::SO_RCVBUF, libc::SO_RCVBUFFORCE),
+        (libc::SO_SNDBUF, libc::SO_SNDBUFFORCE),
+    ] {
+        if !set_int(&s, force, BUF) {
+            set_int(&s, opt, BUF);
+        }
+    }
+    s.bind(&addr.into())
+        .with_context(|| format!("binding UDP {addr}"))?;
+    Ok(s.into())
+}
+
+fn set_int(s: &socket2::Socket, opt: libc::c_int, v: usize) -> bool {
+    use std::os::fd::AsRawFd;
+    let v = v as libc::c_int;
+    // SAFETY: setsockopt with a valid fd, a c_int option value and its size.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+pub fn endpoint(
+    socket: std::net::UdpSocket,
+    server: Option<quinn::ServerConfig>,
+) -> Result<quinn::Endpoint> {
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        server,
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .context("creating the QUIC endpoint")
+}

@@ -1,0 +1,372 @@
+//! Wire format of protocol version 1 (see docs/PROTOCOL.md). Sans-IO: encoders and
+//! decoders over byte buffers, no sockets.
+//!
+//! Control stream (the connection's first bidirectional stream): frames of
+//! `u32 big-endian length | postcard-encoded Frame`, at most [`MAX_FRAME`] bytes.
+//! Data streams (unidirectional, sender to receiver): the 4-byte prelude `LHD1`,
+//! then records of a 20-byte [`RecordHeader`] followed by `len` payload bytes.
+
+use longhaul_transfer::{Entry, CHUNK_SIZE};
+use serde::{Deserialize, Serialize};
+
+pub const VERSION: u32 = 1;
+pub const ALPN: &[u8] = b"longhaul/1";
+/// Largest control frame accepted (payload bytes, after the length prefix).
+pub const MAX_FRAME: usize = 1 << 20;
+pub const DATA_PRELUDE: &[u8; 4] = b"LHD1";
+pub const RECORD_HEADER_LEN: usize = 20;
+
+/// Why a session or a part of it failed; maps onto the client's exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// Malformed request or frame.
+    Protocol,
+    /// Wrong or missing token.
+    Auth,
+    /// The server is read-only and a put was asked.
+    ReadOnly,
+    /// A requested path does not exist or is not allowed.
+    NotFound,
+    /// A path was refused (absolute, `..`, escaping link).
+    BadPath,
+    /// A file system error on the side that sends this.
+    Io,
+    /// Unsupported protocol version.
+    Version,
+    /// The received file's BLAKE3 did not match the sender's.
+    Verify,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Fetch these root-relative paths from the server.
+    Get { paths: Vec<Vec<u8>> },
+    /// Send `roots` into `dest` (root-relative) on the server.
+    Put {
+        dest: Vec<u8>,
+        dest_is_dir: bool,
+        roots: Vec<RootSpec>,
+    },
+}
+
+/// How a requested root is named at the destination: `name` is its basename, empty
+/// when its contents go straight into the destination (a trailing `/`, or `.`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootSpec {
+    pub name: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub version: u32,
+    pub token: Vec<u8>,
+    pub op: Op,
+    /// Ask the sending side to cap its rate (bits/s, 0 = no cap).
+    pub max_rate: u64,
+    /// Ask the sending side for a congestion controller (`bbr`, `cubic`, `fixed:RATE`).
+    pub cc: Option<String>,
+}
+
+/// What the receiver wants of one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Want {
+    Skip,
+    All,
+    /// Chunk ranges `[start, end)`.
+    Chunks(Vec<(u64, u64)>),
+    /// Everything, unless the sender's BLAKE3 equals this.
+    UnlessHash([u8; 32]),
+}
+
+/// Final word of the receiver on one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Verified,
+    Skipped,
+    Failed { code: ErrorCode, message: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Frame {
+    /// client → server, first frame.
+    Hello(Hello),
+    /// server → client, the answer to a good Hello.
+    Welcome { version: u32, server: String },
+    /// Either way: the session is over.
+    Fatal { code: ErrorCode, message: String },
+    /// sender → receiver: a requested root could not be served.
+    RootError {
+        root: u32,
+        code: ErrorCode,
+        message: String,
+    },
+    /// sender → receiver: one item of the manifest.
+    Entry(Entry),
+    /// sender → receiver: part of a tree could not be read.
+    EntryError {
+        root: u32,
+        path: Vec<u8>,
+        message: String,
+    },
+    /// sender → receiver: no more entries.
+    ManifestEnd,
+    /// receiver → sender.
+    Want { id: u64, want: Want },
+    /// sender → receiver: every wanted chunk of `id` is sent; its BLAKE3 is `hash`.
+    /// `unchanged`: the receiver's `UnlessHash` matched, nothing was sent.
+    FileDone {
+        id: u64,
+        hash: [u8; 32],
+        unchanged: bool,
+    },
+    /// sender → receiver: the file could not be read.
+    FileFailed { id: u64, message: String },
+    /// receiver → sender.
+    FileResult { id: u64, outcome: Outcome },
+    /// receiver → sender: every entry is settled.
+    Done { ok: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    #[error("control frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    FrameTooLarge(u64),
+    #[error("malformed control frame: {0}")]
+    Malformed(String),
+    #[error("data stream does not start with the LHD1 prelude")]
+    BadPrelude,
+    #[error("data record of {0} bytes exceeds the chunk size")]
+    RecordTooLarge(u32),
+    #[error("data record at offset {0} is not on a chunk boundary")]
+    Unaligned(u64),
+    #[error("stream ended inside a frame")]
+    Truncated,
+}
+
+pub fn encode(frame: &Frame) -> Vec<u8> {
+    let body = postcard::to_stdvec(frame).expect("frames always serialize");
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Incremental control-frame decoder: push bytes as they arrive, pop frames.
+#[derive(Default)]
+pub struct FrameDecoder {
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl FrameDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes received but not yet consumed.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// The next complete frame, `Ok(None)` if more bytes are needed.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, ProtoError> {
+        let avail = &self.buf[self.pos..];
+        if avail.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes(avail[..4].try_into().unwrap()) as usize;
+        if len > MAX_FRAME {
+            return Err(ProtoError::FrameTooLarge(len as u64));
+        }
+        if avail.len() < 4 + len {
+            return Ok(None);
+        }
+        let body = &avail[4..4 + len];
+        let frame = match postcard::take_from_bytes::<Frame>(body) {
+            Ok((f, [])) => f,
+            Ok(_) => return Err(ProtoError::Malformed("trailing bytes after frame".into())),
+            Err(e) => return Err(ProtoError::Malformed(e.to_string())),
+        };
+        self.pos += 4 + len;
+        if self.pos > 1 << 16 && self.pos * 2 > self.buf.len() {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        Ok(Some(frame))
+    }
+
+    /// At end of stream: an error if a partial frame is left.
+    pub fn finish(&self) -> Result<(), ProtoError> {
+        if self.buffered() == 0 {
+            Ok(())
+        } else {
+            Err(ProtoError::Truncated)
+        }
+    }
+}
+
+/// Header of one data record: chunk `offset / CHUNK_SIZE` of file `id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub id: u64,
+    pub offset: u64,
+    pub len: u32,
+}
+
+impl RecordHeader {
+    pub fn encode(&self) -> [u8; RECORD_HEADER_LEN] {
+        let mut b = [0u8; RECORD_HEADER_LEN];
+        b[..8].copy_from_slice(&self.id.to_le_bytes());
+        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        b[16..].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; RECORD_HEADER_LEN]) -> Result<Self, ProtoError> {
+        let h = RecordHeader {
+            id: u64::from_le_bytes(b[..8].try_into().unwrap()),
+            offset: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            len: u32::from_le_bytes(b[16..].try_into().unwrap()),
+        };
+        if h.len as u64 > CHUNK_SIZE {
+            return Err(ProtoError::RecordTooLarge(h.len));
+        }
+        if !h.offset.is_multiple_of(CHUNK_SIZE) {
+            return Err(ProtoError::Unaligned(h.offset));
+        }
+        Ok(h)
+    }
+
+    pub fn chunk(&self) -> u64 {
+        self.offset / CHUNK_SIZE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_transfer::EntryKind;
+
+    fn sample() -> Vec<Frame> {
+        vec![
+            Frame::Hello(Hello {
+                version: VERSION,
+                token: b"t".to_vec(),
+                op: Op::Get {
+                    paths: vec![b"a/b".to_vec(), b"-x\n".to_vec()],
+                },
+                max_rate: 0,
+                cc: Some("bbr".into()),
+            }),
+            Frame::Entry(Entry {
+                id: 9,
+                root: 1,
+                path: b"x/\xffy".to_vec(),
+                kind: EntryKind::File,
+                size: 1 << 40,
+                mode: 0o755,
+                mtime_ns: -5,
+                link: vec![],
+            }),
+            Frame::Want {
+                id: 9,
+                want: Want::Chunks(vec![(0, 3), (7, 9)]),
+            },
+            Frame::FileDone {
+                id: 9,
+                hash: [7; 32],
+                unchanged: false,
+            },
+            Frame::FileResult {
+                id: 9,
+                outcome: Outcome::Failed {
+                    code: ErrorCode::Io,
+                    message: "disk full".into(),
+                },
+            },
+            Frame::ManifestEnd,
+            Frame::Done { ok: true },
+        ]
+    }
+
+    #[test]
+    fn frames_roundtrip_byte_by_byte() {
+        let frames = sample();
+        let wire: Vec<u8> = frames.iter().flat_map(encode).collect();
+        let mut d = FrameDecoder::new();
+        let mut got = Vec::new();
+        for b in wire {
+            d.push(&[b]);
+            while let Some(f) = d.next_frame().unwrap() {
+                got.push(f);
+            }
+        }
+        d.finish().unwrap();
+        assert_eq!(got, frames);
+    }
+
+    #[test]
+    fn hostile_frames_are_refused_precisely() {
+        let mut d = FrameDecoder::new();
+        // A length prefix claiming 1 TB (saturates u32) is refused before buffering.
+        d.push(&u32::MAX.to_be_bytes());
+        assert_eq!(
+            d.next_frame(),
+            Err(ProtoError::FrameTooLarge(u32::MAX as u64))
+        );
+
+        let mut d = FrameDecoder::new();
+        d.push(&[0, 0, 0, 3, 0xff, 0xff, 0xff]);
+        assert!(matches!(d.next_frame(), Err(ProtoError::Malformed(_))));
+
+        // A valid frame with junk appended inside its length.
+        let mut f = encode(&Frame::ManifestEnd);
+        f.push(0);
+        let n = (f.len() - 4) as u32;
+        f[..4].copy_from_slice(&n.to_be_bytes());
+        let mut d = FrameDecoder::new();
+        d.push(&f);
+        assert!(matches!(d.next_frame(), Err(ProtoError::Malformed(_))));
+
+        let mut d = FrameDecoder::new();
+        d.push(&encode(&Frame::ManifestEnd)[..2]);
+        assert_eq!(d.next_frame(), Ok(None));
+        assert_eq!(d.finish(), Err(ProtoError::Truncated));
+    }
+
+    #[test]
+    fn record_headers() {
+        let h = RecordHeader {
+            id: 3,
+            offset: 5 * CHUNK_SIZE,
+            len: 77,
+        };
+        assert_eq!(RecordHeader::decode(&h.encode()), Ok(h));
+        assert_eq!(h.chunk(), 5);
+        let bad = RecordHeader {
+            id: 3,
+            offset: 5,
+            len: 1,
+        }
+        .encode();
+        assert_eq!(RecordHeader::decode(&bad), Err(ProtoError::Unaligned(5)));
+        let big = RecordHeader {
+            id: 3,
+            offset: 0,
+            len: CHUNK_SIZE as u32 + 1,
+        }
+        .encode();
+        assert!(matches!(
+            RecordHeader::decode(&big),
+            Err(ProtoError::RecordTooLarge(_))
+        ));
+    }
+}

@@ -1,0 +1,567 @@
+//! The receiving role of a session (the client for `get`, the server for `put`).
+//!
+//! For each manifest entry it creates directories and symlinks at once, and for a
+//! file decides what it wants (skip, everything, or the chunks a resume journal
+//! lacks), opening a hidden part file. Data records from any stream are written at
+//! their offsets and hashed; a file takes its final name only when every chunk is
+//! there and the BLAKE3 root equals the sender's.
+
+use crate::control::{CtlRx, CtlTx};
+use crate::proto::{
+    ErrorCode, Frame, Outcome, ProtoError, RecordHeader, RootSpec, Want, DATA_PRELUDE,
+    RECORD_HEADER_LEN,
+};
+use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
+use cap_std::fs::Dir;
+use longhaul_transfer::chunk::hex;
+use longhaul_transfer::place::{Dest, FinishError, Incoming};
+use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
+use longhaul_transfer::{Entry, EntryKind, RelPath};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+/// Where received entries go.
+pub struct DestSpec {
+    /// Directory under which every target is resolved (cap-std confined).
+    pub base: Dir,
+    /// Path of the destination inside `base` (empty: `base` itself).
+    pub prefix: RelPath,
+    /// The destination is (or must be) a directory: sources go inside it.
+    pub dest_is_dir: bool,
+    pub roots: Vec<RootSpec>,
+}
+
+impl DestSpec {
+    /// Where an entry of `root` (whose own kind is `root_kind`) lands.
+    fn target(&self, root: u32, root_kind: EntryKind, path: &RelPath) -> Result<RelPath, String> {
+        let spec = self
+            .roots
+            .get(root as usize)
+            .ok_or_else(|| format!("entry for unknown root {root}"))?;
+        if self.roots.len() == 1 && root_kind != EntryKind::Dir && !self.dest_is_dir {
+            if !path.is_root() || self.prefix.is_root() {
+                return Err("a single file source cannot have children".into());
+            }
+            return Ok(self.prefix.clone());
+        }
+        let base = if spec.name.is_empty() {
+            self.prefix.clone()
+        } else {
+            self.prefix
+                .join_name(&spec.name)
+                .map_err(|e| e.to_string())?
+        };
+        base.join(path).map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct RecvOpts {
+    pub sync: SyncMode,
+}
+
+struct InFile {
+    inc: Incoming,
+    display: String,
+    received: u64,
+}
+
+struct State {
+    files: HashMap<u64, InFile>,
+    report: SessionReport,
+}
+
+enum Event {
+    Settled,
+    Failed(Problem),
+}
+
+struct Shared {
+    st: Mutex<State>,
+    ctl: CtlTx,
+    progress: Arc<Progress>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+fn io_problem(path: &str, e: impl std::fmt::Display) -> Problem {
+    Problem::at(Kind::LocalIo, path, e.to_string())
+}
+
+/// Run the receiving role until every entry is settled; sends `Done`.
+pub async fn run_receiver(
+    conn: quinn::Connection,
+    ctl: CtlTx,
+    rx: &mut CtlRx,
+    dest: DestSpec,
+    opts: RecvOpts,
+    progress: Arc<Progress>,
+) -> Result<SessionReport, Problem> {
+    let (etx, mut erx) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        st: Mutex::new(State {
+            files: HashMap::new(),
+            report: SessionReport::default(),
+        }),
+        ctl: ctl.clone(),
+        progress,
+        events: etx,
+    });
+    let acceptor = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            while let Ok(s) = conn.accept_uni().await {
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    if let Err(p) = read_stream(&shared, s).await {
+                        let _ = shared.events.send(Event::Failed(p));
+                    }
+                });
+            }
+        })
+    };
+    let mut dest_fs = Dest::new(dest.base.try_clone().map_err(|e| io_problem(".", e))?);
+    let result = control_loop(&shared, rx, &mut erx, &dest, &mut dest_fs, opts).await;
+    acceptor.abort();
+    // Whatever happened, keep what is durably written for a rerun.
+    let leftovers: Vec<InFile> = {
+        let mut st = shared.st.lock().unwrap();
+        st.files.drain().map(|(_, f)| f).collect()
+    };
+    tokio::task::block_in_place(|| {
+        for mut f in leftovers {
+            let _ = f.inc.flush_journal();
+        }
+    });
+    let dirs = tokio::task::block_in_place(|| dest_fs.finish_dirs());
+    let mut report = std::mem::take(&mut shared.st.lock().unwrap().report);
+    if let Err(e) = dirs {
+        report
+            .problems
+            .push(Problem::new(Kind::LocalIo, e.to_string()));
+    }
+    match result {
+        Ok(()) => {
+            let ok = report.problems.is_empty();
+            ctl.send(Frame::Done { ok }).await?;
+            Ok(report)
+        }
+        Err(p) => {
+            if p.kind == Kind::LocalIo {
+                let _ = ctl
+                    .send(Frame::Fatal {
+                        code: ErrorCode::Io,
+                        message: format!("the receiver failed: {p}"),
+                    })
+                    .await;
+            }
+            Err(p)
+        }
+    }
+}
+
+fn protocol(msg: impl Into<String>) -> Problem {
+    Problem::new(
+        Kind::Connection,
+        format!("protocol error from the sender: {}", msg.into()),
+    )
+}
+
+async fn control_loop(
+    shared: &Arc<Shared>,
+    rx: &mut CtlRx,
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    dest: &DestSpec,
+    fs: &mut Dest,
+    opts: RecvOpts,
+) -> Result<(), Problem> {
+    let mut manifest_done = false;
+    let mut root_kinds: HashMap<u32, EntryKind> = HashMap::new();
+    loop {
+        if manifest_done && shared.st.lock().unwrap().files.is_empty() {
+            return Ok(());
+        }
+        let frame = tokio::select! {
+            f = rx.recv() => match f {
+                Some(f) => f?,
+                None => return Err(Problem::new(Kind::Connection, "the sender closed the session early")),
+            },
+            ev = events.recv() => match ev {
+                Some(Event::Settled) | None => continue,
+                Some(Event::Failed(p)) => return Err(p),
+            },
+        };
+        match frame {
+            Frame::Entry(e) => {
+                let path = RelPath::from_wire(&e.path).map_err(|err| protocol(err.to_string()))?;
+                if path.is_root() {
+                    root_kinds.insert(e.root, e.kind);
+                }
+                let kind = *root_kinds
+                    .get(&e.root)
+                    .ok_or_else(|| protocol(format!("entry before its root {}", e.root)))?;
+                let target = dest.target(e.root, kind, &path).map_err(protocol)?;
+                let replies =
+                    tokio::task::block_in_place(|| on_entry(shared, fs, &e, &target, opts))?;
+                for f in replies {
+                    shared.ctl.send(f).await?;
+                }
+            }
+            Frame::RootError {
+                root,
+                code,
+                message,
+            } => {
+                let name = dest
+                    .roots
+                    .get(root as usize)
+                    .map(|r| String::from_utf8_lossy(&r.name).into_owned());
+                let mut st = shared.st.lock().unwrap();
+                let kind = if code == ErrorCode::Auth {
+                    Kind::Connection
+                } else {
+                    Kind::Remote
+                };
+                st.report.problems.push(Problem {
+                    kind,
+                    path: name.filter(|n| !n.is_empty()),
+                    message,
+                });
+            }
+            Frame::EntryError { path, message, .. } => {
+                let mut st = shared.st.lock().unwrap();
+                st.report.problems.push(Problem::at(
+                    Kind::Remote,
+                    String::from_utf8_lossy(&path),
+                    message,
+                ));
+            }
+            Frame::ManifestEnd => manifest_done = true,
+            Frame::FileDone {
+                id,
+                hash,
+                unchanged,
+            } => {
+                let done = {
+                    let mut st = shared.st.lock().unwrap();
+                    let f = st
+                        .files
+                        .get_mut(&id)
+                        .ok_or_else(|| protocol(format!("FileDone for unknown file {id}")))?;
+                    if f.inc.expected.is_some() {
+                        return Err(protocol(format!("second FileDone for file {id}")));
+                    }
+                    f.inc.expected = Some(hash);
+                    if unchanged || f.inc.is_complete() {
+                        st.files.remove(&id)
+                    } else {
+                        None
+                    }
+                };
+                if let Some(f) = done {
+                    if unchanged {
+                        let mut f = f;
+                        tokio::task::block_in_place(|| f.inc.discard());
+                        settle(
+                            shared,
+                            id,
+                            f.display,
+                            f.inc.plan.size,
+                            0,
+                            Status::Skipped,
+                            None,
+                        )
+                        .await?;
+                    } else {
+                        finish(shared, id, f).await?;
+                    }
+                }
+            }
+            Frame::FileFailed { id, message } => {
+                let f = shared.st.lock().unwrap().files.remove(&id);
+                let mut f =
+                    f.ok_or_else(|| protocol(format!("FileFailed for unknown file {id}")))?;
+                let _ = tokio::task::block_in_place(|| f.inc.flush_journal());
+                let p = Problem::at(Kind::Remote, f.display.clone(), message.clone());
+                settle(
+                    shared,
+                    id,
+                    f.display,
+                    f.inc.plan.size,
+                    f.received,
+                    Status::Failed,
+                    Some(p),
+                )
+                .await?;
+            }
+            Frame::Fatal { code, message } => {
+                let kind = if code == ErrorCode::Auth {
+                    Kind::Connection
+                } else {
+                    Kind::Remote
+                };
+                return Err(Problem::new(kind, message));
+            }
+            other => return Err(protocol(format!("unexpected {other:?}"))),
+        }
+    }
+}
+
+/// Settle a file: report it and tell the sender.
+async fn settle(
+    shared: &Shared,
+    id: u64,
+    display: String,
+    size: u64,
+    received: u64,
+    status: Status,
+    problem: Option<Problem>,
+) -> Result<(), Problem> {
+    let outcome = match (&status, &problem) {
+        (Status::Verified, _) => Outcome::Verified,
+        (Status::Skipped, _) => Outcome::Skipped,
+        (Status::Failed, p) => Outcome::Failed {
+            code: match p.as_ref().map(|p| p.kind) {
+                Some(Kind::Verify) => ErrorCode::Verify,
+                _ => ErrorCode::Io,
+            },
+            message: p.as_ref().map(|p| p.message.clone()).unwrap_or_default(),
+        },
+    };
+    {
+        let mut st = shared.st.lock().unwrap();
+        st.report.files.push(FileReport {
+            path: display,
+            size,
+            status,
+            bytes_transferred: received,
+            bytes_resumed: 0,
+            blake3: None,
+            error: problem.as_ref().map(|p| p.message.clone()),
+        });
+        if let Some(p) = problem {
+            st.report.problems.push(p);
+        }
+    }
+    if status == Status::Skipped {
+        Progress::add(&shared.progress.bytes_done, size);
+    }
+    Progress::add(&shared.progress.files_done, 1);
+    let _ = shared.events.send(Event::Settled);
+    shared.ctl.send(Frame::FileResult { id, outcome }).await
+}
+
+/// Act on one manifest entry; returns the frames to send back.
+fn on_entry(
+    shared: &Shared,
+    fs: &mut Dest,
+    e: &Entry,
+    target: &RelPath,
+    opts: RecvOpts,
+) -> Result<Vec<Frame>, Problem> {
+    let display = target.display();
+    match e.kind {
+        EntryKind::Dir => {
+            fs.make_dir(target, e.mode, e.mtime_ns)
+                .map_err(|err| io_problem(&display, err))?;
+            shared.st.lock().unwrap().report.dirs += 1;
+            Ok(vec![])
+        }
+        EntryKind::Symlink => {
+            fs.make_symlink(target, &e.link, e.mtime_ns)
+                .map_err(|err| io_problem(&display, err))?;
+            shared.st.lock().unwrap().report.symlinks += 1;
+            Ok(vec![])
+        }
+        EntryKind::File => {
+            Progress::add(&shared.progress.files_total, 1);
+            Progress::add(&shared.progress.bytes_total, e.size);
+            let existing = fs
+                .existing_file(target)
+                .map_err(|err| io_problem(&display, err))?;
+            let local_hash = if needs_local_hash(opts.sync, e, existing.as_ref()) {
+                Some(
+                    fs.hash_file(target)
+                        .map_err(|err| io_problem(&display, err))?,
+                )
+            } else {
+                None
+            };
+            let decision = decide(opts.sync, e, existing.as_ref(), local_hash);
+            if decision == Decision::Skip {
+                {
+                    let mut st = shared.st.lock().unwrap();
+                    st.report.files.push(FileReport {
+                        path: display,
+                        size: e.size,
+                        status: Status::Skipped,
+                        bytes_transferred: 0,
+                        bytes_resumed: 0,
+                        blake3: None,
+                        error: None,
+                    });
+                }
+                Progress::add(&shared.progress.bytes_done, e.size);
+                Progress::add(&shared.progress.files_done, 1);
+                return Ok(vec![
+                    Frame::Want {
+                        id: e.id,
+                        want: Want::Skip,
+                    },
+                    Frame::FileResult {
+                        id: e.id,
+                        outcome: Outcome::Skipped,
+                    },
+                ]);
+            }
+            let (dir, name) = fs
+                .parent_of(target)
+                .map_err(|err| io_problem(&display, err))?;
+            let resume = !matches!(decision, Decision::UnlessHash(_));
+            let (inc, ranges) =
+                Incoming::open(dir, &name, e, resume).map_err(|err| io_problem(&display, err))?;
+            let want = match decision {
+                Decision::UnlessHash(h) => Want::UnlessHash(h),
+                _ if inc.resumed_bytes > 0 => Want::Chunks(ranges),
+                _ => Want::All,
+            };
+            Progress::add(&shared.progress.bytes_done, inc.resumed_bytes);
+            shared.st.lock().unwrap().files.insert(
+                e.id,
+                InFile {
+                    inc,
+                    display,
+                    received: 0,
+                },
+            );
+            Ok(vec![Frame::Want { id: e.id, want }])
+        }
+    }
+}
+
+async fn finish(shared: &Shared, id: u64, f: InFile) -> Result<(), Problem> {
+    let InFile {
+        inc,
+        display,
+        received,
+    } = f;
+    let size = inc.plan.size;
+    let resumed = inc.resumed_bytes;
+    let r = tokio::task::spawn_blocking(move || inc.finish())
+        .await
+        .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+    match r {
+        Ok(root) => {
+            {
+                let mut st = shared.st.lock().unwrap();
+                st.report.files.push(FileReport {
+                    path: display,
+                    size,
+                    status: Status::Verified,
+                    bytes_transferred: received,
+                    bytes_resumed: resumed,
+                    blake3: Some(hex(&root)),
+                    error: None,
+                });
+            }
+            Progress::add(&shared.progress.files_done, 1);
+            let _ = shared.events.send(Event::Settled);
+            shared
+                .ctl
+                .send(Frame::FileResult {
+                    id,
+                    outcome: Outcome::Verified,
+                })
+                .await
+        }
+        Err(FinishError::Mismatch { expected, actual }) => {
+            let p = Problem::at(
+                Kind::Verify,
+                display.clone(),
+                format!("BLAKE3 mismatch: sender {expected}, received {actual}; the part file was removed"),
+            );
+            settle(shared, id, display, size, received, Status::Failed, Some(p)).await
+        }
+        Err(FinishError::Io(e)) => Err(io_problem(&display, e)),
+    }
+}
+
+async fn read_exact_or_eof(rs: &mut quinn::RecvStream, buf: &mut [u8]) -> Result<bool, Problem> {
+    let mut got = 0;
+    while got < buf.len() {
+        match rs.read(&mut buf[got..]).await {
+            Ok(Some(n)) => got += n,
+            Ok(None) if got == 0 => return Ok(false),
+            Ok(None) => return Err(protocol(ProtoError::Truncated.to_string())),
+            Err(e) => return Err(Problem::new(Kind::Connection, format!("data stream: {e}"))),
+        }
+    }
+    Ok(true)
+}
+
+async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), Problem> {
+    let mut pre = [0u8; 4];
+    if !read_exact_or_eof(&mut rs, &mut pre).await? {
+        return Ok(());
+    }
+    if &pre != DATA_PRELUDE {
+        return Err(protocol(ProtoError::BadPrelude.to_string()));
+    }
+    loop {
+        let mut hdr = [0u8; RECORD_HEADER_LEN];
+        if !read_exact_or_eof(&mut rs, &mut hdr).await? {
+            return Ok(());
+        }
+        let h = RecordHeader::decode(&hdr).map_err(|e| protocol(e.to_string()))?;
+        let index = h.chunk();
+        let (file, plan) = {
+            let st = shared.st.lock().unwrap();
+            let f = st
+                .files
+                .get(&h.id)
+                .ok_or_else(|| protocol(format!("data for unknown or settled file {}", h.id)))?;
+            f.inc.check_record(index, h.len as u64).map_err(protocol)?;
+            (f.inc.file(), f.inc.plan)
+        };
+        let mut pieces = Vec::new();
+        let mut left = h.len as usize;
+        while left > 0 {
+            match rs.read_chunk(left, true).await {
+                Ok(Some(c)) => {
+                    left -= c.bytes.len();
+                    pieces.push(c.bytes);
+                }
+                Ok(None) => return Err(protocol(ProtoError::Truncated.to_string())),
+                Err(e) => return Err(Problem::new(Kind::Connection, format!("data stream: {e}"))),
+            }
+        }
+        let digest = tokio::task::spawn_blocking(move || {
+            Incoming::write_chunk(&file, &plan, index, &pieces)
+        })
+        .await
+        .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+        let done = {
+            let mut st = shared.st.lock().unwrap();
+            let Some(f) = st.files.get_mut(&h.id) else {
+                continue; // failed meanwhile
+            };
+            let digest = digest.map_err(|e| io_problem(&f.display, e))?;
+            f.inc.record(index, digest);
+            f.received += h.len as u64;
+            Progress::add(&shared.progress.bytes_done, h.len as u64);
+            if f.inc.pending_records() >= 64 {
+                let display = f.display.clone();
+                tokio::task::block_in_place(|| f.inc.flush_journal())
+                    .map_err(|e| io_problem(&display, e))?;
+            }
+            if f.inc.is_complete() {
+                st.files.remove(&h.id)
+            } else {
+                None
+            }
+        };
+        if let Some(f) = done {
+            finish(shared, h.id, f).await?;
+        }
+    }
+}

@@ -1,0 +1,556 @@
+//! The sending role of a session (the server for `get`, the client for `put`).
+//!
+//! A walker thread streams the manifest onto the control stream while the receiver
+//! answers each file with a `Want`; wanted chunks go into one work queue served by
+//! N stream workers, so small files are packed back to back on each stream and a
+//! large file's chunks spread over all of them. Every chunk is hashed as it is
+//! read; the file's BLAKE3 (a tree over the chunk digests) follows in `FileDone`.
+
+use crate::control::{CtlRx, CtlTx};
+use crate::proto::{ErrorCode, Frame, Outcome, RecordHeader, Want, DATA_PRELUDE};
+use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
+use bytes::Bytes;
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
+use cap_std::fs::{Dir, OpenOptions};
+use longhaul_transfer::chunk::{hex, Digest};
+use longhaul_transfer::walk::Walker;
+use longhaul_transfer::{ChunkPlan, Entry, EntryKind, RelPath};
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+
+/// One requested root on the sending side: a directory handle and a path inside it.
+pub struct Source {
+    pub dir: Arc<Dir>,
+    pub start: RelPath,
+}
+
+/// A root that could not even be named (bad path): sent as a `RootError`.
+pub type SourceResult = Result<Source, (ErrorCode, String)>;
+
+struct SendFile {
+    dir: Arc<Dir>,
+    path: RelPath,
+    display: String,
+    plan: ChunkPlan,
+    mtime_ns: i64,
+    st: Mutex<SendState>,
+}
+
+#[derive(Default)]
+struct SendState {
+    file: Option<Arc<File>>,
+    digests: Vec<Option<Digest>>,
+    remaining: u64,
+    failed: bool,
+    sent: u64,
+}
+
+enum Job {
+    Chunk {
+        id: u64,
+        f: Arc<SendFile>,
+        index: u64,
+        send: bool,
+    },
+    Compare {
+        id: u64,
+        f: Arc<SendFile>,
+        hash: Digest,
+    },
+}
+
+/// A closable MPMC queue of jobs.
+#[derive(Default)]
+struct Queue {
+    q: Mutex<(VecDeque<Job>, bool)>,
+    notify: Notify,
+}
+
+impl Queue {
+    fn push_all(&self, jobs: impl IntoIterator<Item = Job>) {
+        self.q.lock().unwrap().0.extend(jobs);
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+    fn close(&self) {
+        self.q.lock().unwrap().1 = true;
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+    async fn pop(&self) -> Option<Job> {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut g = self.q.lock().unwrap();
+                if let Some(j) = g.0.pop_front() {
+                    return Some(j);
+                }
+                if g.1 {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+struct Shared {
+    files: Mutex<HashMap<u64, Arc<SendFile>>>,
+    queue: Queue,
+    ctl: CtlTx,
+    progress: Arc<Progress>,
+}
+
+/// Run the sending role until the receiver says `Done` (or the session fails).
+pub async fn run_sender(
+    conn: quinn::Connection,
+    ctl: CtlTx,
+    rx: &mut CtlRx,
+    sources: Vec<SourceResult>,
+    streams: usize,
+    progress: Arc<Progress>,
+) -> Result<SessionReport, Problem> {
+    let shared = Arc::new(Shared {
+        files: Mutex::new(HashMap::new()),
+        queue: Queue::default(),
+        ctl: ctl.clone(),
+        progress,
+    });
+    let walker = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || walk_all(&shared, sources))
+    };
+    let mut workers = Vec::new();
+    for _ in 0..streams.max(1) {
+        let (shared, conn) = (shared.clone(), conn.clone());
+        workers.push(tokio::spawn(async move { worker(shared, conn).await }));
+    }
+
+    let mut report = SessionReport::default();
+    let result = control_loop(&shared, rx, &mut report).await;
+    shared.queue.close();
+    let mut first_err = result.err();
+    for w in workers {
+        match w.await {
+            Ok(Err(p)) => {
+                first_err.get_or_insert(p);
+            }
+            Err(e) => {
+                first_err.get_or_insert(Problem::new(Kind::LocalIo, format!("worker: {e}")));
+            }
+            Ok(Ok(())) => {}
+        }
+    }
+    if first_err.is_some() {
+        walker.abort();
+    } else if let Ok(Err(p)) = walker.await {
+        first_err = Some(p);
+    }
+    match first_err {
+        Some(p) => Err(p),
+        None => Ok(report),
+    }
+}
+
+fn walk_all(shared: &Shared, sources: Vec<SourceResult>) -> Result<(), Problem> {
+    let mut next_id = 0u64;
+    for (root, src) in sources.into_iter().enumerate() {
+        let root = root as u32;
+        let src = match src {
+            Ok(s) => s,
+            Err((code, message)) => {
+                shared.ctl.blocking_send(Frame::RootError {
+                    root,
+                    code,
+                    message,
+                })?;
+                continue;
+            }
+        };
+        let walker = match Walker::new(&src.dir, &src.start) {
+            Ok(w) => w,
+            Err(e) => {
+                let code = if e.kind() == std::io::ErrorKind::NotFound {
+                    ErrorCode::NotFound
+                } else {
+                    ErrorCode::Io
+                };
+                let message = format!("{}: {e}", src.start.display());
+                shared.ctl.blocking_send(Frame::RootError {
+                    root,
+                    code,
+                    message,
+                })?;
+                continue;
+            }
+        };
+        for item in walker {
+            let it = match item {
+                Ok(it) => it,
+                Err(e) => {
+                    shared.ctl.blocking_send(Frame::EntryError {
+                        root,
+                        path: e.path.as_bytes().to_vec(),
+                        message: e.error.to_string(),
+                    })?;
+                    continue;
+                }
+            };
+            next_id += 1;
+            let id = next_id;
+            if it.kind == EntryKind::File {
+                let path = src
+                    .start
+                    .join(&it.path)
+                    .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+                let plan = ChunkPlan::new(it.size);
+                let f = SendFile {
+                    dir: src.dir.clone(),
+                    display: path.display(),
+                    path,
+                    plan,
+                    mtime_ns: it.mtime_ns,
+                    st: Mutex::new(SendState::default()),
+                };
+                shared.files.lock().unwrap().insert(id, Arc::new(f));
+                Progress::add(&shared.progress.files_total, 1);
+                Progress::add(&shared.progress.bytes_total, it.size);
+            }
+            shared.ctl.blocking_send(Frame::Entry(Entry {
+                id,
+                root,
+                path: it.path.as_bytes().to_vec(),
+                kind: it.kind,
+                size: it.size,
+                mode: it.mode,
+                mtime_ns: it.mtime_ns,
+                link: it.link,
+            }))?;
+        }
+    }
+    shared.ctl.blocking_send(Frame::ManifestEnd)
+}
+
+fn protocol(msg: impl Into<String>) -> Problem {
+    Problem::new(
+        Kind::Connection,
+        format!("protocol error from the receiver: {}", msg.into()),
+    )
+}
+
+async fn control_loop(
+    shared: &Arc<Shared>,
+    rx: &mut CtlRx,
+    report: &mut SessionReport,
+) -> Result<(), Problem> {
+    loop {
+        let frame = match rx.recv().await {
+            Some(f) => f?,
+            None => {
+                return Err(Problem::new(
+                    Kind::Connection,
+                    "the receiver closed the session early",
+                ))
+            }
+        };
+        match frame {
+            Frame::Want { id, want } => {
+                let f = shared.files.lock().unwrap().get(&id).cloned();
+                let f = f.ok_or_else(|| protocol(format!("Want for unknown file {id}")))?;
+                want_file(shared, id, f, want).await?;
+            }
+            Frame::FileResult { id, outcome } => {
+                let f = shared.files.lock().unwrap().remove(&id);
+                let f = f.ok_or_else(|| protocol(format!("FileResult for unknown file {id}")))?;
+                let st = f.st.lock().unwrap();
+                let (status, error) = match outcome {
+                    Outcome::Verified => (Status::Verified, None),
+                    Outcome::Skipped => (Status::Skipped, None),
+                    Outcome::Failed { code, message } => {
+                        let kind = match code {
+                            ErrorCode::Verify => Kind::Verify,
+                            _ => Kind::Remote,
+                        };
+                        report
+                            .problems
+                            .push(Problem::at(kind, f.display.clone(), message.clone()));
+                        (Status::Failed, Some(message))
+                    }
+                };
+                if status == Status::Skipped {
+                    Progress::add(&shared.progress.bytes_done, f.plan.size);
+                }
+                Progress::add(&shared.progress.files_done, 1);
+                let done = st.digests.iter().all(Option::is_some) && !st.digests.is_empty();
+                report.files.push(FileReport {
+                    path: f.display.clone(),
+                    size: f.plan.size,
+                    status,
+                    bytes_transferred: st.sent,
+                    bytes_resumed: 0,
+                    blake3: if done && status == Status::Verified {
+                        Some(hex(&f.plan.root(
+                            &st.digests.iter().map(|d| d.unwrap()).collect::<Vec<_>>(),
+                        )))
+                    } else {
+                        None
+                    },
+                    error,
+                });
+            }
+            Frame::Done { .. } => return Ok(()),
+            Frame::Fatal { code, message } => {
+                let kind = if code == ErrorCode::Auth {
+                    Kind::Connection
+                } else {
+                    Kind::Remote
+                };
+                return Err(Problem::new(kind, message));
+            }
+            other => return Err(protocol(format!("unexpected {other:?}"))),
+        }
+    }
+}
+
+async fn want_file(
+    shared: &Arc<Shared>,
+    id: u64,
+    f: Arc<SendFile>,
+    want: Want,
+) -> Result<(), Problem> {
+    let n = f.plan.count();
+    let send_mask: Vec<bool> = match &want {
+        Want::Skip => return Ok(()),
+        Want::All | Want::UnlessHash(_) => vec![true; n as usize],
+        Want::Chunks(ranges) => {
+            let mut m = vec![false; n as usize];
+            for &(a, b) in ranges {
+                if a > b || b > n {
+                    return Err(protocol(format!(
+                        "chunk range {a}..{b} outside file {id} of {n} chunks"
+                    )));
+                }
+                m[a as usize..b as usize].iter_mut().for_each(|x| *x = true);
+            }
+            m
+        }
+    };
+    {
+        let mut st = f.st.lock().unwrap();
+        if !st.digests.is_empty() || st.remaining > 0 {
+            return Err(protocol(format!("second Want for file {id}")));
+        }
+        st.digests = vec![None; n as usize];
+        st.remaining = n;
+    }
+    if let Want::UnlessHash(hash) = want {
+        shared.queue.push_all([Job::Compare { id, f, hash }]);
+        return Ok(());
+    }
+    if n == 0 {
+        let hash = f.plan.root(&[]);
+        return shared
+            .ctl
+            .send(Frame::FileDone {
+                id,
+                hash,
+                unchanged: false,
+            })
+            .await;
+    }
+    let skipped: u64 = (0..n)
+        .filter(|&i| !send_mask[i as usize])
+        .filter_map(|i| f.plan.len(i))
+        .sum();
+    Progress::add(&shared.progress.bytes_done, skipped);
+    shared.queue.push_all((0..n).map(|index| Job::Chunk {
+        id,
+        f: f.clone(),
+        index,
+        send: send_mask[index as usize],
+    }));
+    Ok(())
+}
+
+fn open_source(f: &SendFile) -> std::io::Result<Arc<File>> {
+    let mut st = f.st.lock().unwrap();
+    if let Some(file) = &st.file {
+        return Ok(file.clone());
+    }
+    let file = f
+        .dir
+        .open_with(
+            f.path.as_path(),
+            OpenOptions::new().read(true).follow(FollowSymlinks::No),
+        )?
+        .into_std();
+    let file = Arc::new(file);
+    st.file = Some(file.clone());
+    Ok(file)
+}
+
+fn read_chunk(f: &SendFile, index: u64) -> std::io::Result<(Bytes, Digest)> {
+    let file = open_source(f)?;
+    let len = f.plan.len(index).expect("planned chunk") as usize;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, f.plan.offset(index))
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                std::io::Error::new(e.kind(), "the file shrank while being sent")
+            } else {
+                e
+            }
+        })?;
+    let mut h = f.plan.hasher(index);
+    h.update(&buf);
+    Ok((Bytes::from(buf), h.finish()))
+}
+
+/// After the last chunk: the source must still be the file the manifest described.
+fn check_unchanged(f: &SendFile, file: &File) -> std::io::Result<()> {
+    let m = file.metadata()?;
+    let mtime = longhaul_transfer::manifest::system_time_ns(m.modified()?);
+    if m.len() != f.plan.size || mtime != f.mtime_ns {
+        return Err(std::io::Error::other("the file changed while being sent"));
+    }
+    Ok(())
+}
+
+async fn fail_file(shared: &Shared, id: u64, f: &SendFile, message: String) -> Result<(), Problem> {
+    {
+        let mut st = f.st.lock().unwrap();
+        if st.failed {
+            return Ok(());
+        }
+        st.failed = true;
+        st.file = None;
+    }
+    shared.ctl.send(Frame::FileFailed { id, message }).await
+}
+
+async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Problem> {
+    let mut stream: Option<quinn::SendStream> = None;
+    let lost = |e: quinn::WriteError| Problem::new(Kind::Connection, format!("data stream: {e}"));
+    while let Some(job) = shared.queue.pop().await {
+        match job {
+            Job::Compare { id, f, hash } => {
+                let f2 = f.clone();
+                let r = tokio::task::spawn_blocking(move || -> std::io::Result<Digest> {
+                    let file = open_source(&f2)?;
+                    let mut h = blake3::Hasher::new();
+                    h.update_reader(&*file)?;
+                    Ok(*h.finalize().as_bytes())
+                })
+                .await
+                .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+                match r {
+                    Ok(h) if h == hash => {
+                        f.st.lock().unwrap().file = None;
+                        shared
+                            .ctl
+                            .send(Frame::FileDone {
+                                id,
+                                hash,
+                                unchanged: true,
+                            })
+                            .await?;
+                    }
+                    Ok(_) => {
+                        let n = f.plan.count();
+                        if n == 0 {
+                            let hash = f.plan.root(&[]);
+                            shared
+                                .ctl
+                                .send(Frame::FileDone {
+                                    id,
+                                    hash,
+                                    unchanged: false,
+                                })
+                                .await?;
+                        }
+                        shared.queue.push_all((0..n).map(|index| Job::Chunk {
+                            id,
+                            f: f.clone(),
+                            index,
+                            send: true,
+                        }));
+                    }
+                    Err(e) => fail_file(&shared, id, &f, format!("{}: {e}", f.display)).await?,
+                }
+            }
+            Job::Chunk { id, f, index, send } => {
+                if f.st.lock().unwrap().failed {
+                    continue;
+                }
+                let f2 = f.clone();
+                let r = tokio::task::spawn_blocking(move || read_chunk(&f2, index))
+                    .await
+                    .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+                let (data, digest) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        fail_file(&shared, id, &f, format!("{}: {e}", f.display)).await?;
+                        continue;
+                    }
+                };
+                if send {
+                    if stream.is_none() {
+                        let mut s = conn.open_uni().await.map_err(|e| {
+                            Problem::new(Kind::Connection, format!("opening a data stream: {e}"))
+                        })?;
+                        s.write_all(DATA_PRELUDE).await.map_err(lost)?;
+                        stream = Some(s);
+                    }
+                    let s = stream.as_mut().unwrap();
+                    let hdr = RecordHeader {
+                        id,
+                        offset: f.plan.offset(index),
+                        len: data.len() as u32,
+                    };
+                    s.write_all(&hdr.encode()).await.map_err(lost)?;
+                    let n = data.len() as u64;
+                    s.write_chunk(data).await.map_err(lost)?;
+                    Progress::add(&shared.progress.bytes_done, n);
+                }
+                let finished = {
+                    let mut st = f.st.lock().unwrap();
+                    if st.digests[index as usize].replace(digest).is_none() {
+                        st.remaining -= 1;
+                    }
+                    if send {
+                        st.sent += f.plan.len(index).unwrap_or(0);
+                    }
+                    if st.remaining == 0 && !st.failed {
+                        let digests: Vec<Digest> = st.digests.iter().map(|d| d.unwrap()).collect();
+                        Some((f.plan.root(&digests), st.file.take()))
+                    } else {
+                        None
+                    }
+                };
+                if let Some((hash, file)) = finished {
+                    if let Some(Err(e)) = file.map(|file| check_unchanged(&f, &file)) {
+                        fail_file(&shared, id, &f, format!("{}: {e}", f.display)).await?;
+                        continue;
+                    }
+                    shared
+                        .ctl
+                        .send(Frame::FileDone {
+                            id,
+                            hash,
+                            unchanged: false,
+                        })
+                        .await?;
+                }
+            }
+        }
+    }
+    if let Some(mut s) = stream {
+        let _ = s.finish();
+    }
+    Ok(())
+}

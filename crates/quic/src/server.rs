@@ -1,0 +1,290 @@
+//! `longhaul serve`: accept sessions, check the token, serve `get` (as sender) and
+//! `put` (as receiver) confined to the root.
+
+use crate::cc::{CcChoice, CcFactory, CcHandle};
+use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
+use crate::identity::{provider, Identity};
+use crate::net::{endpoint, spawn_window_tuner, udp_socket, NetOpts};
+use crate::proto::{ErrorCode, Frame, Hello, Op, ALPN, VERSION};
+use crate::receiver::{run_receiver, DestSpec, RecvOpts};
+use crate::report::{Problem, Progress, SessionReport};
+use crate::sender::{run_sender, Source, SourceResult};
+use anyhow::{Context, Result};
+use cap_std::fs::Dir;
+use longhaul_transfer::sync::SyncMode;
+use longhaul_transfer::RelPath;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use subtle::ConstantTimeEq;
+
+pub const DEFAULT_PORT: u16 = 7878;
+
+#[derive(Debug, Clone)]
+pub struct ServeOpts {
+    pub root: PathBuf,
+    pub listen: SocketAddr,
+    pub read_only: bool,
+    pub token: Option<Vec<u8>>,
+    pub state_dir: PathBuf,
+    pub net: NetOpts,
+    pub streams: usize,
+}
+
+/// A bound server, ready to run.
+pub struct Server {
+    endpoint: quinn::Endpoint,
+    factory: Arc<CcFactory>,
+    root: Arc<Dir>,
+    opts: ServeOpts,
+    pub fingerprint: String,
+}
+
+impl Server {
+    pub fn bind(opts: ServeOpts) -> Result<Server> {
+        let root = Dir::open_ambient_dir(&opts.root, cap_std::ambient_authority())
+            .with_context(|| format!("opening the served root {}", opts.root.display()))?;
+        let id = Identity::load_or_create(&opts.state_dir)?;
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_no_client_auth()
+            .with_single_cert(vec![id.cert.clone()], id.key.clone_key())?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
+        let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        let factory = CcFactory::new(opts.net.cc, opts.net.max_rate);
+        sc.transport_config(Arc::new(opts.net.transport(factory.clone())));
+        let endpoint = endpoint(udp_socket(opts.listen)?, Some(sc))?;
+        Ok(Server {
+            endpoint,
+            factory,
+            root: Arc::new(root),
+            fingerprint: id.fingerprint,
+            opts,
+        })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        Ok(self.endpoint.local_addr()?)
+    }
+
+    /// Serve until the endpoint is closed.
+    pub async fn run(self) -> Result<()> {
+        let ctx = Arc::new(Ctx {
+            root: self.root.clone(),
+            opts: self.opts.clone(),
+        });
+        while let Some(incoming) = self.endpoint.accept().await {
+            let remote = incoming.remote_address();
+            // accept() builds the connection and its controller synchronously, so the
+            // factory's last handle is this connection's.
+            let connecting = match incoming.accept() {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("{remote}: refused: {e}");
+                    continue;
+                }
+            };
+            let cc = self.factory.take_last();
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                match connecting.await {
+                    Ok(conn) => session(ctx, conn, cc).await,
+                    Err(e) => tracing::info!("{remote}: handshake failed: {e}"),
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+struct Ctx {
+    root: Arc<Dir>,
+    opts: ServeOpts,
+}
+
+async fn fatal(ctl: &CtlTx, conn: &quinn::Connection, code: ErrorCode, message: String) {
+    tracing::warn!("{}: {message}", conn.remote_address());
+    let _ = ctl
+        .send(Frame::Fatal {
+            code,
+            message: message.clone(),
+        })
+        .await;
+    // Give the frame a moment to leave before the connection goes.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut reason = message.into_bytes();
+    reason.truncate(512);
+    conn.close(VarIntCode::FATAL, &reason);
+}
+
+struct VarIntCode;
+impl VarIntCode {
+    const FATAL: quinn::VarInt = quinn::VarInt::from_u32(1);
+}
+
+async fn hello(rx: &mut CtlRx) -> Result<Hello, String> {
+    match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+        Err(_) => Err("no Hello within 10 s".into()),
+        Ok(None) => Err("connection closed before Hello".into()),
+        Ok(Some(Err(p))) => Err(p.message),
+        Ok(Some(Ok(Frame::Hello(h)))) => Ok(h),
+        Ok(Some(Ok(other))) => Err(format!("protocol error: expected Hello, got {other:?}")),
+    }
+}
+
+fn token_ok(expected: &Option<Vec<u8>>, got: &[u8]) -> bool {
+    match expected {
+        None => true,
+        Some(t) => {
+            // Compare digests so neither content nor length leaks through timing.
+            let a = blake3::hash(t);
+            let b = blake3::hash(got);
+            a.as_bytes().ct_eq(b.as_bytes()).into()
+        }
+    }
+}
+
+async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle>>) {
+    let remote = conn.remote_address();
+    let (send, recv) = match tokio::time::timeout(Duration::from_secs(10), conn.accept_bi()).await {
+        Ok(Ok(s)) => s,
+        _ => {
+            conn.close(VarIntCode::FATAL, b"no control stream");
+            return;
+        }
+    };
+    let (ctl, writer) = spawn_writer(send);
+    let mut rx = spawn_reader(recv);
+    let h = match hello(&mut rx).await {
+        Ok(h) => h,
+        Err(m) => return fatal(&ctl, &conn, ErrorCode::Protocol, m).await,
+    };
+    if h.version != VERSION {
+        let m = format!(
+            "protocol version {} is not supported (this server speaks {VERSION})",
+            h.version
+        );
+        return fatal(&ctl, &conn, ErrorCode::Version, m).await;
+    }
+    if !token_ok(&ctx.opts.token, &h.token) {
+        let m = "access denied: wrong or missing token".to_string();
+        return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
+    }
+    if let Some(handle) = &cc {
+        let choice = match h.cc.as_deref().map(CcChoice::parse) {
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => return fatal(&ctl, &conn, ErrorCode::Protocol, e.to_string()).await,
+            None => None,
+        };
+        let rate = match (h.max_rate, ctx.opts.net.max_rate) {
+            (0, s) => s,
+            (c, 0) => c,
+            (c, s) => c.min(s),
+        };
+        handle.set(choice, rate);
+    }
+    let started = Instant::now();
+    let progress = Arc::new(Progress::default());
+    let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
+        Op::Get { paths } => {
+            let sources: Vec<SourceResult> = paths
+                .iter()
+                .map(|p| {
+                    RelPath::from_request(p)
+                        .map(|start| Source {
+                            dir: ctx.root.clone(),
+                            start,
+                        })
+                        .map_err(|e| (ErrorCode::BadPath, e.to_string()))
+                })
+                .collect();
+            let _ = ctl
+                .send(Frame::Welcome {
+                    version: VERSION,
+                    server: server_name(),
+                })
+                .await;
+            let what = format!("get of {} path(s)", paths.len());
+            (
+                what,
+                run_sender(
+                    conn.clone(),
+                    ctl.clone(),
+                    &mut rx,
+                    sources,
+                    ctx.opts.streams,
+                    progress,
+                )
+                .await,
+            )
+        }
+        Op::Put {
+            dest,
+            dest_is_dir,
+            roots,
+        } => {
+            if ctx.opts.read_only {
+                let m = "this server is read-only (--read-only): put refused".to_string();
+                return fatal(&ctl, &conn, ErrorCode::ReadOnly, m).await;
+            }
+            let prefix = match RelPath::from_request(&dest) {
+                Ok(p) => p,
+                Err(e) => return fatal(&ctl, &conn, ErrorCode::BadPath, e.to_string()).await,
+            };
+            let is_dir = prefix.is_root()
+                || ctx
+                    .root
+                    .symlink_metadata(prefix.as_path())
+                    .is_ok_and(|m| m.is_dir());
+            let base = match ctx.root.try_clone() {
+                Ok(b) => b,
+                Err(e) => return fatal(&ctl, &conn, ErrorCode::Io, e.to_string()).await,
+            };
+            let spec = DestSpec {
+                base,
+                prefix,
+                dest_is_dir: dest_is_dir || is_dir,
+                roots,
+            };
+            let _ = ctl
+                .send(Frame::Welcome {
+                    version: VERSION,
+                    server: server_name(),
+                })
+                .await;
+            spawn_window_tuner(conn.clone(), ctx.opts.net);
+            let what = "put".to_string();
+            let opts = RecvOpts {
+                sync: SyncMode::Always,
+            };
+            (
+                what,
+                run_receiver(conn.clone(), ctl.clone(), &mut rx, spec, opts, progress).await,
+            )
+        }
+    };
+    let secs = started.elapsed().as_secs_f64();
+    match &result {
+        Ok(r) => tracing::info!(
+            "{remote}: {what}: {} file(s), {} problem(s) in {secs:.2} s",
+            r.files.len(),
+            r.problems.len()
+        ),
+        Err(p) => tracing::warn!("{remote}: {what} failed: {p}"),
+    }
+    if let Err(p) = result {
+        if p.kind != crate::report::Kind::LocalIo {
+            return fatal(&ctl, &conn, ErrorCode::Protocol, p.message).await;
+        }
+    }
+    drop(ctl);
+    let _ = writer.await;
+    // The client closes once both directions of the control stream have ended.
+    let _ = tokio::time::timeout(Duration::from_secs(30), conn.closed()).await;
+}
+
+fn server_name() -> String {
+    format!("longhaul {}", env!("CARGO_PKG_VERSION"))
+}
