@@ -52,7 +52,7 @@ impl NetOpts {
             .send_window(self.max_window)
             .max_concurrent_uni_streams(VarInt::from_u32(256))
             .max_concurrent_bidi_streams(VarInt::from_u32(1))
-            .max_idle_timeout(Some(VarInt::from_u32(60_000).into()))
+            .max_idle_timeout(Some(VarInt::from_u32(15_000).into()))
             .keep_alive_interval(Some(Duration::from_secs(5)))
             .initial_rtt(Duration::from_millis(100))
             .congestion_controller_factory(factory);

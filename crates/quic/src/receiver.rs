@@ -549,7 +549,7 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
             f.inc.record(index, digest);
             f.received += h.len as u64;
             Progress::add(&shared.progress.bytes_done, h.len as u64);
-            if f.inc.pending_records() >= 64 {
+            if f.inc.pending_records() >= 16 {
                 let display = f.display.clone();
                 tokio::task::block_in_place(|| f.inc.flush_journal())
                     .map_err(|e| io_problem(&display, e))?;
