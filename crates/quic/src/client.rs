@@ -48,6 +48,8 @@ pub struct ClientReport {
     pub retransmitted_bytes: u64,
     pub udp_tx_bytes: u64,
     pub udp_rx_bytes: u64,
+    /// UDP payload size the path settled on (MTU discovery).
+    pub mtu: u16,
     pub cc: String,
     pub streams: usize,
 }
@@ -246,6 +248,7 @@ async fn close(
     })
     .await;
     let stats = conn.stats();
+    tracing::debug!("connection stats: {stats:?}");
     conn.close(0u32.into(), b"done");
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
     let seconds = started.elapsed().as_secs_f64();
@@ -280,6 +283,7 @@ async fn close(
         retransmitted_bytes: stats.path.lost_bytes,
         udp_tx_bytes: stats.udp_tx.bytes,
         udp_rx_bytes: stats.udp_rx.bytes,
+        mtu: stats.path.current_mtu,
         cc: opts.cc.unwrap_or(opts.net.cc).name(),
         streams: opts.streams,
     }

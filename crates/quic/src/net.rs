@@ -32,6 +32,9 @@ impl Default for NetOpts {
     }
 }
 
+/// Largest UDP payload MTU discovery may probe for.
+pub const MAX_UDP_PAYLOAD: u16 = 9000;
+
 /// Smallest window ever used: enough for 1 Gbit/s at 100 ms.
 pub const MIN_WINDOW: u64 = 16 << 20;
 
@@ -57,7 +60,9 @@ impl NetOpts {
             .initial_rtt(Duration::from_millis(100))
             .congestion_controller_factory(factory);
         let mut mtu = MtuDiscoveryConfig::default();
-        mtu.upper_bound(9000);
+        mtu.upper_bound(MAX_UDP_PAYLOAD)
+            // A burst of late acks on a busy host looks like a black hole; re-probe soon.
+            .black_hole_cooldown(Duration::from_secs(2));
         t.mtu_discovery_config(Some(mtu));
         t
     }
@@ -131,11 +136,9 @@ pub fn endpoint(
     socket: std::net::UdpSocket,
     server: Option<quinn::ServerConfig>,
 ) -> Result<quinn::Endpoint> {
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        server,
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
-    .context("creating the QUIC endpoint")
+    let mut cfg = quinn::EndpointConfig::default();
+    // Allow MTU discovery past 1472 bytes: loopback and jumbo-frame paths gain much.
+    cfg.max_udp_payload_size(MAX_UDP_PAYLOAD)?;
+    quinn::Endpoint::new(cfg, server, socket, Arc::new(quinn::TokioRuntime))
+        .context("creating the QUIC endpoint")
 }

@@ -314,6 +314,34 @@ mod tests {
     }
 
     #[test]
+    fn golden_bytes_match_protocol_md() {
+        // docs/PROTOCOL.md section 1.3: variant 7 (Want), id 5, Want variant 2
+        // (Chunks), one range (1, 3), behind a 4-byte big-endian length.
+        let w = encode(&Frame::Want {
+            id: 5,
+            want: Want::Chunks(vec![(1, 3)]),
+        });
+        assert_eq!(w, [0, 0, 0, 6, 7, 5, 2, 1, 1, 3]);
+        let d = encode(&Frame::Done { ok: true });
+        assert_eq!(d, [0, 0, 0, 2, 11, 1]);
+        let f = encode(&Frame::Fatal {
+            code: ErrorCode::Verify,
+            message: "x".into(),
+        });
+        assert_eq!(f, [0, 0, 0, 4, 2, 7, 1, b'x']);
+        let h = RecordHeader {
+            id: 1,
+            offset: 1 << 20,
+            len: 2,
+        }
+        .encode();
+        assert_eq!(
+            h,
+            [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 2, 0, 0, 0]
+        );
+    }
+
+    #[test]
     fn hostile_frames_are_refused_precisely() {
         let mut d = FrameDecoder::new();
         // A length prefix claiming 1 TB (saturates u32) is refused before buffering.

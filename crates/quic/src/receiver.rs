@@ -523,20 +523,18 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
             f.inc.check_record(index, h.len as u64).map_err(protocol)?;
             (f.inc.file(), f.inc.plan)
         };
-        let mut pieces = Vec::new();
-        let mut left = h.len as usize;
-        while left > 0 {
-            match rs.read_chunk(left, true).await {
-                Ok(Some(c)) => {
-                    left -= c.bytes.len();
-                    pieces.push(c.bytes);
-                }
+        // One contiguous buffer per record: BLAKE3 hashes it with its widest SIMD
+        // path and the file sees one write, not one per QUIC frame.
+        let mut buf = Vec::with_capacity(h.len as usize);
+        while buf.len() < h.len as usize {
+            match rs.read_chunk(h.len as usize - buf.len(), true).await {
+                Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
                 Ok(None) => return Err(protocol(ProtoError::Truncated.to_string())),
                 Err(e) => return Err(Problem::new(Kind::Connection, format!("data stream: {e}"))),
             }
         }
         let digest = tokio::task::spawn_blocking(move || {
-            Incoming::write_chunk(&file, &plan, index, &pieces)
+            Incoming::write_chunk(&file, &plan, index, &[&buf])
         })
         .await
         .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;

@@ -266,6 +266,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
         }
     };
     let secs = started.elapsed().as_secs_f64();
+    tracing::debug!("{remote}: connection stats: {:?}", conn.stats());
     match &result {
         Ok(r) => tracing::info!(
             "{remote}: {what}: {} file(s), {} problem(s) in {secs:.2} s",
