@@ -133,7 +133,7 @@ async fn connect(host: &str, port: u16, opts: &ClientOpts, op: Op) -> Result<Ses
         .map_err(|e| conn_err(e.to_string()))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
     let factory = crate::cc::CcFactory::new(opts.cc.unwrap_or(opts.net.cc), opts.net.max_rate);
-    cfg.transport_config(Arc::new(opts.net.transport(factory)));
+    cfg.transport_config(Arc::new(opts.net.transport(addr, factory)));
     let bind: SocketAddr = if addr.is_ipv6() {
         "[::]:0"
     } else {

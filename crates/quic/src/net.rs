@@ -32,8 +32,8 @@ impl Default for NetOpts {
     }
 }
 
-/// Largest UDP payload MTU discovery may probe for.
-pub const MAX_UDP_PAYLOAD: u16 = 9000;
+/// Largest UDP payload longhaul sends (an IPv6 packet on a 1500-byte link).
+pub const MAX_UDP_PAYLOAD: u16 = 1452;
 
 /// Smallest window ever used: enough for 1 Gbit/s at 100 ms.
 pub const MIN_WINDOW: u64 = 16 << 20;
@@ -46,7 +46,8 @@ impl NetOpts {
         bdp.clamp(MIN_WINDOW.min(self.max_window), self.max_window)
     }
 
-    pub fn transport(&self, factory: Arc<CcFactory>) -> TransportConfig {
+    /// Transport parameters for a connection with `peer`.
+    pub fn transport(&self, peer: SocketAddr, factory: Arc<CcFactory>) -> TransportConfig {
         let w = VarInt::from_u64(self.initial_window()).unwrap_or(VarInt::MAX);
         let bound = VarInt::from_u64(self.max_window).unwrap_or(VarInt::MAX);
         let mut t = TransportConfig::default();
@@ -59,13 +60,55 @@ impl NetOpts {
             .keep_alive_interval(Some(Duration::from_secs(5)))
             .initial_rtt(Duration::from_millis(100))
             .congestion_controller_factory(factory);
+        // Probe up to what the outgoing interface allows, at most 1452 bytes (IPv6 on
+        // a 1500-byte link). Larger payloads were tried on loopback (9000 and 16000):
+        // quinn then lost most large datagrams on this kernel and its black-hole
+        // detection fell back to 1200 bytes; see docs/PERFORMANCE.md.
         let mut mtu = MtuDiscoveryConfig::default();
-        mtu.upper_bound(MAX_UDP_PAYLOAD)
-            // A burst of late acks on a busy host looks like a black hole; re-probe soon.
-            .black_hole_cooldown(Duration::from_secs(2));
+        mtu.upper_bound(
+            path_payload(peer)
+                .unwrap_or(MAX_UDP_PAYLOAD)
+                .clamp(1200, MAX_UDP_PAYLOAD),
+        );
         t.mtu_discovery_config(Some(mtu));
         t
     }
+}
+
+/// Largest UDP payload the route to `peer` allows: the outgoing interface's MTU
+/// (IP_MTU on a connected socket) less IP and UDP headers.
+pub fn path_payload(peer: SocketAddr) -> Option<u16> {
+    use std::os::fd::AsRawFd;
+    let bind: SocketAddr = if peer.is_ipv6() {
+        "[::]:0"
+    } else {
+        "0.0.0.0:0"
+    }
+    .parse()
+    .ok()?;
+    let s = std::net::UdpSocket::bind(bind).ok()?;
+    s.connect(peer).ok()?;
+    let (level, opt, headers) = if peer.is_ipv6() {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU, 48)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU, 28)
+    };
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt on a valid fd with a c_int buffer and its length.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            level,
+            opt,
+            &mut v as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r != 0 || v <= headers {
+        return None;
+    }
+    Some((v - headers).clamp(1200, MAX_UDP_PAYLOAD as libc::c_int) as u16)
 }
 
 /// Grow the connection's receive window when the measured BDP needs it: every
@@ -137,7 +180,7 @@ pub fn endpoint(
     server: Option<quinn::ServerConfig>,
 ) -> Result<quinn::Endpoint> {
     let mut cfg = quinn::EndpointConfig::default();
-    // Allow MTU discovery past 1472 bytes: loopback and jumbo-frame paths gain much.
+    // Allow payloads past 1472 bytes: loopback and jumbo-frame paths gain much.
     cfg.max_udp_payload_size(MAX_UDP_PAYLOAD)?;
     quinn::Endpoint::new(cfg, server, socket, Arc::new(quinn::TokioRuntime))
         .context("creating the QUIC endpoint")

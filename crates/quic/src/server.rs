@@ -35,6 +35,7 @@ pub struct ServeOpts {
 /// A bound server, ready to run.
 pub struct Server {
     endpoint: quinn::Endpoint,
+    crypto: Arc<quinn::crypto::rustls::QuicServerConfig>,
     factory: Arc<CcFactory>,
     root: Arc<Dir>,
     opts: ServeOpts,
@@ -51,13 +52,14 @@ impl Server {
             .with_no_client_auth()
             .with_single_cert(vec![id.cert.clone()], id.key.clone_key())?;
         tls.alpn_protocols = vec![ALPN.to_vec()];
-        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
-        let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        let crypto: Arc<quinn::crypto::rustls::QuicServerConfig> =
+            Arc::new(quinn::crypto::rustls::QuicServerConfig::try_from(tls)?);
         let factory = CcFactory::new(opts.net.cc, opts.net.max_rate);
-        sc.transport_config(Arc::new(opts.net.transport(factory.clone())));
+        let sc = server_config(&crypto, &opts.net, opts.listen, &factory);
         let endpoint = endpoint(udp_socket(opts.listen)?, Some(sc))?;
         Ok(Server {
             endpoint,
+            crypto,
             factory,
             root: Arc::new(root),
             fingerprint: id.fingerprint,
@@ -79,7 +81,9 @@ impl Server {
             let remote = incoming.remote_address();
             // accept() builds the connection and its controller synchronously, so the
             // factory's last handle is this connection's.
-            let connecting = match incoming.accept() {
+            // Transport parameters depend on the peer (the path MTU of loopback is known).
+            let sc = server_config(&self.crypto, &self.opts.net, remote, &self.factory);
+            let connecting = match incoming.accept_with(Arc::new(sc)) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!("{remote}: refused: {e}");
@@ -97,6 +101,17 @@ impl Server {
         }
         Ok(())
     }
+}
+
+fn server_config(
+    crypto: &Arc<quinn::crypto::rustls::QuicServerConfig>,
+    net: &NetOpts,
+    peer: SocketAddr,
+    factory: &Arc<CcFactory>,
+) -> quinn::ServerConfig {
+    let mut sc = quinn::ServerConfig::with_crypto(crypto.clone());
+    sc.transport_config(Arc::new(net.transport(peer, factory.clone())));
+    sc
 }
 
 struct Ctx {
