@@ -279,6 +279,9 @@ async fn put(a: args::PutArgs) -> Result<i32> {
 fn conclude(r: Result<ClientReport, Problem>, t: &TransferArgs) -> i32 {
     match r {
         Ok(rep) => {
+            if let (Some(fp), false) = (&rep.fingerprint, t.quiet || t.json) {
+                eprintln!("longhaul: trusted {fp} for this server from now on (known-hosts file)");
+            }
             if t.json {
                 println!(
                     "{}",

@@ -167,7 +167,7 @@ async fn connect(host: &str, port: u16, opts: &ClientOpts, op: Op) -> Result<Ses
             KnownHosts::new(opts.trust.known_hosts.clone())
                 .add(&opts.trust.host, fp)
                 .map_err(|e| Problem::new(Kind::LocalIo, format!("{e:#}")))?;
-            tracing::warn!(
+            tracing::info!(
                 "added {} {fp} to {}",
                 opts.trust.host,
                 opts.trust.known_hosts.display()
@@ -393,6 +393,7 @@ pub async fn put(
             sources.push(Ok(Source {
                 dir: Arc::new(open(p)?),
                 start: RelPath::root(),
+                must_be_dir: false,
             }));
             roots.push(RootSpec {
                 name: if contents { Vec::new() } else { name },
@@ -407,6 +408,7 @@ pub async fn put(
             sources.push(Ok(Source {
                 dir: Arc::new(open(&parent)?),
                 start,
+                must_be_dir: false,
             }));
             roots.push(RootSpec { name });
         }
@@ -423,6 +425,7 @@ pub async fn put(
         &mut s.rx,
         sources,
         opts.streams,
+        opts.net.max_rate,
         progress,
     )
     .await;

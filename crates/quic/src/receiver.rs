@@ -14,7 +14,7 @@ use crate::proto::{
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use cap_std::fs::Dir;
 use longhaul_transfer::chunk::hex;
-use longhaul_transfer::place::{Dest, FinishError, Incoming};
+use longhaul_transfer::place::{Dest, FinishError, Incoming, MAX_FILE_SIZE};
 use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
 use longhaul_transfer::{Entry, EntryKind, RelPath};
 use std::collections::HashMap;
@@ -69,6 +69,9 @@ struct InFile {
 
 struct State {
     files: HashMap<u64, InFile>,
+    /// Files taken out of `files` by a stream reader and being verified/renamed:
+    /// the session is not over until they are settled too.
+    settling: usize,
     report: SessionReport,
 }
 
@@ -101,6 +104,7 @@ pub async fn run_receiver(
     let shared = Arc::new(Shared {
         st: Mutex::new(State {
             files: HashMap::new(),
+            settling: 0,
             report: SessionReport::default(),
         }),
         ctl: ctl.clone(),
@@ -178,8 +182,11 @@ async fn control_loop(
     let mut manifest_done = false;
     let mut root_kinds: HashMap<u32, EntryKind> = HashMap::new();
     loop {
-        if manifest_done && shared.st.lock().unwrap().files.is_empty() {
-            return Ok(());
+        if manifest_done {
+            let st = shared.st.lock().unwrap();
+            if st.files.is_empty() && st.settling == 0 {
+                return Ok(());
+            }
         }
         let frame = tokio::select! {
             f = rx.recv() => match f {
@@ -374,6 +381,12 @@ fn on_entry(
             Ok(vec![])
         }
         EntryKind::File => {
+            if e.size > MAX_FILE_SIZE {
+                return Err(protocol(format!(
+                    "{display}: a file of {} bytes is larger than the {MAX_FILE_SIZE} bytes accepted",
+                    e.size
+                )));
+            }
             Progress::add(&shared.progress.files_total, 1);
             Progress::add(&shared.progress.bytes_total, e.size);
             let existing = fs
@@ -507,6 +520,7 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
     if &pre != DATA_PRELUDE {
         return Err(protocol(ProtoError::BadPrelude.to_string()));
     }
+    let mut spare: Vec<u8> = Vec::new();
     loop {
         let mut hdr = [0u8; RECORD_HEADER_LEN];
         if !read_exact_or_eof(&mut rs, &mut hdr).await? {
@@ -515,17 +529,21 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
         let h = RecordHeader::decode(&hdr).map_err(|e| protocol(e.to_string()))?;
         let index = h.chunk();
         let (file, plan) = {
-            let st = shared.st.lock().unwrap();
+            let mut st = shared.st.lock().unwrap();
             let f = st
                 .files
-                .get(&h.id)
+                .get_mut(&h.id)
                 .ok_or_else(|| protocol(format!("data for unknown or settled file {}", h.id)))?;
             f.inc.check_record(index, h.len as u64).map_err(protocol)?;
-            (f.inc.file(), f.inc.plan)
+            let file = f.inc.file().map_err(|e| io_problem(&f.display, e))?;
+            (file, f.inc.plan)
         };
         // One contiguous buffer per record: BLAKE3 hashes it with its widest SIMD
         // path and the file sees one write, not one per QUIC frame.
-        let mut buf = Vec::with_capacity(h.len as usize);
+        // The buffer is reused record after record: no allocation or page faults.
+        let mut buf = std::mem::take(&mut spare);
+        buf.clear();
+        buf.reserve(h.len as usize);
         while buf.len() < h.len as usize {
             match rs.read_chunk(h.len as usize - buf.len(), true).await {
                 Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
@@ -533,11 +551,13 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
                 Err(e) => return Err(Problem::new(Kind::Connection, format!("data stream: {e}"))),
             }
         }
-        let digest = tokio::task::spawn_blocking(move || {
-            Incoming::write_chunk(&file, &plan, index, &[&buf])
+        let (digest, buf) = tokio::task::spawn_blocking(move || {
+            let d = Incoming::write_chunk(&file, &plan, index, &[&buf]);
+            (d, buf)
         })
         .await
         .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+        spare = buf;
         let done = {
             let mut st = shared.st.lock().unwrap();
             let Some(f) = st.files.get_mut(&h.id) else {
@@ -553,13 +573,17 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
                     .map_err(|e| io_problem(&display, e))?;
             }
             if f.inc.is_complete() {
+                st.settling += 1;
                 st.files.remove(&h.id)
             } else {
                 None
             }
         };
         if let Some(f) = done {
-            finish(shared, h.id, f).await?;
+            let r = finish(shared, h.id, f).await;
+            shared.st.lock().unwrap().settling -= 1;
+            let _ = shared.events.send(Event::Settled);
+            r?;
         }
     }
 }

@@ -18,13 +18,17 @@ use longhaul_transfer::{ChunkPlan, Entry, EntryKind, RelPath};
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// One requested root on the sending side: a directory handle and a path inside it.
 pub struct Source {
     pub dir: Arc<Dir>,
     pub start: RelPath,
+    /// The request ended in `/`: only a directory will do.
+    pub must_be_dir: bool,
 }
 
 /// A root that could not even be named (bad path): sent as a `RootError`.
@@ -99,8 +103,29 @@ impl Queue {
     }
 }
 
+/// `--max-rate` at the application level: each record gets a departure slot, so
+/// the average rate holds at any RTT (a window cap alone cannot on short paths).
+struct Pacer {
+    bytes_per_sec: f64,
+    next: Mutex<Instant>,
+}
+
+impl Pacer {
+    /// How long to wait before sending `n` bytes.
+    fn reserve(&self, n: u64) -> Duration {
+        let now = Instant::now();
+        let mut next = self.next.lock().unwrap();
+        let start = (*next).max(now);
+        *next = start + Duration::from_secs_f64(n as f64 / self.bytes_per_sec);
+        start - now
+    }
+}
+
 struct Shared {
     files: Mutex<HashMap<u64, Arc<SendFile>>>,
+    pacer: Option<Pacer>,
+    dirs: AtomicU64,
+    symlinks: AtomicU64,
     queue: Queue,
     ctl: CtlTx,
     progress: Arc<Progress>,
@@ -113,10 +138,17 @@ pub async fn run_sender(
     rx: &mut CtlRx,
     sources: Vec<SourceResult>,
     streams: usize,
+    max_rate: u64,
     progress: Arc<Progress>,
 ) -> Result<SessionReport, Problem> {
     let shared = Arc::new(Shared {
         files: Mutex::new(HashMap::new()),
+        pacer: (max_rate > 0).then(|| Pacer {
+            bytes_per_sec: max_rate as f64 / 8.0,
+            next: Mutex::new(Instant::now()),
+        }),
+        dirs: AtomicU64::new(0),
+        symlinks: AtomicU64::new(0),
         queue: Queue::default(),
         ctl: ctl.clone(),
         progress,
@@ -151,6 +183,8 @@ pub async fn run_sender(
     } else if let Ok(Err(p)) = walker.await {
         first_err = Some(p);
     }
+    report.dirs = shared.dirs.load(Ordering::Relaxed);
+    report.symlinks = shared.symlinks.load(Ordering::Relaxed);
     match first_err {
         Some(p) => Err(p),
         None => Ok(report),
@@ -189,6 +223,20 @@ fn walk_all(shared: &Shared, sources: Vec<SourceResult>) -> Result<(), Problem> 
                 continue;
             }
         };
+        let mut walker = walker.peekable();
+        if src.must_be_dir
+            && walker
+                .peek()
+                .is_some_and(|f| f.as_ref().is_ok_and(|f| f.kind != EntryKind::Dir))
+        {
+            let message = format!("{}/: not a directory", src.start.display());
+            shared.ctl.blocking_send(Frame::RootError {
+                root,
+                code: ErrorCode::NotFound,
+                message,
+            })?;
+            continue;
+        }
         for item in walker {
             let it = match item {
                 Ok(it) => it,
@@ -203,6 +251,11 @@ fn walk_all(shared: &Shared, sources: Vec<SourceResult>) -> Result<(), Problem> 
             };
             next_id += 1;
             let id = next_id;
+            match it.kind {
+                EntryKind::Dir => shared.dirs.fetch_add(1, Ordering::Relaxed),
+                EntryKind::Symlink => shared.symlinks.fetch_add(1, Ordering::Relaxed),
+                EntryKind::File => 0,
+            };
             if it.kind == EntryKind::File {
                 let path = src
                     .start
@@ -286,7 +339,7 @@ async fn control_loop(
                     Progress::add(&shared.progress.bytes_done, f.plan.size);
                 }
                 Progress::add(&shared.progress.files_done, 1);
-                let done = st.digests.iter().all(Option::is_some) && !st.digests.is_empty();
+                let done = st.digests.iter().all(Option::is_some);
                 report.files.push(FileReport {
                     path: f.display.clone(),
                     size: f.plan.size,
@@ -505,6 +558,9 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
                         })?;
                         s.write_all(DATA_PRELUDE).await.map_err(lost)?;
                         stream = Some(s);
+                    }
+                    if let Some(p) = &shared.pacer {
+                        tokio::time::sleep(p.reserve(data.len() as u64)).await;
                     }
                     let s = stream.as_mut().unwrap();
                     let hdr = RecordHeader {

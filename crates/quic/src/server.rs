@@ -187,16 +187,16 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
         let m = "access denied: wrong or missing token".to_string();
         return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
     }
+    let rate = match (h.max_rate, ctx.opts.net.max_rate) {
+        (0, s) => s,
+        (c, 0) => c,
+        (c, s) => c.min(s),
+    };
     if let Some(handle) = &cc {
         let choice = match h.cc.as_deref().map(CcChoice::parse) {
             Some(Ok(c)) => Some(c),
             Some(Err(e)) => return fatal(&ctl, &conn, ErrorCode::Protocol, e.to_string()).await,
             None => None,
-        };
-        let rate = match (h.max_rate, ctx.opts.net.max_rate) {
-            (0, s) => s,
-            (c, 0) => c,
-            (c, s) => c.min(s),
         };
         handle.set(choice, rate);
     }
@@ -211,6 +211,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                         .map(|start| Source {
                             dir: ctx.root.clone(),
                             start,
+                            must_be_dir: p.ends_with(b"/"),
                         })
                         .map_err(|e| (ErrorCode::BadPath, e.to_string()))
                 })
@@ -230,6 +231,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                     &mut rx,
                     sources,
                     ctx.opts.streams,
+                    rate,
                     progress,
                 )
                 .await,

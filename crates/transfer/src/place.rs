@@ -12,9 +12,10 @@ use crate::chunk::{hex, ChunkPlan, Digest};
 use crate::journal::{self, JournalHeader};
 use crate::manifest::{ns_to_system_time, Entry};
 use crate::path::RelPath;
-use crate::sync::{missing_ranges, Existing};
+use crate::sync::Existing;
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, SystemTimeSpec};
 use cap_std::fs::{Dir, MetadataExt, OpenOptions};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -42,6 +43,9 @@ pub fn sibling_name(name: &[u8], suffix: &str) -> Vec<u8> {
 }
 
 pub const PART: &str = "lh-part";
+/// Largest file accepted from a peer (16 TiB, ext4's limit): bounds the per-chunk
+/// state a manifest entry can make a receiver allocate.
+pub const MAX_FILE_SIZE: u64 = 1 << 44;
 pub const JOURNAL: &str = "lh-journal";
 const LINK: &str = "lh-link";
 
@@ -180,6 +184,22 @@ impl Dest {
     }
 }
 
+/// Half-open ranges of `0..count` not among the sorted `held` indices.
+fn gaps(held: impl Iterator<Item = u64>, count: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut next = 0;
+    for i in held {
+        if i > next {
+            out.push((next, i));
+        }
+        next = i + 1;
+    }
+    if next < count {
+        out.push((next, count));
+    }
+    out
+}
+
 /// Why a finished file could not take its final name.
 #[derive(Debug, thiserror::Error)]
 pub enum FinishError {
@@ -192,14 +212,18 @@ pub enum FinishError {
 /// A file being received.
 pub struct Incoming {
     pub plan: ChunkPlan,
-    digests: Vec<Option<Digest>>,
+    /// Digests of the chunks held, by index: grows with the data actually received,
+    /// never with what a manifest claims.
+    digests: BTreeMap<u64, Digest>,
     missing: u64,
     /// The sender's BLAKE3 of the whole file, once announced.
     pub expected: Option<Digest>,
-    file: Arc<File>,
+    /// Open only while data is moving, so a manifest far ahead of the data does
+    /// not hold one descriptor per announced file.
+    file: Option<Arc<File>>,
     dir: Arc<Dir>,
     name: Vec<u8>,
-    journal: Option<File>,
+    journaled: bool,
     pending: Vec<(u64, Digest)>,
     mode: u32,
     mtime_ns: i64,
@@ -217,6 +241,15 @@ impl Incoming {
         entry: &Entry,
         resume: bool,
     ) -> io::Result<(Incoming, Vec<(u64, u64)>)> {
+        if entry.size > MAX_FILE_SIZE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a file of {} bytes is larger than the {MAX_FILE_SIZE} bytes longhaul accepts",
+                    entry.size
+                ),
+            ));
+        }
         let plan = ChunkPlan::new(entry.size);
         let part = sibling_name(name, PART);
         let jname = sibling_name(name, JOURNAL);
@@ -225,7 +258,7 @@ impl Incoming {
             size: entry.size,
             mtime_ns: entry.mtime_ns,
         };
-        let mut digests = vec![None; plan.count() as usize];
+        let mut digests = BTreeMap::new();
         let mut kept = false;
         if resume && journaled {
             if let Ok(j) = dir.open_with(
@@ -235,7 +268,7 @@ impl Incoming {
                 if let Ok(Some((h, recs))) = journal::read(j.into_std(), plan.count()) {
                     if h == header {
                         for (i, d) in recs {
-                            digests[i as usize] = Some(d);
+                            digests.insert(i, d);
                         }
                         kept = true;
                     }
@@ -259,14 +292,11 @@ impl Incoming {
         if kept && file.metadata()?.len() < entry.size {
             // Chunks the journal names must be inside the part file.
             let len = file.metadata()?.len();
-            for (i, d) in digests.iter_mut().enumerate() {
-                if d.is_some() && plan.offset(i as u64) + plan.len(i as u64).unwrap() > len {
-                    *d = None;
-                }
-            }
+            digests.retain(|&i, _| plan.offset(i) + plan.len(i).unwrap_or(0) <= len);
         }
         file.set_len(entry.size)?;
-        let journal = if journaled {
+        drop(file);
+        if journaled {
             let mut jo = OpenOptions::new();
             jo.write(true).create(true).follow(FollowSymlinks::No);
             if kept {
@@ -278,35 +308,23 @@ impl Incoming {
             if !kept {
                 use std::io::Write;
                 j.write_all(&journal::encode_header(&header))?;
-                let held: Vec<_> = digests
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, d)| d.map(|d| (i as u64, d)))
-                    .collect();
-                journal::append(&mut j, &held)?;
             }
-            Some(j)
         } else {
             let _ = dir.remove_file(os(&jname));
-            None
-        };
-        let have: Vec<bool> = digests.iter().map(Option::is_some).collect();
-        let missing = have.iter().filter(|h| !**h).count() as u64;
-        let resumed_bytes = (0..plan.count())
-            .filter(|&i| have[i as usize])
-            .filter_map(|i| plan.len(i))
-            .sum();
-        let ranges = missing_ranges(&have);
+        }
+        let missing = plan.count() - digests.len() as u64;
+        let resumed_bytes = digests.keys().filter_map(|&i| plan.len(i)).sum();
+        let ranges = gaps(digests.keys().copied(), plan.count());
         Ok((
             Incoming {
                 plan,
                 digests,
                 missing,
                 expected: None,
-                file: Arc::new(file),
+                file: None,
                 dir,
                 name: name.to_vec(),
-                journal,
+                journaled,
                 pending: Vec::new(),
                 mode: entry.mode,
                 mtime_ns: entry.mtime_ns,
@@ -316,8 +334,23 @@ impl Incoming {
         ))
     }
 
-    pub fn file(&self) -> Arc<File> {
-        self.file.clone()
+    /// The part file, opened on first use.
+    pub fn file(&mut self) -> io::Result<Arc<File>> {
+        if let Some(f) = &self.file {
+            return Ok(f.clone());
+        }
+        let opts = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .follow(FollowSymlinks::No)
+            .clone();
+        let f = Arc::new(
+            self.dir
+                .open_with(os(&sibling_name(&self.name, PART)), &opts)?
+                .into_std(),
+        );
+        self.file = Some(f.clone());
+        Ok(f)
     }
 
     /// Is a record for chunk `index` of `len` bytes acceptable now?
@@ -328,7 +361,7 @@ impl Incoming {
                 self.plan.size
             )),
             Some(l) if l != len => Err(format!("chunk {index} has {len} bytes, expected {l}")),
-            Some(_) if self.digests[index as usize].is_some() => {
+            Some(_) if self.digests.contains_key(&index) => {
                 Err(format!("chunk {index} sent twice"))
             }
             Some(_) => Ok(()),
@@ -355,11 +388,13 @@ impl Incoming {
 
     /// Note that chunk `index` is written with `digest`.
     pub fn record(&mut self, index: u64, digest: Digest) {
-        if self.digests[index as usize].replace(digest).is_none() {
+        if self.digests.insert(index, digest).is_none() {
             self.missing -= 1;
         }
-        if self.journal.is_some() {
+        if self.journaled {
             self.pending.push((index, digest));
+        } else if self.missing == 0 {
+            self.file = None; // complete: no descriptor while waiting for the hash
         }
     }
 
@@ -372,10 +407,12 @@ impl Incoming {
         if self.pending.is_empty() {
             return Ok(());
         }
-        self.file.sync_data()?;
-        if let Some(j) = self.journal.as_mut() {
-            journal::append(j, &self.pending)?;
-        }
+        self.file()?.sync_data()?;
+        let j = self.dir.open_with(
+            os(&sibling_name(&self.name, JOURNAL)),
+            OpenOptions::new().append(true).follow(FollowSymlinks::No),
+        )?;
+        journal::append(j.into_std(), &self.pending)?;
         self.pending.clear();
         Ok(())
     }
@@ -390,7 +427,8 @@ impl Incoming {
 
     /// BLAKE3 of what was received (all chunks must be there).
     pub fn root(&self) -> Digest {
-        let d: Vec<Digest> = self.digests.iter().map(|d| d.expect("complete")).collect();
+        assert_eq!(self.missing, 0, "root needs every chunk");
+        let d: Vec<Digest> = self.digests.values().copied().collect();
         self.plan.root(&d)
     }
 
@@ -406,13 +444,14 @@ impl Incoming {
                 actual: hex(&actual),
             });
         }
-        self.file
-            .set_permissions(std::fs::Permissions::from_mode(self.mode & 0o7777))?;
-        self.file
-            .set_times(std::fs::FileTimes::new().set_modified(ns_to_system_time(self.mtime_ns)))?;
+        let file = self.file()?;
+        file.set_permissions(std::fs::Permissions::from_mode(self.mode & 0o7777))?;
+        file.set_times(std::fs::FileTimes::new().set_modified(ns_to_system_time(self.mtime_ns)))?;
         let part = sibling_name(&self.name, PART);
+        drop(file);
+        self.file = None;
         self.dir.rename(os(&part), &self.dir, os(&self.name))?;
-        if self.journal.take().is_some() {
+        if self.journaled {
             let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
         }
         Ok(actual)
@@ -420,8 +459,9 @@ impl Incoming {
 
     /// Remove the part file and journal (bad data, or the sender's file is unchanged).
     pub fn discard(&mut self) {
+        self.file = None;
         let _ = self.dir.remove_file(os(&sibling_name(&self.name, PART)));
-        if self.journal.take().is_some() {
+        if self.journaled {
             let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
         }
     }
@@ -452,6 +492,27 @@ mod tests {
     }
 
     #[test]
+    fn gaps_are_the_missing_ranges() {
+        assert_eq!(
+            gaps([1u64, 2, 5].into_iter(), 7),
+            vec![(0, 1), (3, 5), (6, 7)]
+        );
+        assert_eq!(gaps(std::iter::empty(), 3), vec![(0, 3)]);
+        assert_eq!(gaps([0u64, 1, 2].into_iter(), 3), vec![]);
+        assert_eq!(gaps(std::iter::empty(), 0), vec![]);
+    }
+
+    #[test]
+    fn absurd_sizes_are_refused_before_allocating() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let err = Incoming::open(dir, b"f", &entry(1 << 52), false)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("larger than"), "{err}");
+    }
+
+    #[test]
     fn resume_keeps_journaled_chunks_and_verifies() {
         let t = tempfile::tempdir().unwrap();
         let mut dest = Dest::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
@@ -469,7 +530,8 @@ mod tests {
                 inc.plan.offset(i) as usize,
                 inc.plan.len(i).unwrap() as usize,
             );
-            let d = Incoming::write_chunk(&inc.file(), &inc.plan, i, &[&bytes[o..o + l]]).unwrap();
+            let d = Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, i, &[&bytes[o..o + l]])
+                .unwrap();
             inc.record(i, d);
         }
         inc.flush_journal().unwrap();
@@ -489,7 +551,8 @@ mod tests {
                 inc.plan.len(i).unwrap() as usize,
             );
             assert!(inc.check_record(i, l as u64).is_ok());
-            let d = Incoming::write_chunk(&inc.file(), &inc.plan, i, &[&bytes[o..o + l]]).unwrap();
+            let d = Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, i, &[&bytes[o..o + l]])
+                .unwrap();
             inc.record(i, d);
         }
         assert!(inc
@@ -520,8 +583,13 @@ mod tests {
         let e = entry(size);
         let (dir, name) = dest.parent_of(&RelPath::from_wire(b"f").unwrap()).unwrap();
         let (mut inc, _) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
-        let d = Incoming::write_chunk(&inc.file(), &inc.plan, 0, &[&bytes[..CHUNK_SIZE as usize]])
-            .unwrap();
+        let d = Incoming::write_chunk(
+            &inc.file().unwrap(),
+            &inc.plan,
+            0,
+            &[&bytes[..CHUNK_SIZE as usize]],
+        )
+        .unwrap();
         inc.record(0, d);
         inc.flush_journal().unwrap();
         drop(inc);
@@ -533,7 +601,7 @@ mod tests {
         for i in 0..2u64 {
             let o = (i * CHUNK_SIZE) as usize;
             let d = Incoming::write_chunk(
-                &inc.file(),
+                &inc.file().unwrap(),
                 &inc.plan,
                 i,
                 &[&bytes[o..o + CHUNK_SIZE as usize]],
@@ -568,7 +636,7 @@ mod tests {
         std::os::unix::fs::symlink(outside.path().join("victim"), t.path().join("d/v")).unwrap();
         let (dir, name) = dest.parent_of(&RelPath::from_wire(b"v").unwrap()).unwrap();
         let (mut inc, _) = Incoming::open(dir, &name, &entry(3), false).unwrap();
-        let d = Incoming::write_chunk(&inc.file(), &inc.plan, 0, &[b"new"]).unwrap();
+        let d = Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, 0, &[b"new"]).unwrap();
         inc.record(0, d);
         inc.expected = Some(*blake3::hash(b"new").as_bytes());
         inc.finish().unwrap();

@@ -1,6 +1,6 @@
 //! What a receiver asks for, given what it already has.
 
-use crate::chunk::{ChunkPlan, Digest};
+use crate::chunk::Digest;
 use crate::manifest::Entry;
 
 /// How files already present at the destination are treated.
@@ -71,35 +71,6 @@ pub fn needs_local_hash(mode: SyncMode, entry: &Entry, existing: Option<&Existin
     mode == SyncMode::Checksum && existing.is_some_and(|e| e.size == entry.size)
 }
 
-/// Ranges of chunks not yet held, from a per-chunk "have" map.
-pub fn missing_ranges(have: &[bool]) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut start = None;
-    for (i, &h) in have.iter().enumerate() {
-        match (h, start) {
-            (false, None) => start = Some(i as u64),
-            (true, Some(s)) => {
-                out.push((s, i as u64));
-                start = None;
-            }
-            _ => {}
-        }
-    }
-    if let Some(s) = start {
-        out.push((s, have.len() as u64));
-    }
-    out
-}
-
-/// Total bytes in the given chunk ranges of a file.
-pub fn ranges_bytes(plan: &ChunkPlan, ranges: &[(u64, u64)]) -> u64 {
-    ranges
-        .iter()
-        .flat_map(|&(a, b)| a..b)
-        .filter_map(|i| plan.len(i))
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,17 +135,5 @@ mod tests {
             Decision::UnlessHash([9; 32])
         );
         assert_eq!(decide(SyncMode::Checksum, &e, None, None), Decision::All);
-    }
-
-    #[test]
-    fn ranges() {
-        assert_eq!(
-            missing_ranges(&[true, false, false, true, false]),
-            vec![(1, 3), (4, 5)]
-        );
-        assert_eq!(missing_ranges(&[]), vec![]);
-        assert_eq!(missing_ranges(&[false]), vec![(0, 1)]);
-        let plan = ChunkPlan::new(2 * crate::CHUNK_SIZE + 7);
-        assert_eq!(ranges_bytes(&plan, &[(1, 3)]), crate::CHUNK_SIZE + 7);
     }
 }
