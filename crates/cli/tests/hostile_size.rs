@@ -1,0 +1,127 @@
+//! A hostile put whose manifest announces an absurd file size. The server runs as a
+//! separate `longhaul serve` process (capped at 8 GiB of address space, so the test
+//! cannot exhaust the machine) because the failure mode is the whole process dying.
+
+mod common;
+
+use common::*;
+use longhaul_quic::identity::{provider, PinVerifier, TrustPolicy};
+use longhaul_quic::proto::{
+    encode, ErrorCode, Frame, FrameDecoder, Hello, Op, RootSpec, ALPN, VERSION,
+};
+use longhaul_transfer::{Entry, EntryKind};
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(ErrorCode, String)> {
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let verifier = Arc::new(PinVerifier::new(TrustPolicy {
+        host: addr.to_string(),
+        known_hosts: kh,
+        pinned: None,
+        accept_new: true,
+    }));
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let conn = endpoint
+        .connect_with(quinn::ClientConfig::new(Arc::new(crypto)), addr, "longhaul")
+        .unwrap()
+        .await
+        .unwrap();
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let mut wire = encode(&Frame::Hello(Hello {
+        version: VERSION,
+        token: vec![],
+        op: Op::Put {
+            dest: b"in".to_vec(),
+            dest_is_dir: true,
+            roots: vec![RootSpec {
+                name: b"huge".to_vec(),
+            }],
+        },
+        max_rate: 0,
+        cc: None,
+    }));
+    wire.extend(encode(&Frame::Entry(Entry {
+        id: 1,
+        root: 0,
+        path: vec![],
+        kind: EntryKind::File,
+        size,
+        mode: 0o644,
+        mtime_ns: 0,
+        link: vec![],
+    })));
+    send.write_all(&wire).await.unwrap();
+    let mut dec = FrameDecoder::new();
+    loop {
+        while let Ok(Some(f)) = dec.next_frame() {
+            if let Frame::Fatal { code, message } = f {
+                return Some((code, message));
+            }
+        }
+        match tokio::time::timeout(Duration::from_secs(5), recv.read_chunk(1 << 16, true)).await {
+            Ok(Ok(Some(c))) => dec.push(&c.bytes),
+            _ => return None,
+        }
+    }
+}
+
+/// One Entry announcing a 4 PiB file makes the receiver allocate per-chunk state
+/// for 2^32 chunks (`Incoming::open`: `vec![None; plan.count()]`, 33 bytes each)
+/// before anything else: the allocation fails and the server process aborts. It
+/// must refuse the entry (or fail that file) and go on serving.
+#[test]
+fn absurd_file_size_in_a_put_manifest_does_not_kill_the_server() {
+    let t = Tmp::new("hostile-size");
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("ok.txt"), b"ok\n").unwrap();
+    let state = t.join("state");
+    let mut cfg = ServeCfg::new(&root, &state);
+    cfg.address_space = Some(8 << 30);
+    let srv = cfg.start();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let fatal = rt.block_on(hostile_put(srv.port, t.join("kh"), 1 << 52));
+    std::thread::sleep(Duration::from_millis(300));
+    let alive = srv.alive();
+    let log = srv.log_text();
+    assert!(
+        alive,
+        "the server process died on a manifest entry of 4 PiB (Fatal seen: {fatal:?}); its log:\n{log}"
+    );
+    let (code, message) = fatal.expect("the session ends with a Fatal frame");
+    assert!(
+        matches!(code, ErrorCode::Io | ErrorCode::Protocol),
+        "{code:?} {message}"
+    );
+    assert!(
+        std::fs::symlink_metadata(root.join("in/huge")).is_err(),
+        "no final file"
+    );
+
+    // The server still serves.
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let out = Client::new(t.join("kh2")).run(
+        "get",
+        [
+            std::ffi::OsString::from("--accept-new"),
+            srv.remote("ok.txt"),
+            dest.clone().into(),
+        ],
+    );
+    out.expect_code(0);
+    assert_eq!(std::fs::read(dest.join("ok.txt")).unwrap(), b"ok\n");
+}

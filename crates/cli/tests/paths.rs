@@ -1,0 +1,166 @@
+//! Remote paths: missing ones are named in the error; anything that would leave the
+//! served root (`..`, absolute, through a symlink) is refused, nothing is written
+//! outside the destination, and the server goes on serving.
+
+mod common;
+
+use common::*;
+use std::ffi::OsString;
+use std::os::unix::fs::symlink;
+
+#[test]
+fn missing_and_escaping_paths() {
+    let t = Tmp::new("paths");
+    let root = t.join("root");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/ok.txt"), b"fine\n").unwrap();
+    std::fs::create_dir(t.join("outside")).unwrap();
+    std::fs::write(t.join("outside/secret"), b"secret\n").unwrap();
+    symlink("/etc", root.join("etc-link")).unwrap();
+    symlink("../outside", root.join("out-link")).unwrap();
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let work = t.join("work");
+    let dest = work.join("dest");
+    std::fs::create_dir_all(&dest).unwrap();
+    let etc_passwd = std::fs::read("/etc/passwd").unwrap();
+    let get = |path: &str, json: bool| {
+        let mut a: Vec<OsString> = vec!["--accept-new".into()];
+        if json {
+            a.push("--json".into());
+        }
+        a.push(srv.remote(path));
+        a.push(dest.clone().into());
+        c.run("get", a)
+    };
+
+    // A path that does not exist: exit 4, the message names it.
+    let out = get("no/such/thing", false);
+    out.expect_code(4);
+    assert!(
+        out.stderr.contains("no/such/thing") && out.stderr.contains("No such file"),
+        "{}",
+        out.stderr
+    );
+    let out = get("no/such/thing", true);
+    out.expect_code(4);
+    let j = out.json();
+    assert_eq!(j["ok"], false);
+    assert_eq!(j["problems"][0]["kind"], "remote", "{j:#}");
+    assert!(
+        j["problems"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no/such/thing"),
+        "{j:#}"
+    );
+    assert_eq!(totals(&j, "files"), 0);
+
+    // Escapes by '..' and absolute paths: refused by the server, named precisely.
+    for (path, says) in [
+        ("../../etc/passwd", "'..' would leave the root"),
+        ("sub/../../outside/secret", "'..' would leave the root"),
+        ("out-link/../out-link/secret", "'..' would leave the root"),
+        ("..", "'..' would leave the root"),
+        ("/etc/passwd", "absolute path"),
+        ("/", "absolute path"),
+    ] {
+        let out = get(path, false);
+        out.expect_code(4);
+        assert!(
+            out.stderr.contains(says) && out.stderr.contains(path),
+            "{path}: {}",
+            out.stderr
+        );
+    }
+    // Through symlinks that lead out of the root: refused (cap-std), not followed.
+    for path in ["etc-link/passwd", "out-link/secret", "etc-link/./passwd"] {
+        let out = get(path, false);
+        assert_ne!(out.code, 0, "{path} must be refused: {out:?}");
+        assert_eq!(out.code, 4, "{path}: {}", out.stderr);
+    }
+    // With a trailing slash ("the contents of") the link is not followed either;
+    // the exit status is checked in `symlink_with_trailing_slash_is_a_remote_error`.
+    for path in ["etc-link/", "out-link/"] {
+        let out = get(path, false);
+        assert_ne!(out.code, 0, "{path} must be refused: {out:?}");
+    }
+    assert!(srv.alive(), "the server survived:\n{}", srv.log_text());
+    assert_eq!(
+        list_tree(&work),
+        vec![dest.clone()],
+        "nothing was written, neither in DEST nor beside it"
+    );
+    assert_eq!(std::fs::read("/etc/passwd").unwrap(), etc_passwd);
+
+    // The links themselves may be fetched: as links.
+    let out = get("etc-link", false);
+    out.expect_code(0);
+    assert_eq!(
+        std::fs::read_link(dest.join("etc-link")).unwrap(),
+        std::path::Path::new("/etc")
+    );
+    std::fs::remove_file(dest.join("etc-link")).unwrap();
+
+    // put to an escaping destination is refused as well.
+    let up = t.join("up.txt");
+    std::fs::write(&up, b"up").unwrap();
+    for rdest in [
+        "../escaped.txt",
+        "/tmp/longhaul-test-escaped.txt",
+        "out-link/x.txt",
+    ] {
+        let out = c.run(
+            "put",
+            [up.clone().into(), srv.remote(rdest)] as [OsString; 2],
+        );
+        assert_ne!(out.code, 0, "put to {rdest}: {out:?}");
+        assert_eq!(out.code, 4, "put to {rdest}: {}", out.stderr);
+    }
+    assert!(!t.join("escaped.txt").exists());
+    assert!(!std::path::Path::new("/tmp/longhaul-test-escaped.txt").exists());
+    assert!(!t.join("outside/x.txt").exists());
+    assert!(!root.join("escaped.txt").exists());
+
+    // And a normal get still works on the same server.
+    let out = get("sub", true);
+    out.expect_code(0);
+    assert_eq!(std::fs::read(dest.join("sub/ok.txt")).unwrap(), b"fine\n");
+    assert!(srv.alive());
+    srv.kill();
+}
+
+/// `get srv:LINK/ DEST` asks for the contents of LINK (likewise `srv:FILE/`). The server rightly does not
+/// follow the link, but the client then fails with exit 5 (local I/O) and
+/// ".: the destination itself is not a file name": the refusal should be a remote
+/// error (exit 4) that names the requested path, as for any other unusable path.
+#[test]
+fn symlink_with_trailing_slash_is_a_remote_error() {
+    let t = Tmp::new("paths-slash");
+    let root = t.join("root");
+    std::fs::create_dir_all(root.join("dir")).unwrap();
+    std::fs::write(root.join("dir/f"), b"f").unwrap();
+    symlink("dir", root.join("dir-link")).unwrap();
+    symlink("/etc", root.join("etc-link")).unwrap();
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir_all(&dest).unwrap();
+    let mut wrong = Vec::new();
+    for path in ["dir-link/", "etc-link/", "dir/f/"] {
+        let out = c.run(
+            "get",
+            [
+                OsString::from("--accept-new"),
+                srv.remote(path),
+                dest.clone().into(),
+            ],
+        );
+        assert_ne!(out.code, 0, "{path}: {out:?}");
+        assert_eq!(list_tree(&dest), Vec::<std::path::PathBuf>::new());
+        if out.code != 4 || !out.stderr.contains(path.trim_end_matches('/')) {
+            wrong.push(format!("{path}: exit {}, {}", out.code, out.stderr.trim()));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

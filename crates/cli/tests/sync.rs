@@ -1,0 +1,150 @@
+//! --sync (size + mtime) and --sync --checksum (BLAKE3) skip what is already there.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+fn statuses(j: &serde_json::Value) -> BTreeMap<String, (String, u64)> {
+    files_by_path(j)
+        .into_iter()
+        .map(|(p, f)| {
+            (
+                p,
+                (
+                    f["status"].as_str().unwrap().to_string(),
+                    f["bytes_transferred"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn sync_skips_unchanged_and_fetches_changed() {
+    let t = Tmp::new("sync");
+    let root = t.join("root");
+    let set = root.join("set");
+    std::fs::create_dir_all(set.join("sub")).unwrap();
+    gen_file(&set.join("big.bin"), 1, 5 * MIB + 3);
+    gen_file(&set.join("medium.bin"), 2, MIB);
+    std::fs::write(set.join("small.txt"), b"small\n").unwrap();
+    std::fs::write(set.join("sub/empty"), b"").unwrap();
+    gen_file(&set.join("sub/other.bin"), 3, 70_000);
+    for (i, p) in list_tree(&set).iter().enumerate() {
+        set_mtime_ns(p, 1_650_000_000_000_000_001 + i as i64 * 1_000_000_123);
+    }
+    let nfiles = 5u64;
+    let total: u64 = 5 * MIB + 3 + MIB + 6 + 70_000;
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let get = |extra: &[&str]| {
+        let mut a: Vec<OsString> = vec!["--json".into()];
+        a.extend(extra.iter().map(OsString::from));
+        a.push(srv.remote("set"));
+        a.push(dest.clone().into());
+        c.run("get", a)
+    };
+
+    // First, a full copy.
+    let out = get(&["--accept-new"]);
+    out.expect_code(0);
+    assert_eq!(totals(&out.json(), "bytes_transferred"), total);
+    assert_same_tree(&set, &dest.join("set"), Compare::ALL);
+
+    // --sync again: everything skipped, nothing moved, exit 0.
+    let out = get(&["--sync"]);
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(j["ok"], true);
+    assert_eq!(totals(&j, "files"), nfiles);
+    assert_eq!(totals(&j, "skipped"), nfiles, "{j:#}");
+    assert_eq!(totals(&j, "verified"), 0);
+    assert_eq!(totals(&j, "bytes_transferred"), 0);
+    assert_eq!(totals(&j, "bytes"), total);
+    assert!(statuses(&j)
+        .values()
+        .all(|(s, b)| s == "skipped" && *b == 0));
+    assert!(
+        j["udp_rx_bytes"].as_u64().unwrap() < 64 * 1024,
+        "only control traffic: {}",
+        j["udp_rx_bytes"]
+    );
+    assert_same_tree(&set, &dest.join("set"), Compare::ALL);
+
+    // Change one file's content (same size, new mtime): only that one is fetched.
+    gen_file(&set.join("medium.bin"), 99, MIB);
+    set_mtime_ns(&set.join("medium.bin"), 1_700_000_000_555_555_555);
+    set_mtime_ns(&set, 1_650_000_000_000_000_001); // the dir's mtime as before
+    let out = get(&["--sync"]);
+    out.expect_code(0);
+    let j = out.json();
+    let st = statuses(&j);
+    for (p, (s, b)) in &st {
+        if p == "set/medium.bin" {
+            assert_eq!((s.as_str(), *b), ("verified", MIB), "{j:#}");
+        } else {
+            assert_eq!((s.as_str(), *b), ("skipped", 0), "{p}: {j:#}");
+        }
+    }
+    assert_eq!(st.len() as u64, nfiles);
+    assert_eq!(totals(&j, "bytes_transferred"), MIB);
+    assert_same_tree(&set, &dest.join("set"), Compare::ALL);
+
+    // Same content, different mtime: --sync --checksum skips it...
+    let other = set.join("sub/other.bin");
+    set_mtime_ns(&other, 1_710_000_000_000_000_042);
+    let before = std::fs::metadata(dest.join("set/sub/other.bin")).unwrap();
+    let out = get(&["--sync", "--checksum"]);
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(totals(&j, "skipped"), nfiles, "{j:#}");
+    assert_eq!(totals(&j, "bytes_transferred"), 0, "{j:#}");
+    assert!(
+        j["udp_rx_bytes"].as_u64().unwrap() < 64 * 1024,
+        "no file data moved: {}",
+        j["udp_rx_bytes"]
+    );
+    assert_eq!(
+        std::fs::read(dest.join("set/sub/other.bin")).unwrap(),
+        std::fs::read(&other).unwrap()
+    );
+    let after = std::fs::metadata(dest.join("set/sub/other.bin")).unwrap();
+    assert_eq!(
+        mtime_ns(&after),
+        mtime_ns(&before),
+        "the local file was left alone"
+    );
+    // ...while plain --sync sees the new mtime and fetches it.
+    let out = get(&["--sync"]);
+    out.expect_code(0);
+    let st = statuses(&out.json());
+    assert_eq!(st["set/sub/other.bin"], ("verified".to_string(), 70_000));
+    assert_eq!(totals(&out.json(), "bytes_transferred"), 70_000);
+    assert_same_tree(&set, &dest.join("set"), Compare::ALL);
+
+    // --sync --checksum with different content of the same size fetches it.
+    gen_file(&dest.join("set/big.bin"), 1234, 5 * MIB + 3);
+    set_mtime_ns(
+        &dest.join("set/big.bin"),
+        mtime_ns(&std::fs::metadata(set.join("big.bin")).unwrap()),
+    );
+    // (plain --sync is fooled by size+mtime, as documented)
+    let out = get(&["--sync"]);
+    out.expect_code(0);
+    assert_eq!(totals(&out.json(), "bytes_transferred"), 0);
+    let out = get(&["--sync", "--checksum"]);
+    out.expect_code(0);
+    let st = statuses(&out.json());
+    assert_eq!(st["set/big.bin"], ("verified".to_string(), 5 * MIB + 3));
+    assert_eq!(totals(&out.json(), "bytes_transferred"), 5 * MIB + 3);
+    assert_same_tree(&set, &dest.join("set"), Compare::ALL);
+
+    // --checksum without --sync is a usage error.
+    let out = get(&["--checksum"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("--checksum"), "{}", out.stderr);
+}
