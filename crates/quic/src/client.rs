@@ -5,7 +5,7 @@ use crate::cc::CcChoice;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
 use crate::net::{endpoint, spawn_window_tuner, udp_socket, NetOpts};
-use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, ALPN, VERSION};
+use crate::proto::{Frame, Hello, Op, RootSpec, ALPN, VERSION};
 use crate::receiver::{run_receiver, DestSpec, RecvOpts};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use crate::sender::{run_sender, Source, SourceResult};
@@ -193,10 +193,7 @@ async fn connect(host: &str, port: u16, opts: &ClientOpts, op: Op) -> Result<Ses
     let server = match rx.recv().await {
         Some(Ok(Frame::Welcome { server, .. })) => server,
         Some(Ok(Frame::Fatal { code, message })) => {
-            let kind = match code {
-                ErrorCode::Auth | ErrorCode::Version => Kind::Connection,
-                _ => Kind::Remote,
-            };
+            let kind = Kind::of_peer(code);
             return Err(Problem::new(kind, format!("the server refused: {message}")));
         }
         Some(Ok(other)) => {

@@ -224,11 +224,7 @@ async fn control_loop(
                     .get(root as usize)
                     .map(|r| String::from_utf8_lossy(&r.name).into_owned());
                 let mut st = shared.st.lock().unwrap();
-                let kind = if code == ErrorCode::Auth {
-                    Kind::Connection
-                } else {
-                    Kind::Remote
-                };
+                let kind = Kind::of_peer(code);
                 st.report.problems.push(Problem {
                     kind,
                     path: name.filter(|n| !n.is_empty()),
@@ -302,11 +298,7 @@ async fn control_loop(
                 .await?;
             }
             Frame::Fatal { code, message } => {
-                let kind = if code == ErrorCode::Auth {
-                    Kind::Connection
-                } else {
-                    Kind::Remote
-                };
+                let kind = Kind::of_peer(code);
                 return Err(Problem::new(kind, message));
             }
             other => return Err(protocol(format!("unexpected {other:?}"))),

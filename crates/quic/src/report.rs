@@ -19,6 +19,16 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The class of a failure the peer reported with `code`.
+    pub fn of_peer(code: crate::proto::ErrorCode) -> Kind {
+        use crate::proto::ErrorCode;
+        match code {
+            ErrorCode::Auth | ErrorCode::Version => Kind::Connection,
+            ErrorCode::Verify => Kind::Verify,
+            _ => Kind::Remote,
+        }
+    }
+
     /// Exit status (documented in the README and `--help`).
     pub fn exit_code(self) -> i32 {
         match self {

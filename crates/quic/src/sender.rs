@@ -325,10 +325,7 @@ async fn control_loop(
                     Outcome::Verified => (Status::Verified, None),
                     Outcome::Skipped => (Status::Skipped, None),
                     Outcome::Failed { code, message } => {
-                        let kind = match code {
-                            ErrorCode::Verify => Kind::Verify,
-                            _ => Kind::Remote,
-                        };
+                        let kind = Kind::of_peer(code);
                         report
                             .problems
                             .push(Problem::at(kind, f.display.clone(), message.clone()));
@@ -358,11 +355,7 @@ async fn control_loop(
             }
             Frame::Done { .. } => return Ok(()),
             Frame::Fatal { code, message } => {
-                let kind = if code == ErrorCode::Auth {
-                    Kind::Connection
-                } else {
-                    Kind::Remote
-                };
+                let kind = Kind::of_peer(code);
                 return Err(Problem::new(kind, message));
             }
             other => return Err(protocol(format!("unexpected {other:?}"))),
@@ -405,6 +398,18 @@ async fn want_file(
         shared.queue.push_all([Job::Compare { id, f, hash }]);
         return Ok(());
     }
+    queue_chunks(shared, id, &f, &send_mask).await
+}
+
+/// Queue every chunk of a file (those not in `send` are read and hashed only); an
+/// empty file is done at once.
+async fn queue_chunks(
+    shared: &Shared,
+    id: u64,
+    f: &Arc<SendFile>,
+    send: &[bool],
+) -> Result<(), Problem> {
+    let n = f.plan.count();
     if n == 0 {
         let hash = f.plan.root(&[]);
         return shared
@@ -417,7 +422,7 @@ async fn want_file(
             .await;
     }
     let skipped: u64 = (0..n)
-        .filter(|&i| !send_mask[i as usize])
+        .filter(|&i| !send[i as usize])
         .filter_map(|i| f.plan.len(i))
         .sum();
     Progress::add(&shared.progress.bytes_done, skipped);
@@ -425,7 +430,7 @@ async fn want_file(
         id,
         f: f.clone(),
         index,
-        send: send_mask[index as usize],
+        send: send[index as usize],
     }));
     Ok(())
 }
@@ -514,24 +519,8 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
                             .await?;
                     }
                     Ok(_) => {
-                        let n = f.plan.count();
-                        if n == 0 {
-                            let hash = f.plan.root(&[]);
-                            shared
-                                .ctl
-                                .send(Frame::FileDone {
-                                    id,
-                                    hash,
-                                    unchanged: false,
-                                })
-                                .await?;
-                        }
-                        shared.queue.push_all((0..n).map(|index| Job::Chunk {
-                            id,
-                            f: f.clone(),
-                            index,
-                            send: true,
-                        }));
+                        let all = vec![true; f.plan.count() as usize];
+                        queue_chunks(&shared, id, &f, &all).await?;
                     }
                     Err(e) => fail_file(&shared, id, &f, format!("{}: {e}", f.display)).await?,
                 }
