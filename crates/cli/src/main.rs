@@ -21,6 +21,8 @@ use std::sync::Arc;
 
 /// Exit status for usage errors found after parsing (clap uses 2 as well).
 const EXIT_USAGE: i32 = 2;
+/// Exit status after Ctrl-C (128 + SIGINT, as shells report it).
+const EXIT_INTERRUPTED: i32 = 130;
 
 fn main() {
     // Keep 1 MiB chunk buffers on the heap instead of fresh mmaps: no page faults,
@@ -47,6 +49,9 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let code = rt.block_on(run(cli));
+    // Dropping the runtime drops every task still holding session state, so partial
+    // files journal what they hold (after Ctrl-C, say) before the process exits.
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
     std::process::exit(code);
 }
 
@@ -255,7 +260,14 @@ async fn get(a: args::GetArgs) -> Result<i32> {
     let dest = PathBuf::from(&dest[0]);
     let progress = Arc::new(Progress::default());
     let bar = progress::start(&progress, a.t.quiet || a.t.json);
-    let r = longhaul_quic::get(&host, port, &paths, &dest, &opts, progress).await;
+    let r = tokio::select! {
+        r = longhaul_quic::get(&host, port, &paths, &dest, &opts, progress) => r,
+        _ = tokio::signal::ctrl_c() => {
+            bar.finish().await;
+            eprintln!("longhaul: interrupted; rerun the same command to resume");
+            return Ok(EXIT_INTERRUPTED);
+        }
+    };
     bar.finish().await;
     Ok(conclude(r, &a.t))
 }
@@ -270,7 +282,14 @@ async fn put(a: args::PutArgs) -> Result<i32> {
     let locals: Vec<PathBuf> = locals.iter().map(PathBuf::from).collect();
     let progress = Arc::new(Progress::default());
     let bar = progress::start(&progress, a.t.quiet || a.t.json);
-    let r = longhaul_quic::put(&locals, &host, port, &rdest, &opts, progress).await;
+    let r = tokio::select! {
+        r = longhaul_quic::put(&locals, &host, port, &rdest, &opts, progress) => r,
+        _ = tokio::signal::ctrl_c() => {
+            bar.finish().await;
+            eprintln!("longhaul: interrupted; rerun the same command to resume");
+            return Ok(EXIT_INTERRUPTED);
+        }
+    };
     bar.finish().await;
     Ok(conclude(r, &a.t))
 }

@@ -459,11 +459,20 @@ impl Incoming {
 
     /// Remove the part file and journal (bad data, or the sender's file is unchanged).
     pub fn discard(&mut self) {
+        self.pending.clear();
         self.file = None;
         let _ = self.dir.remove_file(os(&sibling_name(&self.name, PART)));
         if self.journaled {
             let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
         }
+    }
+}
+
+impl Drop for Incoming {
+    /// However the session ends (error, Ctrl-C, a dropped future), chunks already
+    /// written are synced and journaled so that a rerun does not fetch them again.
+    fn drop(&mut self) {
+        let _ = self.flush_journal();
     }
 }
 
