@@ -259,17 +259,12 @@ async fn get(a: args::GetArgs) -> Result<i32> {
     let opts = client_opts(&a.t, key.unwrap())?;
     let dest = PathBuf::from(&dest[0]);
     let progress = Arc::new(Progress::default());
-    let bar = progress::start(&progress, a.t.quiet || a.t.json);
-    let r = tokio::select! {
-        r = longhaul_quic::get(&host, port, &paths, &dest, &opts, progress) => r,
-        _ = tokio::signal::ctrl_c() => {
-            bar.finish().await;
-            eprintln!("longhaul: interrupted; rerun the same command to resume");
-            return Ok(EXIT_INTERRUPTED);
-        }
-    };
-    bar.finish().await;
-    Ok(conclude(r, &a.t))
+    Ok(drive(
+        &a.t,
+        progress.clone(),
+        longhaul_quic::get(&host, port, &paths, &dest, &opts, progress),
+    )
+    .await)
 }
 
 async fn put(a: args::PutArgs) -> Result<i32> {
@@ -281,17 +276,34 @@ async fn put(a: args::PutArgs) -> Result<i32> {
     let opts = client_opts(&a.t, key)?;
     let locals: Vec<PathBuf> = locals.iter().map(PathBuf::from).collect();
     let progress = Arc::new(Progress::default());
-    let bar = progress::start(&progress, a.t.quiet || a.t.json);
+    Ok(drive(
+        &a.t,
+        progress.clone(),
+        longhaul_quic::put(&locals, &host, port, &rdest, &opts, progress),
+    )
+    .await)
+}
+
+/// Run a transfer under a progress bar; Ctrl-C ends it (partials are journaled as
+/// the session state drops) with exit status 130.
+async fn drive(
+    t: &TransferArgs,
+    progress: Arc<Progress>,
+    transfer: impl std::future::Future<Output = Result<ClientReport, Problem>>,
+) -> i32 {
+    let bar = progress::start(&progress, t.quiet || t.json);
     let r = tokio::select! {
-        r = longhaul_quic::put(&locals, &host, port, &rdest, &opts, progress) => r,
-        _ = tokio::signal::ctrl_c() => {
-            bar.finish().await;
-            eprintln!("longhaul: interrupted; rerun the same command to resume");
-            return Ok(EXIT_INTERRUPTED);
-        }
+        r = transfer => Some(r),
+        _ = tokio::signal::ctrl_c() => None,
     };
     bar.finish().await;
-    Ok(conclude(r, &a.t))
+    match r {
+        Some(r) => conclude(r, t),
+        None => {
+            eprintln!("longhaul: interrupted; rerun the same command to resume");
+            EXIT_INTERRUPTED
+        }
+    }
 }
 
 /// Print the outcome (JSON or human) and pick the exit status.

@@ -57,51 +57,37 @@ pub fn spawn_writer(mut send: SendStream) -> (CtlTx, tokio::task::JoinHandle<Res
 pub fn spawn_reader(mut recv: RecvStream) -> CtlRx {
     let (tx, rx) = mpsc::channel(1024);
     tokio::spawn(async move {
-        let mut dec = FrameDecoder::new();
-        loop {
-            loop {
-                match dec.next_frame() {
-                    Ok(Some(f)) => {
-                        if tx.send(Ok(f)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        let _ = tx
-                            .send(Err(Problem::new(
-                                Kind::Connection,
-                                format!("protocol error: {e}"),
-                            )))
-                            .await;
-                        return;
-                    }
-                }
-            }
-            match recv.read_chunk(64 * 1024, true).await {
-                Ok(Some(c)) => dec.push(&c.bytes),
-                Ok(None) => {
-                    if let Err(e) = dec.finish() {
-                        let _ = tx
-                            .send(Err(Problem::new(
-                                Kind::Connection,
-                                format!("protocol error: {e}"),
-                            )))
-                            .await;
-                    }
-                    return;
-                }
-                Err(e) => {
-                    let _ = tx
-                        .send(Err(Problem::new(
-                            Kind::Connection,
-                            format!("control stream: {e}"),
-                        )))
-                        .await;
-                    return;
-                }
-            }
+        if let Err(p) = read_frames(&mut recv, &tx).await {
+            let _ = tx.send(Err(p)).await;
         }
     });
     rx
+}
+
+/// Decode frames until the stream ends cleanly (Ok) or fails (Err, to be delivered).
+async fn read_frames(
+    recv: &mut RecvStream,
+    tx: &mpsc::Sender<Result<Frame, Problem>>,
+) -> Result<(), Problem> {
+    let protocol = |e: crate::proto::ProtoError| {
+        Problem::new(Kind::Connection, format!("protocol error: {e}"))
+    };
+    let mut dec = FrameDecoder::new();
+    loop {
+        while let Some(f) = dec.next_frame().map_err(protocol)? {
+            if tx.send(Ok(f)).await.is_err() {
+                return Ok(()); // nobody listens any more
+            }
+        }
+        match recv.read_chunk(64 * 1024, true).await {
+            Ok(Some(c)) => dec.push(&c.bytes),
+            Ok(None) => return dec.finish().map_err(protocol),
+            Err(e) => {
+                return Err(Problem::new(
+                    Kind::Connection,
+                    format!("control stream: {e}"),
+                ))
+            }
+        }
+    }
 }
