@@ -96,16 +96,24 @@ pub struct ServeArgs {
     /// Print the server's fingerprint (creating its identity if needed) and exit.
     #[arg(long)]
     pub print_fingerprint: bool,
-    /// Default congestion control when sending: bbr, cubic, reno, fixed:RATE.
-    #[arg(long, value_name = "CC")]
-    pub cc: Option<String>,
-    /// Cap every session's sending rate (bits/s: 400M, 1G).
-    #[arg(long, value_name = "RATE")]
-    pub max_rate: Option<String>,
-    /// Data streams per session when sending [default: 4].
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+/// Transport knobs shared by `serve`, `get` and `put`.
+#[derive(Args)]
+pub struct NetArgs {
+    /// Concurrent data streams when sending [default: 4].
     #[arg(long, value_name = "N")]
     pub streams: Option<usize>,
-    /// Memory bound of a session's receive window (bytes: 64M, 1G) [default: 256M].
+    /// Congestion control when sending: bbr, cubic, reno, fixed:RATE (for `get` the
+    /// server sends, and applies the client's choice).
+    #[arg(long, value_name = "CC")]
+    pub cc: Option<String>,
+    /// Cap the sending rate (bits/s: 400M, 1G); a server caps every session.
+    #[arg(long, value_name = "RATE")]
+    pub max_rate: Option<String>,
+    /// Memory bound of the receive window (bytes: 64M, 1G) [default: 256M].
     #[arg(long, value_name = "BYTES")]
     pub window: Option<String>,
 }
@@ -130,18 +138,8 @@ pub struct TransferArgs {
     /// With --sync: compare BLAKE3 hashes instead of size and mtime.
     #[arg(long)]
     pub checksum: bool,
-    /// Concurrent data streams [default: 4].
-    #[arg(long, value_name = "N")]
-    pub streams: Option<usize>,
-    /// Congestion control of the sending side: bbr, cubic, reno, fixed:RATE.
-    #[arg(long, value_name = "CC")]
-    pub cc: Option<String>,
-    /// Cap the sending rate (bits/s: 400M, 1G).
-    #[arg(long, value_name = "RATE")]
-    pub max_rate: Option<String>,
-    /// Memory bound of the receive window (bytes: 64M, 1G) [default: 256M].
-    #[arg(long, value_name = "BYTES")]
-    pub window: Option<String>,
+    #[command(flatten)]
+    pub net: NetArgs,
     /// Print one JSON document with per-file results and totals on stdout.
     #[arg(long)]
     pub json: bool,

@@ -105,11 +105,8 @@ fn read_token(file: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
     }))
 }
 
-fn net_opts(
-    cc: &Option<String>,
-    max_rate: &Option<String>,
-    window: &Option<String>,
-) -> Result<(NetOpts, Option<CcChoice>)> {
+fn net_opts(a: &args::NetArgs) -> Result<(NetOpts, Option<CcChoice>)> {
+    let (cc, max_rate, window) = (&a.cc, &a.max_rate, &a.window);
     let mut net = NetOpts::default();
     let cc = match cc {
         Some(s) => Some(CcChoice::parse(s).map_err(|e| usage(e.to_string()))?),
@@ -138,7 +135,7 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         .root
         .clone()
         .ok_or_else(|| usage("serve needs --root DIR"))?;
-    let (net, _) = net_opts(&a.cc, &a.max_rate, &a.window)?;
+    let (net, _) = net_opts(&a.net)?;
     let opts = ServeOpts {
         root: root.clone(),
         listen: a.listen,
@@ -146,7 +143,7 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         token: read_token(&a.token_file)?,
         state_dir,
         net,
-        streams: a.streams.unwrap_or(4),
+        streams: a.net.streams.unwrap_or(4),
     };
     let server = Server::bind(opts)?;
     let mut out = std::io::stdout().lock();
@@ -210,7 +207,7 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
     if let Some(fp) = &a.fingerprint {
         check_fingerprint_syntax(fp).map_err(|e| usage(e.to_string()))?;
     }
-    let (net, cc) = net_opts(&a.cc, &a.max_rate, &a.window)?;
+    let (net, cc) = net_opts(&a.net)?;
     if a.checksum && !a.sync {
         return Err(usage("--checksum only makes sense with --sync"));
     }
@@ -224,7 +221,7 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
         token: read_token(&a.token_file)?.unwrap_or_default(),
         cc,
         net,
-        streams: match a.streams {
+        streams: match a.net.streams {
             Some(0) => return Err(usage("--streams must be at least 1")),
             Some(n) => n,
             None => 4,
