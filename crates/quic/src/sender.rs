@@ -195,8 +195,8 @@ fn walk_all(shared: &Shared, sources: Vec<SourceResult>) -> Result<(), Problem> 
     let mut next_id = 0u64;
     for (root, src) in sources.into_iter().enumerate() {
         let root = root as u32;
-        let src = match src {
-            Ok(s) => s,
+        let (src, walker) = match src.and_then(open_root) {
+            Ok(x) => x,
             Err((code, message)) => {
                 shared.ctl.blocking_send(Frame::RootError {
                     root,
@@ -206,37 +206,6 @@ fn walk_all(shared: &Shared, sources: Vec<SourceResult>) -> Result<(), Problem> 
                 continue;
             }
         };
-        let walker = match Walker::new(&src.dir, &src.start) {
-            Ok(w) => w,
-            Err(e) => {
-                let code = if e.kind() == std::io::ErrorKind::NotFound {
-                    ErrorCode::NotFound
-                } else {
-                    ErrorCode::Io
-                };
-                let message = format!("{}: {e}", src.start.display());
-                shared.ctl.blocking_send(Frame::RootError {
-                    root,
-                    code,
-                    message,
-                })?;
-                continue;
-            }
-        };
-        let mut walker = walker.peekable();
-        if src.must_be_dir
-            && walker
-                .peek()
-                .is_some_and(|f| f.as_ref().is_ok_and(|f| f.kind != EntryKind::Dir))
-        {
-            let message = format!("{}/: not a directory", src.start.display());
-            shared.ctl.blocking_send(Frame::RootError {
-                root,
-                code: ErrorCode::NotFound,
-                message,
-            })?;
-            continue;
-        }
         for item in walker {
             let it = match item {
                 Ok(it) => it,
@@ -287,6 +256,31 @@ fn walk_all(shared: &Shared, sources: Vec<SourceResult>) -> Result<(), Problem> 
         }
     }
     shared.ctl.blocking_send(Frame::ManifestEnd)
+}
+
+/// Start walking a requested root, or say why it cannot be served.
+fn open_root(src: Source) -> Result<(Source, std::iter::Peekable<Walker>), (ErrorCode, String)> {
+    let mut walker = match Walker::new(&src.dir, &src.start) {
+        Ok(w) => w.peekable(),
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                ErrorCode::NotFound
+            } else {
+                ErrorCode::Io
+            };
+            return Err((code, format!("{}: {e}", src.start.display())));
+        }
+    };
+    let root_is_dir = walker
+        .peek()
+        .is_some_and(|f| f.as_ref().is_ok_and(|f| f.kind == EntryKind::Dir));
+    if src.must_be_dir && !root_is_dir {
+        return Err((
+            ErrorCode::NotFound,
+            format!("{}/: not a directory", src.start.display()),
+        ));
+    }
+    Ok((src, walker))
 }
 
 fn protocol(msg: impl Into<String>) -> Problem {
