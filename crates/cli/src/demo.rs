@@ -3,11 +3,9 @@
 
 use crate::args::DemoArgs;
 use anyhow::{bail, Context, Result};
-use longhaul_quic::identity::TrustPolicy;
 use longhaul_quic::net::NetOpts;
 use longhaul_quic::{ClientOpts, Progress, ServeOpts, Server};
 use longhaul_transfer::gen;
-use longhaul_transfer::sync::SyncMode;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -78,19 +76,7 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
     let addr = server.local_addr()?;
     let fp = server.fingerprint.clone();
     let srv = tokio::spawn(server.run());
-    let opts = ClientOpts {
-        trust: TrustPolicy {
-            host: addr.to_string(),
-            known_hosts: work.join("known_hosts"),
-            pinned: Some(fp),
-            accept_new: false,
-        },
-        token: vec![],
-        cc: None,
-        net: NetOpts::default(),
-        streams: 4,
-        sync: SyncMode::Always,
-    };
+    let opts = ClientOpts::pinned(addr.to_string(), work.join("known_hosts"), fp);
     println!(
         "{:<22} {:>6} {:>10} {:>8} {:>9} {:>9}  verified",
         "set", "files", "MB", "seconds", "Mbit/s", "MB/s"

@@ -30,6 +30,26 @@ pub struct ClientOpts {
     pub sync: SyncMode,
 }
 
+impl ClientOpts {
+    /// Defaults for a server whose fingerprint is already known (pinned), as the
+    /// demo and tests have it: no token, 4 streams, no sync, the sender's controller.
+    pub fn pinned(host: String, known_hosts: PathBuf, fingerprint: String) -> ClientOpts {
+        ClientOpts {
+            trust: TrustPolicy {
+                host,
+                known_hosts,
+                pinned: Some(fingerprint),
+                accept_new: false,
+            },
+            token: vec![],
+            cc: None,
+            net: NetOpts::default(),
+            streams: 4,
+            sync: SyncMode::Always,
+        }
+    }
+}
+
 /// The document `--json` prints, and what the human summary is made from.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientReport {

@@ -10,7 +10,6 @@ use longhaul_quic::proto::{
     DATA_PRELUDE, VERSION,
 };
 use longhaul_quic::{ClientOpts, Progress, ServeOpts, Server};
-use longhaul_transfer::sync::SyncMode;
 use longhaul_transfer::{Entry, EntryKind};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -277,19 +276,11 @@ async fn normal_get_works(s: &Srv) {
     let dest = s.t.path().join("dest");
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::create_dir(&dest).unwrap();
-    let opts = ClientOpts {
-        trust: TrustPolicy {
-            host: s.addr.to_string(),
-            known_hosts: s.t.path().join("state").join("client_known_hosts"),
-            pinned: Some(s.fingerprint.clone()),
-            accept_new: false,
-        },
-        token: vec![],
-        cc: None,
-        net: NetOpts::default(),
-        streams: 4,
-        sync: SyncMode::Always,
-    };
+    let opts = ClientOpts::pinned(
+        s.addr.to_string(),
+        s.t.path().join("state").join("client_known_hosts"),
+        s.fingerprint.clone(),
+    );
     let r = longhaul_quic::get(
         "127.0.0.1",
         s.addr.port(),

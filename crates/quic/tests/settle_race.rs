@@ -3,10 +3,8 @@
 //! in-process server on an oversubscribed runtime, to shake out ordering races
 //! between the control stream (FileDone, ManifestEnd) and the data streams.
 
-use longhaul_quic::identity::TrustPolicy;
 use longhaul_quic::net::NetOpts;
 use longhaul_quic::{ClientOpts, Progress, ServeOpts, Server};
-use longhaul_transfer::sync::SyncMode;
 use std::sync::Arc;
 
 const ROUNDS: usize = 40;
@@ -36,19 +34,11 @@ async fn every_received_file_is_reported_and_placed_before_get_returns() {
     })
     .unwrap();
     let addr = server.local_addr().unwrap();
-    let opts = ClientOpts {
-        trust: TrustPolicy {
-            host: addr.to_string(),
-            known_hosts: t.path().join("known_hosts"),
-            pinned: Some(server.fingerprint.clone()),
-            accept_new: false,
-        },
-        token: vec![],
-        cc: None,
-        net: NetOpts::default(),
-        streams: 4,
-        sync: SyncMode::Always,
-    };
+    let opts = ClientOpts::pinned(
+        addr.to_string(),
+        t.path().join("known_hosts"),
+        server.fingerprint.clone(),
+    );
     let task = tokio::spawn(server.run());
     let mut failures = Vec::new();
     for round in 0..ROUNDS {
