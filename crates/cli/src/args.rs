@@ -43,6 +43,8 @@ pub enum Command {
     Put(PutArgs),
     /// Run a local server and fetch a generated data set from it, printing the rate.
     Demo(DemoArgs),
+    /// The WAN lab: emulated paths between network namespaces (root).
+    Lab(crate::lab_args::LabArgs),
 }
 
 const GET_HELP: &str = "\

@@ -2,6 +2,8 @@
 
 mod args;
 mod demo;
+mod lab;
+mod lab_args;
 mod progress;
 
 use anyhow::{Context, Result};
@@ -33,6 +35,12 @@ fn main() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
     let cli = Cli::parse();
+    // The lab needs no async runtime (and its daemons must not start threads
+    // before they block signals).
+    let cli = match cli.command {
+        Command::Lab(a) => std::process::exit(finish(lab::run(a.command))),
+        c => Cli { command: c },
+    };
     let default_level = match &cli.command {
         Command::Serve(_) => "info",
         _ => "warn",
@@ -61,7 +69,13 @@ async fn run(cli: Cli) -> i32 {
         Command::Get(a) => get(a).await,
         Command::Put(a) => put(a).await,
         Command::Demo(a) => demo::run(a).await,
+        Command::Lab(_) => unreachable!("dispatched before the runtime starts"),
     };
+    finish(r)
+}
+
+/// Turns a command's outcome into an exit status, printing the error.
+fn finish(r: Result<i32>) -> i32 {
     match r {
         Ok(code) => code,
         Err(e) => {

@@ -1,0 +1,302 @@
+//! `longhaul lab ...`: wiring from arguments to `longhaul-lab`, and the output.
+
+use crate::lab_args::{LabCommand, ProbeCommand, UpArgs};
+use anyhow::{Context, Result};
+use longhaul_lab::topology::{LabConfig, LinkArgs};
+use longhaul_lab::{daemon, ops, probe, topology};
+use longhaul_netem::hub::DirStats;
+use std::time::Duration;
+
+/// Runs a lab command; returns the exit status.
+pub fn run(cmd: LabCommand) -> Result<i32> {
+    let exe = std::env::current_exe().context("locating the longhaul executable")?;
+    match cmd {
+        LabCommand::Up(a) => up(a, &exe),
+        LabCommand::Down(a) => {
+            let r = ops::down(&a.lab.name, a.all)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else if r.stopped.is_empty() && r.stale.is_empty() {
+                println!("no lab '{}' is up; nothing to remove", a.lab.name);
+            } else {
+                for l in &r.stopped {
+                    println!("lab '{l}' stopped");
+                }
+                for l in &r.stale {
+                    println!("stale lab '{l}' removed");
+                }
+                println!("{} namespaces removed", r.namespaces.len());
+            }
+            Ok(0)
+        }
+        LabCommand::Exec(a) => {
+            ops::exec(&a.lab.name, &a.host, &a.command)?;
+            unreachable!("exec returns only on error")
+        }
+        LabCommand::Stats(a) => {
+            let snap = ops::stats(&a.lab.name)?;
+            if a.json {
+                let mut v = serde_json::to_value(&snap)?;
+                v["lab"] = a.lab.name.clone().into();
+                println!("{}", serde_json::to_string(&v)?);
+            } else {
+                print_stats(&a.lab.name, &snap);
+            }
+            Ok(0)
+        }
+        LabCommand::Probe(p) => probe_cmd(p),
+        LabCommand::Supervise(n) => Ok(daemon::supervise(&n.name, &exe)),
+        LabCommand::Emulate(n) => Ok(daemon::emulate(&n.name)),
+    }
+}
+
+fn up(a: UpArgs, exe: &std::path::Path) -> Result<i32> {
+    let seed = a.seed.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        t ^ ((std::process::id() as u64) << 32)
+    });
+    let mut cfg = LabConfig::new(
+        &a.lab.name,
+        &a.hosts,
+        LinkArgs {
+            default: a.link.as_deref(),
+            per_host: &a.link_to,
+        },
+        seed,
+        a.mtu,
+    )
+    .map_err(|e| crate::usage(format!("{e:#}")))?;
+    if let Some(p) = &a.pcap {
+        // The emulator runs elsewhere: give it an absolute path.
+        let abs = std::path::absolute(p).with_context(|| format!("--pcap {}", p.display()))?;
+        cfg.pcap = Some(abs);
+        cfg.snaplen = a.snaplen;
+    }
+    ops::up(&cfg, exe)?;
+    if a.json {
+        let hosts: Vec<serde_json::Value> = cfg
+            .hosts
+            .iter()
+            .map(|h| {
+                serde_json::json!({
+                    "name": h.name, "addr": h.addr, "netns": cfg.netns(&h.name),
+                    "link": h.link.to_string(),
+                })
+            })
+            .collect();
+        let v =
+            serde_json::json!({"lab": cfg.name, "seed": cfg.seed, "mtu": cfg.mtu, "hosts": hosts});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    println!(
+        "lab '{}' is up (seed {}, MTU {}):",
+        cfg.name, cfg.seed, cfg.mtu
+    );
+    let w = cfg.hosts.iter().map(|h| h.name.len()).max().unwrap_or(4);
+    for h in &cfg.hosts {
+        println!(
+            "  {:w$}  {:<11} {:<24} {}",
+            h.name,
+            h.addr.to_string(),
+            cfg.netns(&h.name),
+            h.link
+        );
+    }
+    let name = if cfg.name == topology::DEFAULT_LAB {
+        String::new()
+    } else {
+        format!(" --name {}", cfg.name)
+    };
+    let (first, second) = (&cfg.hosts[0].name, &cfg.hosts[1].name);
+    println!("run in a host:  longhaul lab exec{name} {second} -- ping -c 3 {first}");
+    println!("counters:       longhaul lab stats{name}");
+    println!("remove it all:  longhaul lab down{name}");
+    Ok(0)
+}
+
+fn human_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// Rate over the last second of the series, bit/s.
+fn recent_rate(d: &DirStats) -> f64 {
+    let s = &d.series.bytes;
+    let n = s.len().min(10);
+    if n == 0 {
+        return 0.0;
+    }
+    // The newest bucket is still filling: skip it.
+    let full: u64 = s.iter().rev().skip(1).take(n.saturating_sub(1)).sum();
+    full as f64 * 8.0 / ((n.saturating_sub(1)).max(1) as f64 * 0.1)
+}
+
+fn print_stats(name: &str, s: &longhaul_netem::Snapshot) {
+    println!(
+        "lab '{name}': up {:.1} s, seed {}, {} packets buffered",
+        s.uptime_ms as f64 / 1000.0,
+        s.seed,
+        s.buffered_packets
+    );
+    println!(
+        "{:<10} {:<4} {:>10} {:>11} {:>8} {:>8} {:>10} {:>11} {:>6} {:>9} {:>9} {:>10}",
+        "HOST",
+        "DIR",
+        "OFFERED",
+        "BYTES",
+        "LOST",
+        "QDROP",
+        "DELIVERED",
+        "BYTES",
+        "QHWM",
+        "LATE avg",
+        "LATE max",
+        "RATE 1s"
+    );
+    for h in &s.hosts {
+        for (dir, d) in [("up", &h.up), ("down", &h.down)] {
+            let c = &d.counters;
+            println!(
+                "{:<10} {:<4} {:>10} {:>11} {:>8} {:>8} {:>10} {:>11} {:>6} {:>7}us {:>7}us {:>6.1} Mb/s",
+                h.name,
+                dir,
+                c.offered_pkts,
+                human_bytes(c.offered_bytes),
+                c.lost_pkts,
+                c.queue_drop_pkts,
+                c.delivered_pkts,
+                human_bytes(c.delivered_bytes),
+                c.queue_hwm_pkts,
+                c.late.mean_ns() / 1000,
+                c.late.max_ns / 1000,
+                recent_rate(d) / 1e6
+            );
+        }
+    }
+    for h in &s.hosts {
+        println!("{:<10} {} link: {}", h.name, h.addr, h.link);
+    }
+    let hub = &s.hub;
+    if hub.not_ipv4 + hub.malformed + hub.unroutable + hub.pool_exhausted > 0 {
+        println!(
+            "hub drops: {} not IPv4, {} malformed, {} unroutable, {} for want of buffers",
+            hub.not_ipv4, hub.malformed, hub.unroutable, hub.pool_exhausted
+        );
+    }
+    println!(
+        "{} flows (per-flow bytes and the 100 ms series: --json)",
+        s.flows.len()
+    );
+}
+
+fn with_port(to: &str) -> String {
+    if to.contains(':') {
+        to.to_string()
+    } else {
+        format!("{to}:7077")
+    }
+}
+
+fn probe_cmd(p: ProbeCommand) -> Result<i32> {
+    match p {
+        ProbeCommand::Echo { port } => {
+            probe::echo(port)?;
+            Ok(0)
+        }
+        ProbeCommand::Rtt {
+            to,
+            count,
+            interval_ms,
+            size,
+            json,
+        } => {
+            let r = probe::rtt(
+                &with_port(&to),
+                count,
+                Duration::from_millis(interval_ms),
+                size,
+            )?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "{}/{} replies; rtt min {:.3} / mean {:.3} / max {:.3} ms",
+                    r.received, r.sent, r.min_ms, r.mean_ms, r.max_ms
+                );
+            }
+            Ok(if r.received == 0 { 1 } else { 0 })
+        }
+        ProbeCommand::Send {
+            to,
+            rate,
+            size,
+            count,
+            duration,
+            json,
+        } => {
+            let bps = if rate == "0" {
+                0
+            } else {
+                longhaul_netem::spec::parse_rate(&rate).map_err(crate::usage)?
+            };
+            let r = probe::send(
+                &with_port(&to),
+                bps,
+                size,
+                count,
+                Duration::from_secs_f64(duration.max(0.0)),
+            )?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "sent {} datagrams ({}) in {:.2} s: {:.1} Mbit/s",
+                    r.sent_pkts,
+                    human_bytes(r.sent_bytes),
+                    r.secs,
+                    r.rate_bps / 1e6
+                );
+            }
+            Ok(0)
+        }
+        ProbeCommand::Sink {
+            port,
+            idle_ms,
+            max,
+            json,
+        } => {
+            let r = probe::sink(
+                port,
+                Duration::from_millis(idle_ms),
+                Duration::from_secs_f64(max.max(0.0)),
+            )?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "received {} datagrams ({}) in {:.2} s; {} missing in {} bursts (mean {:.2}); steady {:.1} Mbit/s",
+                    r.received_pkts,
+                    human_bytes(r.received_bytes),
+                    r.secs,
+                    r.missing,
+                    r.bursts,
+                    r.mean_burst,
+                    r.steady_rate_bps / 1e6
+                );
+            }
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Grammar of `longhaul lab ...`.
+
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+pub const LAB_HELP: &str = "\
+The lab emulates wide-area paths on this machine: each host is a network namespace
+with one address (10.77.0.1, .2, ... in --hosts order), and an emulator process
+joins them through per-host links with delay, jitter, loss, rate and a queue.
+Needs root.
+
+  longhaul lab up --hosts srv,cli --link 'rate=1G delay=35ms loss=1e-3'
+  longhaul lab exec cli -- ping -c 3 srv        # RTT 70 ms
+  longhaul lab stats                             # counters per host and direction
+  longhaul lab down
+
+A packet crosses its sender's link (up direction), then its receiver's link (down
+direction). The first host is the hub's own and is ideal unless --link-to gives it
+a link, so --link is the path between the first host and each of the others.";
+
+pub const LINK_HELP: &str = "\
+Link SPEC: whitespace-separated key=value, each for both directions unless prefixed
+up: (host → hub) or down: (hub → host):
+  rate=1G | 100M | 256k        serialisation rate in bit/s of IP bytes (default: unlimited)
+  delay=35ms                   one-way delay
+  jitter=1ms                   uniform ±jitter per packet (packets keep their order)
+  loss=1e-3 | 0.1%             Bernoulli loss
+  loss=ge:p=0.001,r=0.3,h=0,k=1  Gilbert-Elliott: p good→bad, r bad→good,
+                               h / k = chance a packet survives in bad / good
+  loss=burst:1e-3:len=4        bursts of exactly 4 losses at a mean rate of 1e-3
+  queue=50pkts | 256KB         drop-tail queue before the rate limit (default 1000pkts)
+Example: --link 'rate=1G delay=35ms loss=1e-3 down:queue=2000pkts'";
+
+#[derive(Args)]
+#[command(about = "The WAN lab: emulated paths between network namespaces", long_about = LAB_HELP)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    pub command: LabCommand,
+}
+
+#[derive(Args, Clone)]
+pub struct LabName {
+    /// Name of the lab (lowercase letters and digits); several labs can run at once.
+    #[arg(long, default_value = "default", value_name = "LAB")]
+    pub name: String,
+}
+
+#[derive(Subcommand)]
+pub enum LabCommand {
+    /// Create the hosts and start the emulator.
+    #[command(after_help = LINK_HELP)]
+    Up(UpArgs),
+    /// Stop a lab and remove its namespaces, processes and files (and any stale lab).
+    Down(DownArgs),
+    /// Run a command inside a host: exec [--name LAB] HOST -- COMMAND...
+    Exec(ExecArgs),
+    /// Live counters per host and direction, per flow, and a 100 ms time series.
+    Stats(StatsArgs),
+    /// UDP probes for checking a path (run them inside hosts with `lab exec`).
+    #[command(subcommand)]
+    Probe(ProbeCommand),
+    #[command(name = "__supervise", hide = true)]
+    Supervise(LabName),
+    #[command(name = "__emulate", hide = true)]
+    Emulate(LabName),
+}
+
+#[derive(Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub lab: LabName,
+    /// Host names, comma-separated; the first sits at the hub.
+    #[arg(long, value_delimiter = ',', required = true, value_name = "H1,H2,...")]
+    pub hosts: Vec<String>,
+    /// Link of every host but the first (see below).
+    #[arg(long, value_name = "SPEC")]
+    pub link: Option<String>,
+    /// Link of one host, overriding --link: HOST=SPEC (repeatable).
+    #[arg(long, value_name = "HOST=SPEC")]
+    pub link_to: Vec<String>,
+    /// Seed of the loss and jitter generators [default: random, printed].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// MTU of every host's port.
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: usize,
+    /// Capture every packet the hosts send to this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// Bytes kept of each captured packet.
+    #[arg(long, default_value_t = 68, requires = "pcap")]
+    pub snaplen: u32,
+    /// Print the lab (hosts, addresses, namespaces, links) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct DownArgs {
+    #[command(flatten)]
+    pub lab: LabName,
+    /// Stop every lab.
+    #[arg(long)]
+    pub all: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub lab: LabName,
+    /// Host to run in.
+    pub host: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub lab: LabName,
+    /// Everything (including per-flow counters and the 100 ms time series) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum ProbeCommand {
+    /// Echo UDP datagrams back (the far end of `rtt`); runs until stopped.
+    Echo {
+        #[arg(long, default_value_t = 7077)]
+        port: u16,
+    },
+    /// Measure round trips to an `echo`: rtt HOST[:PORT]
+    Rtt {
+        to: String,
+        #[arg(long, default_value_t = 20)]
+        count: u64,
+        /// Milliseconds between probes.
+        #[arg(long, default_value_t = 100)]
+        interval_ms: u64,
+        /// Datagram payload bytes.
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send sequence-numbered datagrams at a rate: send HOST[:PORT]
+    Send {
+        to: String,
+        /// Rate of IP bytes in bit/s (100M, 1G); 0 = as fast as possible.
+        #[arg(long, default_value = "10M")]
+        rate: String,
+        /// Datagram payload bytes (1472 fills a 1500-byte MTU).
+        #[arg(long, default_value_t = 1472)]
+        size: usize,
+        #[arg(long, default_value_t = u64::MAX, hide_default_value = true)]
+        count: u64,
+        /// Seconds to send for.
+        #[arg(long, default_value_t = 5.0)]
+        duration: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Count what `send` delivers: losses, bursts, rate.
+    Sink {
+        #[arg(long, default_value_t = 7077)]
+        port: u16,
+        /// Stop after this many ms without a datagram (once one arrived).
+        #[arg(long, default_value_t = 1000)]
+        idle_ms: u64,
+        /// Stop after this many seconds in any case.
+        #[arg(long, default_value_t = 60.0)]
+        max: f64,
+        #[arg(long)]
+        json: bool,
+    },
+}

@@ -1,0 +1,257 @@
+//! What a lab is: its name, its hosts with their addresses and links, and where
+//! its state lives. Pure data and naming rules; no side effects.
+
+use anyhow::{bail, Result};
+use longhaul_netem::{HostConfig, HubConfig, LinkSpec};
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+/// The lab used when `--name` is not given.
+pub const DEFAULT_LAB: &str = "default";
+/// Every namespace the lab creates starts with this.
+pub const NS_PREFIX: &str = "lh-";
+/// The TUN port's name inside each host.
+pub const PORT_NAME: &str = "lh0";
+/// Hosts get 10.77.0.1, .2, ... in the order given.
+pub const SUBNET: [u8; 3] = [10, 77, 0];
+pub const MAX_HOSTS: usize = 200;
+
+/// Where labs keep their state (config, pids, control socket, logs).
+pub fn state_root() -> PathBuf {
+    std::env::var_os("LONGHAUL_LAB_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/longhaul/lab"))
+}
+
+/// A lab name: 1–12 of [a-z0-9], so `lh-NAME-HOST` stays unambiguous.
+pub fn check_lab_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || name.len() > 12
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    {
+        bail!("lab name '{name}': use 1 to 12 lowercase letters or digits");
+    }
+    Ok(())
+}
+
+/// A host name: 1–20 of [a-z0-9-], starting with a letter (it is also a DNS name).
+pub fn check_host_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 20
+        && name.as_bytes()[0].is_ascii_lowercase()
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !ok {
+        bail!("host name '{name}': use 1 to 20 of a-z, 0-9 and '-', starting with a letter");
+    }
+    Ok(())
+}
+
+/// Everything needed to build (and tear down) a lab.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabConfig {
+    pub name: String,
+    pub hosts: Vec<HostConfig>,
+    pub seed: u64,
+    pub mtu: usize,
+    pub pcap: Option<PathBuf>,
+    pub snaplen: u32,
+}
+
+/// `--link` and `--link-to` as given.
+pub struct LinkArgs<'a> {
+    /// Applies to every host but the first (the hub host), which is ideal by default.
+    pub default: Option<&'a str>,
+    /// HOST=SPEC overrides.
+    pub per_host: &'a [String],
+}
+
+impl LabConfig {
+    /// Builds a config from the command line's host list and links.
+    pub fn new(
+        name: &str,
+        hosts: &[String],
+        links: LinkArgs,
+        seed: u64,
+        mtu: usize,
+    ) -> Result<Self> {
+        check_lab_name(name)?;
+        if hosts.len() < 2 {
+            bail!("a lab needs at least two hosts (e.g. --hosts srv,cli)");
+        }
+        if hosts.len() > MAX_HOSTS {
+            bail!("at most {MAX_HOSTS} hosts");
+        }
+        if !(576..=9000).contains(&mtu) {
+            bail!("MTU {mtu} out of range (576 to 9000)");
+        }
+        for (i, h) in hosts.iter().enumerate() {
+            check_host_name(h)?;
+            if hosts[..i].contains(h) {
+                bail!("host '{h}' is listed twice");
+            }
+        }
+        let default: LinkSpec = match links.default {
+            Some(s) => s.parse().map_err(|e| anyhow::anyhow!("--link: {e}"))?,
+            None => LinkSpec::default(),
+        };
+        let mut cfg_hosts: Vec<HostConfig> = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| HostConfig {
+                name: h.clone(),
+                addr: Ipv4Addr::new(SUBNET[0], SUBNET[1], SUBNET[2], i as u8 + 1),
+                link: if i == 0 { LinkSpec::default() } else { default },
+            })
+            .collect();
+        for arg in links.per_host {
+            let Some((host, spec)) = arg.split_once('=') else {
+                bail!("--link-to '{arg}': expected HOST=SPEC (e.g. cli1='delay=35ms loss=1e-3')");
+            };
+            let Some(h) = cfg_hosts.iter_mut().find(|h| h.name == host) else {
+                bail!(
+                    "--link-to '{arg}': no host '{host}' (hosts: {})",
+                    hosts.join(", ")
+                );
+            };
+            h.link = spec
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--link-to {host}: {e}"))?;
+        }
+        Ok(LabConfig {
+            name: name.to_string(),
+            hosts: cfg_hosts,
+            seed,
+            mtu,
+            pcap: None,
+            snaplen: 68,
+        })
+    }
+
+    pub fn netns(&self, host: &str) -> String {
+        netns_name(&self.name, host)
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        state_root().join(&self.name)
+    }
+
+    pub fn host(&self, name: &str) -> Option<&HostConfig> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+
+    pub fn hub_config(&self) -> HubConfig {
+        HubConfig {
+            hosts: self.hosts.clone(),
+            seed: self.seed,
+            mtu: self.mtu,
+            max_packets: 400_000,
+        }
+    }
+
+    /// `/etc/hosts` for `host`'s namespace: every host by name, and this
+    /// machine's own hostname mapped to the host's address (some tools, like
+    /// GridFTP, resolve their own name).
+    pub fn hosts_file(&self, host: &str, machine: &str) -> String {
+        let mut s = String::from("127.0.0.1\tlocalhost\n");
+        for h in &self.hosts {
+            let mut names = h.name.clone();
+            if h.name == host && !machine.is_empty() && machine != h.name {
+                names.push('\t');
+                names.push_str(machine);
+            }
+            s.push_str(&format!("{}\t{names}\n", h.addr));
+        }
+        s
+    }
+}
+
+pub fn netns_name(lab: &str, host: &str) -> String {
+    format!("{NS_PREFIX}{lab}-{host}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(list: &str) -> Vec<String> {
+        list.split(',').map(String::from).collect()
+    }
+
+    #[test]
+    fn first_host_is_ideal_and_others_get_the_link() {
+        let per = vec!["cli2=delay=350ms".to_string()];
+        let c = LabConfig::new(
+            "t1",
+            &hosts("srv,cli1,cli2"),
+            LinkArgs {
+                default: Some("delay=35ms loss=1e-3"),
+                per_host: &per,
+            },
+            7,
+            1500,
+        )
+        .unwrap();
+        assert!(c.hosts[0].link.is_ideal());
+        assert_eq!(c.hosts[1].link.down.delay_ns, 35_000_000);
+        assert_eq!(c.hosts[2].link.up.delay_ns, 350_000_000);
+        assert_eq!(c.hosts[2].addr, Ipv4Addr::new(10, 77, 0, 3));
+        assert_eq!(c.netns("cli1"), "lh-t1-cli1");
+        let hf = c.hosts_file("cli1", "box");
+        assert!(hf.contains("10.77.0.1\tsrv\n"));
+        assert!(hf.contains("10.77.0.2\tcli1\tbox\n"));
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_the_reason() {
+        let none = LinkArgs {
+            default: None,
+            per_host: &[],
+        };
+        let err = |name: &str, h: &str, links: LinkArgs| {
+            LabConfig::new(name, &hosts(h), links, 0, 1500)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err("Bad-Name", "a,b", none).contains("lab name"));
+        let none = LinkArgs {
+            default: None,
+            per_host: &[],
+        };
+        assert!(err("x", "a", none).contains("at least two"));
+        let none = LinkArgs {
+            default: None,
+            per_host: &[],
+        };
+        assert!(err("x", "a,a", none).contains("twice"));
+        let none = LinkArgs {
+            default: None,
+            per_host: &[],
+        };
+        assert!(err("x", "a,9b", none).contains("host name"));
+        let per = vec!["zz=delay=1ms".to_string()];
+        let e = err(
+            "x",
+            "a,b",
+            LinkArgs {
+                default: None,
+                per_host: &per,
+            },
+        );
+        assert!(e.contains("no host 'zz'"), "{e}");
+        let e = err(
+            "x",
+            "a,b",
+            LinkArgs {
+                default: Some("rate=fast"),
+                per_host: &[],
+            },
+        );
+        assert!(e.contains("--link"), "{e}");
+    }
+}

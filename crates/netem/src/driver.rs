@@ -1,0 +1,387 @@
+//! The Linux driver: one thread that moves packets between TUN ports through
+//! the [`Hub`]. It sleeps in `epoll_wait` until a port has packets or the
+//! hub's next deadline (a `timerfd` on CLOCK_MONOTONIC, absolute time, 1 µs
+//! timer slack) comes; it never busy-polls. Reads drain each port in batches,
+//! writes drain everything due. Other threads talk to it through a [`Handle`].
+
+use crate::hub::{Hub, Snapshot};
+use crate::pcap::PcapWriter;
+use crate::tun::Tun;
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+/// Requests other threads may make.
+pub enum Request {
+    Snapshot(mpsc::SyncSender<Snapshot>),
+    Stop,
+}
+
+/// Talks to a running driver from another thread.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::Sender<Request>,
+    wake: Arc<OwnedFd>,
+}
+
+impl Handle {
+    /// A snapshot of every counter; `None` if the driver has stopped.
+    pub fn snapshot(&self) -> Option<Snapshot> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.tx.send(Request::Snapshot(tx)).ok()?;
+        self.kick();
+        rx.recv().ok()
+    }
+
+    /// Asks the driver to stop; `run` then returns.
+    pub fn stop(&self) {
+        let _ = self.tx.send(Request::Stop);
+        self.kick();
+    }
+
+    fn kick(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writing 8 bytes to an eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+/// Driver options.
+pub struct Options {
+    /// Capture every packet the hosts send (first `snaplen` bytes).
+    pub pcap: Option<(File, u32)>,
+    /// Stop on SIGINT, SIGTERM or SIGHUP. The caller must have blocked them
+    /// (see [`block_stop_signals`]) in every thread before spawning any.
+    pub stop_on_signals: bool,
+}
+
+/// Counts of the driver's own I/O troubles.
+#[derive(Debug, Default, Clone)]
+pub struct IoCounters {
+    pub write_errors: u64,
+    pub read_errors: u64,
+    pub oversize: u64,
+}
+
+pub struct Driver {
+    hub: Hub,
+    tuns: Vec<Tun>,
+    pcap: Option<PcapWriter<BufWriter<File>>>,
+    rx: mpsc::Receiver<Request>,
+    wake: Arc<OwnedFd>,
+    timer: OwnedFd,
+    _signals: Option<OwnedFd>,
+    epoll: OwnedFd,
+    base_ns: u64,
+    unix_base_ns: u64,
+    pub io: IoCounters,
+}
+
+const READ_BATCH: usize = 64;
+const TAG_TIMER: u64 = u64::MAX;
+const TAG_WAKE: u64 = u64::MAX - 1;
+const TAG_SIGNAL: u64 = u64::MAX - 2;
+
+fn check(r: libc::c_int, what: &str) -> io::Result<libc::c_int> {
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        Err(io::Error::new(e.kind(), format!("{what}: {e}")))
+    } else {
+        Ok(r)
+    }
+}
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The signals that stop a driver, blocked in this thread (and every thread it
+/// spawns afterwards) so that only the driver's signalfd sees them.
+pub fn block_stop_signals() -> io::Result<()> {
+    // SAFETY: sigset manipulation on a local set, then pthread_sigmask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+    }
+    Ok(())
+}
+
+impl Driver {
+    pub fn new(hub: Hub, tuns: Vec<Tun>, opts: Options) -> io::Result<(Driver, Handle)> {
+        assert_eq!(hub.ports(), tuns.len(), "one TUN per hub port");
+        // SAFETY: each call creates a new descriptor that we own at once.
+        let own = |fd: libc::c_int| unsafe { OwnedFd::from_raw_fd(fd) };
+        let epoll = own(check(
+            unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) },
+            "epoll_create1",
+        )?);
+        let timer = own(check(
+            unsafe {
+                libc::timerfd_create(
+                    libc::CLOCK_MONOTONIC,
+                    libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+                )
+            },
+            "timerfd_create",
+        )?);
+        let wake = Arc::new(own(check(
+            unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
+            "eventfd",
+        )?));
+        let signals = if opts.stop_on_signals {
+            // SAFETY: as in block_stop_signals.
+            let fd = unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                    libc::sigaddset(&mut set, s);
+                }
+                libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC)
+            };
+            Some(own(check(fd, "signalfd")?))
+        } else {
+            None
+        };
+        // Wake on timers to the microsecond rather than the default 50 µs slack.
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+
+        let add = |fd: RawFd, tag: u64| -> io::Result<()> {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: tag,
+            };
+            // SAFETY: ev is a valid epoll_event.
+            check(
+                unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) },
+                "epoll_ctl",
+            )
+            .map(|_| ())
+        };
+        for (i, t) in tuns.iter().enumerate() {
+            add(t.as_raw_fd(), i as u64)?;
+        }
+        add(timer.as_raw_fd(), TAG_TIMER)?;
+        add(wake.as_raw_fd(), TAG_WAKE)?;
+        if let Some(s) = &signals {
+            add(s.as_raw_fd(), TAG_SIGNAL)?;
+        }
+        let pcap = match opts.pcap {
+            Some((file, snaplen)) => Some(PcapWriter::new(
+                BufWriter::with_capacity(1 << 20, file),
+                snaplen,
+            )?),
+            None => None,
+        };
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let (tx, rx) = mpsc::channel();
+        let handle = Handle {
+            tx,
+            wake: wake.clone(),
+        };
+        Ok((
+            Driver {
+                hub,
+                tuns,
+                pcap,
+                rx,
+                wake,
+                timer,
+                _signals: signals,
+                epoll,
+                base_ns: mono_ns(),
+                unix_base_ns: unix_now,
+                io: IoCounters::default(),
+            },
+            handle,
+        ))
+    }
+
+    fn now(&self) -> u64 {
+        mono_ns() - self.base_ns
+    }
+
+    /// Runs until stopped (by a [`Handle`] or a signal); returns the final counters.
+    pub fn run(mut self) -> io::Result<Snapshot> {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
+        let mut armed: Option<u64> = None;
+        loop {
+            self.flush_due();
+            // Sleep until the next deadline, or not at all if one has passed.
+            let now = self.now();
+            let timeout = match self.hub.next_deadline() {
+                Some(d) if d <= now => 0,
+                Some(d) => {
+                    if armed != Some(d) {
+                        self.arm(d)?;
+                        armed = Some(d);
+                    }
+                    -1
+                }
+                None => -1,
+            };
+            // SAFETY: events has room for events.len() entries.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.epoll.as_raw_fd(),
+                    events.as_mut_ptr(),
+                    events.len() as i32,
+                    timeout,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            for ev in &events[..n as usize] {
+                match ev.u64 {
+                    TAG_TIMER => {
+                        drain_fd(self.timer.as_raw_fd());
+                        armed = None;
+                    }
+                    TAG_WAKE => {
+                        drain_fd(self.wake.as_raw_fd());
+                        if self.serve_requests() {
+                            return Ok(self.finish());
+                        }
+                    }
+                    TAG_SIGNAL => return Ok(self.finish()),
+                    port => self.read_port(port as usize),
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> Snapshot {
+        if let Some(p) = &mut self.pcap {
+            let _ = p.flush();
+        }
+        self.hub.snapshot(self.now())
+    }
+
+    /// Answers queued requests; true when asked to stop.
+    fn serve_requests(&mut self) -> bool {
+        while let Ok(req) = self.rx.try_recv() {
+            match req {
+                Request::Snapshot(reply) => {
+                    if let Some(p) = &mut self.pcap {
+                        let _ = p.flush();
+                    }
+                    let _ = reply.send(self.hub.snapshot(self.now()));
+                }
+                Request::Stop => return true,
+            }
+        }
+        false
+    }
+
+    fn arm(&self, deadline: u64) -> io::Result<()> {
+        let at = self.base_ns + deadline;
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: (at / 1_000_000_000) as libc::time_t,
+                tv_nsec: (at % 1_000_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: spec is a valid itimerspec.
+        check(
+            unsafe {
+                libc::timerfd_settime(
+                    self.timer.as_raw_fd(),
+                    libc::TFD_TIMER_ABSTIME,
+                    &spec,
+                    std::ptr::null_mut(),
+                )
+            },
+            "timerfd_settime",
+        )
+        .map(|_| ())
+    }
+
+    /// Writes every packet that is due.
+    fn flush_due(&mut self) {
+        let mut now = self.now();
+        let mut n = 0u32;
+        while let Some(e) = self.hub.poll_egress(now) {
+            let pkt = &self.hub.buf(e.buf)[..e.len];
+            if self.tuns[e.port].send(pkt).is_err() {
+                self.io.write_errors += 1;
+            }
+            self.hub.release(e.buf);
+            n += 1;
+            if n.is_multiple_of(8) {
+                now = self.now();
+            }
+        }
+    }
+
+    /// Reads up to a batch of packets from one port.
+    fn read_port(&mut self, port: usize) {
+        for _ in 0..READ_BATCH {
+            let Some(id) = self.hub.alloc() else {
+                // Pool at its cap: read and discard, so the port does not stall.
+                let mut scratch = [0u8; 1];
+                match self.tuns[port].recv(&mut scratch) {
+                    Ok(_) => {
+                        self.hub.count_pool_exhausted();
+                        continue;
+                    }
+                    Err(_) => return,
+                }
+            };
+            let buf = self.hub.buf_mut(id);
+            let slot = buf.len();
+            match self.tuns[port].recv(buf) {
+                Ok(len) if len < slot => {
+                    let now = self.now();
+                    if let Some(p) = &mut self.pcap {
+                        let _ = p.record(self.unix_base_ns + now, &self.hub.buf(id)[..len]);
+                    }
+                    self.hub.ingress(now, port, id, len);
+                }
+                Ok(_) => {
+                    self.io.oversize += 1;
+                    self.hub.release(id);
+                }
+                Err(e) => {
+                    self.hub.release(id);
+                    if e.kind() != io::ErrorKind::WouldBlock {
+                        self.io.read_errors += 1;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn drain_fd(fd: RawFd) {
+    let mut b = [0u8; 128];
+    // SAFETY: reading into a local buffer; non-blocking descriptors.
+    unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
+}

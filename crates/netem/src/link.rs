@@ -1,0 +1,373 @@
+//! One direction of a link: drop-tail queue → serialiser at `rate` → loss on
+//! the wire → propagation `delay ± jitter`. Sans-IO: time is a number of
+//! nanoseconds the caller supplies, packets are opaque handles.
+//!
+//! Order of events for an offered packet:
+//! 1. the queue (packets not yet fully serialised, including the one on the
+//!    wire) is full → dropped by the queue;
+//! 2. otherwise it waits for the serialiser, which is busy `len·8/rate` per
+//!    packet (rate counts IP bytes);
+//! 3. the loss model decides whether it is lost on the wire (it still used its
+//!    serialisation time, as on a real path);
+//! 4. it is delivered at `tx_end + delay + U(-jitter, +jitter)`, never before
+//!    the packet ahead of it (a link does not reorder).
+
+use crate::loss::{Loss, Rng};
+use crate::spec::{DirSpec, QueueLimit};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// How late packets left versus their schedule, as a histogram.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Lateness {
+    pub count: u64,
+    pub sum_ns: u64,
+    pub max_ns: u64,
+    /// Counts of lateness ≤ 10 µs, ≤ 100 µs, ≤ 1 ms, ≤ 10 ms, > 10 ms.
+    pub hist: [u64; 5],
+}
+
+impl Lateness {
+    pub fn record(&mut self, ns: u64) {
+        self.count += 1;
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.max_ns = self.max_ns.max(ns);
+        let i = match ns {
+            0..=10_000 => 0,
+            10_001..=100_000 => 1,
+            100_001..=1_000_000 => 2,
+            1_000_001..=10_000_000 => 3,
+            _ => 4,
+        };
+        self.hist[i] += 1;
+    }
+
+    pub fn mean_ns(&self) -> u64 {
+        self.sum_ns.checked_div(self.count).unwrap_or(0)
+    }
+}
+
+/// Counters of one direction.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DirCounters {
+    pub offered_pkts: u64,
+    pub offered_bytes: u64,
+    /// Dropped by the loss model.
+    pub lost_pkts: u64,
+    pub lost_bytes: u64,
+    /// Dropped because the queue was full.
+    pub queue_drop_pkts: u64,
+    pub queue_drop_bytes: u64,
+    pub delivered_pkts: u64,
+    pub delivered_bytes: u64,
+    /// Highest queue occupancy seen.
+    pub queue_hwm_pkts: u64,
+    pub queue_hwm_bytes: u64,
+    pub late: Lateness,
+}
+
+/// Delivered bytes per interval, from the start of the emulator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    pub interval_ms: u64,
+    /// Index of `bytes[0]` (buckets before it were discarded to bound memory).
+    pub first: u64,
+    pub bytes: VecDeque<u64>,
+}
+
+/// One hour of 100 ms buckets.
+const SERIES_KEEP: usize = 36_000;
+
+impl Series {
+    pub fn new(interval_ms: u64) -> Self {
+        Series {
+            interval_ms,
+            first: 0,
+            bytes: VecDeque::new(),
+        }
+    }
+
+    pub fn add(&mut self, at_ns: u64, bytes: u64) {
+        let idx = at_ns / (self.interval_ms * 1_000_000);
+        if idx < self.first {
+            return;
+        }
+        while self.first + (self.bytes.len() as u64) <= idx {
+            if self.bytes.len() == SERIES_KEEP {
+                self.bytes.pop_front();
+                self.first += 1;
+            }
+            self.bytes.push_back(0);
+        }
+        let i = (idx - self.first) as usize;
+        self.bytes[i] += bytes;
+    }
+}
+
+/// What happened to an offered packet.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Offer<T> {
+    /// On its way; `pop_due` will hand it back.
+    Accepted,
+    /// Lost on the wire by the loss model.
+    Lost(T),
+    /// Dropped at a full queue.
+    QueueFull(T),
+}
+
+struct InFlight<T> {
+    due: u64,
+    len: u32,
+    item: T,
+}
+
+/// One direction of a link.
+pub struct DirLink<T> {
+    spec: DirSpec,
+    loss: Loss,
+    rng: Rng,
+    /// (tx_end, len) of packets not fully serialised at the last offer.
+    queue: VecDeque<(u64, u32)>,
+    queue_bytes: u64,
+    busy_until: u64,
+    last_arrival: u64,
+    last_due: u64,
+    in_flight: VecDeque<InFlight<T>>,
+    pub counters: DirCounters,
+    pub series: Series,
+}
+
+impl<T> DirLink<T> {
+    pub fn new(spec: DirSpec, seed: u64) -> Self {
+        DirLink {
+            spec,
+            loss: Loss::new(spec.loss),
+            rng: Rng::new(seed),
+            queue: VecDeque::with_capacity(1024),
+            queue_bytes: 0,
+            busy_until: 0,
+            last_arrival: 0,
+            last_due: 0,
+            in_flight: VecDeque::with_capacity(1024),
+            counters: DirCounters::default(),
+            series: Series::new(100),
+        }
+    }
+
+    pub fn spec(&self) -> &DirSpec {
+        &self.spec
+    }
+
+    /// True when packets pass without delay, loss or rate limit.
+    pub fn is_ideal(&self) -> bool {
+        self.spec.is_ideal()
+    }
+
+    /// Offers a packet of `len` IP bytes arriving at `now` (ns).
+    pub fn offer(&mut self, now: u64, len: u32, item: T) -> Offer<T> {
+        // Arrivals are monotonic per link even if the caller's events are not.
+        let now = now.max(self.last_arrival);
+        self.last_arrival = now;
+        let c = &mut self.counters;
+        c.offered_pkts += 1;
+        c.offered_bytes += len as u64;
+
+        let tx_end = match self.spec.rate_bps {
+            None => now,
+            Some(rate) => {
+                while let Some(&(end, l)) = self.queue.front() {
+                    if end > now {
+                        break;
+                    }
+                    self.queue.pop_front();
+                    self.queue_bytes -= l as u64;
+                }
+                let full = match self.spec.queue {
+                    QueueLimit::Packets(n) => self.queue.len() >= n as usize,
+                    QueueLimit::Bytes(b) => self.queue_bytes + len as u64 > b,
+                };
+                if full {
+                    c.queue_drop_pkts += 1;
+                    c.queue_drop_bytes += len as u64;
+                    return Offer::QueueFull(item);
+                }
+                let tx_ns = (len as u128 * 8_000_000_000).div_ceil(rate as u128) as u64;
+                let end = self.busy_until.max(now) + tx_ns;
+                self.busy_until = end;
+                self.queue.push_back((end, len));
+                self.queue_bytes += len as u64;
+                c.queue_hwm_pkts = c.queue_hwm_pkts.max(self.queue.len() as u64);
+                c.queue_hwm_bytes = c.queue_hwm_bytes.max(self.queue_bytes);
+                end
+            }
+        };
+
+        if self.loss.lose(&mut self.rng) {
+            c.lost_pkts += 1;
+            c.lost_bytes += len as u64;
+            return Offer::Lost(item);
+        }
+
+        let mut due = tx_end + self.spec.delay_ns;
+        if self.spec.jitter_ns > 0 {
+            let j = self.spec.jitter_ns as f64;
+            let offset = (self.rng.unit() * 2.0 - 1.0) * j;
+            due = (due as f64 + offset).max(tx_end as f64) as u64;
+        }
+        let due = due.max(self.last_due);
+        self.last_due = due;
+        self.in_flight.push_back(InFlight { due, len, item });
+        Offer::Accepted
+    }
+
+    /// When the next packet is due, if any is in flight.
+    pub fn next_due(&self) -> Option<u64> {
+        self.in_flight.front().map(|p| p.due)
+    }
+
+    /// Hands back the next packet due at or before `now`, with its due time,
+    /// and counts it delivered.
+    pub fn pop_due(&mut self, now: u64) -> Option<(u64, u32, T)> {
+        if self.in_flight.front()?.due > now {
+            return None;
+        }
+        let p = self.in_flight.pop_front()?;
+        self.counters.delivered_pkts += 1;
+        self.counters.delivered_bytes += p.len as u64;
+        self.series.add(p.due, p.len as u64);
+        Some((p.due, p.len, p.item))
+    }
+
+    /// Packets accepted and not yet handed back.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Drains everything in flight (for shutdown), without counting it delivered.
+    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.in_flight.drain(..).map(|p| p.item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{LinkSpec, LossSpec};
+
+    fn dir(spec: &str) -> DirSpec {
+        spec.parse::<LinkSpec>().unwrap().up
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn delay_only_delivers_after_exactly_the_delay() {
+        let mut l = DirLink::new(dir("delay=35ms"), 1);
+        assert_eq!(l.offer(10, 1500, 'a'), Offer::Accepted);
+        assert_eq!(l.offer(20, 1500, 'b'), Offer::Accepted);
+        assert_eq!(l.next_due(), Some(10 + 35 * MS));
+        assert_eq!(l.pop_due(35 * MS), None);
+        assert_eq!(l.pop_due(35 * MS + 10), Some((35 * MS + 10, 1500, 'a')));
+        assert_eq!(l.pop_due(u64::MAX), Some((35 * MS + 20, 1500, 'b')));
+        assert_eq!(l.pop_due(u64::MAX), None);
+    }
+
+    #[test]
+    fn rate_spaces_packets_by_their_serialisation_time() {
+        // 1500 B at 1 Gbit/s = 12 µs on the wire.
+        let mut l = DirLink::new(dir("rate=1G delay=1ms"), 1);
+        for i in 0..10 {
+            assert_eq!(l.offer(0, 1500, i), Offer::Accepted);
+        }
+        let dues: Vec<u64> = std::iter::from_fn(|| l.pop_due(u64::MAX).map(|p| p.0)).collect();
+        let want: Vec<u64> = (1..=10).map(|i| i * 12_000 + MS).collect();
+        assert_eq!(dues, want);
+    }
+
+    #[test]
+    fn offered_at_twice_the_rate_delivers_the_rate_and_honours_the_queue() {
+        // 100 Mbit/s, 1000-byte packets (80 µs each), offered every 40 µs for 1 s.
+        let mut l = DirLink::new(dir("rate=100M queue=20pkts"), 1);
+        let mut delivered_by_1s = 0u64;
+        let mut dropped = 0;
+        for i in 0..25_000u64 {
+            let now = i * 40_000;
+            while let Some((due, len, _)) = l.pop_due(now) {
+                if due <= 1_000_000_000 {
+                    delivered_by_1s += len as u64;
+                }
+            }
+            if let Offer::QueueFull(_) = l.offer(now, 1000, i) {
+                dropped += 1;
+            }
+        }
+        while let Some((due, len, _)) = l.pop_due(u64::MAX) {
+            if due <= 1_000_000_000 {
+                delivered_by_1s += len as u64;
+            }
+        }
+        let rate = delivered_by_1s * 8;
+        assert!((rate as f64 - 100e6).abs() / 100e6 < 0.001, "rate {rate}");
+        assert_eq!(l.counters.queue_hwm_pkts, 20);
+        assert!(
+            (dropped as f64 - 12_500.0).abs() < 30.0,
+            "dropped {dropped}"
+        );
+        assert_eq!(l.counters.queue_drop_pkts, dropped);
+    }
+
+    #[test]
+    fn byte_queue_limit() {
+        let mut l = DirLink::new(dir("rate=1M queue=4500B"), 1);
+        assert_eq!(l.offer(0, 1500, 0), Offer::Accepted);
+        assert_eq!(l.offer(0, 1500, 1), Offer::Accepted);
+        assert_eq!(l.offer(0, 1500, 2), Offer::Accepted);
+        assert_eq!(l.offer(0, 1500, 3), Offer::QueueFull(3));
+        // After the first packet's 12 ms on the wire there is room again.
+        assert_eq!(l.offer(12 * MS, 1500, 4), Offer::Accepted);
+        assert_eq!(l.counters.queue_hwm_bytes, 4500);
+    }
+
+    #[test]
+    fn jitter_stays_in_bounds_and_never_reorders() {
+        let mut l = DirLink::new(dir("delay=10ms jitter=2ms"), 9);
+        for i in 0..10_000u64 {
+            l.offer(i * 100_000, 100, i);
+        }
+        let mut last = (0, 0);
+        let mut spread = (u64::MAX, 0);
+        while let Some((due, _, i)) = l.pop_due(u64::MAX) {
+            assert!(due >= last.0 && (i == 0 || i == last.1 + 1));
+            let d = due - i * 100_000;
+            spread = (spread.0.min(d), spread.1.max(d));
+            last = (due, i);
+        }
+        assert!(spread.0 >= 8 * MS && spread.1 <= 12 * MS, "{spread:?}");
+        assert!(
+            spread.1 - spread.0 > 2 * MS,
+            "jitter barely varies: {spread:?}"
+        );
+    }
+
+    #[test]
+    fn lost_packets_still_use_the_wire() {
+        let mut spec = dir("rate=1G");
+        spec.loss = LossSpec::Bernoulli {
+            p: 1.0 - f64::EPSILON,
+        };
+        let mut l = DirLink::new(spec, 1);
+        assert_eq!(l.offer(0, 1500, 1), Offer::Lost(1));
+        assert_eq!(l.counters.lost_pkts, 1);
+        assert_eq!(l.in_flight(), 0);
+        assert_eq!(l.busy_until, 12_000);
+    }
+
+    #[test]
+    fn series_buckets_delivered_bytes() {
+        let mut s = Series::new(100);
+        s.add(50 * MS, 10);
+        s.add(250 * MS, 5);
+        s.add(260 * MS, 5);
+        assert_eq!(s.bytes, [10, 0, 10]);
+    }
+}
