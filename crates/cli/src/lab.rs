@@ -273,12 +273,14 @@ fn probe_cmd(p: ProbeCommand) -> Result<i32> {
         }
         ProbeCommand::Sink {
             port,
+            group,
             idle_ms,
             max,
             json,
         } => {
             let r = probe::sink(
                 port,
+                group,
                 Duration::from_millis(idle_ms),
                 Duration::from_secs_f64(max.max(0.0)),
             )?;

@@ -168,6 +168,9 @@ pub enum ProbeCommand {
     Sink {
         #[arg(long, default_value_t = 7077)]
         port: u16,
+        /// Join this multicast group (e.g. 239.1.2.3).
+        #[arg(long)]
+        group: Option<std::net::Ipv4Addr>,
         /// Stop after this many ms without a datagram (once one arrived).
         #[arg(long, default_value_t = 1000)]
         idle_ms: u64,

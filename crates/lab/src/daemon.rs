@@ -70,19 +70,32 @@ pub fn supervise(name: &str, exe: &Path) -> i32 {
     0
 }
 
+/// Per-namespace TCP buffer limits (min, default, max).
+pub const TCP_BUFFERS: [(&str, &str); 2] = [
+    ("tcp_rmem", "4096 131072 134217728"),
+    ("tcp_wmem", "4096 16384 134217728"),
+];
+
 fn build(cfg: &LabConfig, exe: &Path) -> Result<Child> {
     let machine = sys::hostname();
     for h in &cfg.hosts {
         let ns = cfg.netns(&h.name);
         sys::run(&["ip", "netns", "add", &ns])?;
         sys::run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
-        // No IPv6 chatter (router solicitations, MLD) through the emulator.
-        let _ = sys::in_netns(&ns, || {
+        sys::in_netns(&ns, || {
+            // TCP buffers that can fill a long fat path (1 Gbit/s × 700 ms is
+            // 87.5 MB): autotuning may grow to 128 MiB, as on a tuned WAN host.
+            for (f, v) in TCP_BUFFERS {
+                std::fs::write(format!("/proc/sys/net/ipv4/{f}"), v)
+                    .with_context(|| format!("setting {f}"))?;
+            }
+            // No IPv6 chatter (router solicitations, MLD) through the emulator;
+            // a kernel without IPv6 has nothing to disable.
             for f in ["all", "default"] {
-                std::fs::write(format!("/proc/sys/net/ipv6/conf/{f}/disable_ipv6"), "1")?;
+                let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{f}/disable_ipv6"), "1");
             }
             Ok(())
-        });
+        })?;
         let etc = Path::new("/etc/netns").join(&ns);
         std::fs::create_dir_all(&etc)?;
         std::fs::write(etc.join("hosts"), cfg.hosts_file(&h.name, &machine))?;

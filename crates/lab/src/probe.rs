@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::{Duration, Instant};
 
 /// IPv4 + UDP header bytes, added to payload sizes to give IP bytes.
@@ -198,8 +198,18 @@ pub struct SinkReport {
 
 /// Counts datagrams on `port` until `idle` passes without one (after the
 /// first) or `max` passes in all.
-pub fn sink(port: u16, idle: Duration, max: Duration) -> Result<SinkReport> {
+/// With `group`, joins that multicast group first.
+pub fn sink(
+    port: u16,
+    group: Option<Ipv4Addr>,
+    idle: Duration,
+    max: Duration,
+) -> Result<SinkReport> {
     let sock = UdpSocket::bind(("0.0.0.0", port)).with_context(|| format!("bind udp/{port}"))?;
+    if let Some(g) = group {
+        sock.join_multicast_v4(&g, &Ipv4Addr::UNSPECIFIED)
+            .with_context(|| format!("joining {g}"))?;
+    }
     set_rcvbuf(&sock, 32 << 20);
     sock.set_read_timeout(Some(Duration::from_millis(50)))?;
     let start = Instant::now();

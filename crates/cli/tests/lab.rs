@@ -1,0 +1,557 @@
+//! The lab's fidelity: real namespaces, the real emulator, real packets.
+//! Delay, loss models, rate and queue, multicast, TCP behaviour, capture, and
+//! that nothing is left behind. Needs root (CI runs as root and sets
+//! LONGHAUL_REQUIRE_LAB=1 so that a skip there is a failure).
+//!
+//! The tests take turns (one lock): they measure time and rates, and two labs
+//! at once would share the two cores.
+
+mod common;
+
+use common::{longhaul, run_timeout, Out, BIN};
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+static TURN: Mutex<()> = Mutex::new(());
+
+fn lab_available() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ok = root
+        && std::path::Path::new("/dev/net/tun").exists()
+        && Command::new("ip").arg("-V").output().is_ok();
+    if !ok {
+        if std::env::var_os("LONGHAUL_REQUIRE_LAB").is_some() {
+            panic!("the lab tests need root, /dev/net/tun and iproute2");
+        }
+        eprintln!("SKIP: the lab tests need root, /dev/net/tun and iproute2");
+    }
+    ok
+}
+
+fn tool(name: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        if std::env::var_os("LONGHAUL_REQUIRE_LAB").is_some() {
+            panic!("{name} is not installed (.ci/run installs it)");
+        }
+        eprintln!("SKIP: {name} is not installed");
+    }
+    found
+}
+
+fn lh(args: &[&str]) -> Out {
+    let mut c = longhaul();
+    c.args(args);
+    run_timeout(c, Duration::from_secs(120))
+}
+
+/// A running lab, removed on drop (also when the test fails).
+struct Lab {
+    name: String,
+    daemons: Vec<Child>,
+}
+
+impl Lab {
+    fn up(name: &str, hosts: &str, extra: &[&str]) -> Lab {
+        let _ = lh(&["lab", "down", "--name", name]);
+        let mut args = vec!["lab", "up", "--name", name, "--hosts", hosts, "--seed", "7"];
+        args.extend_from_slice(extra);
+        let out = lh(&args);
+        assert_eq!(out.code, 0, "lab up: {}", out.stderr);
+        Lab {
+            name: name.to_string(),
+            daemons: Vec::new(),
+        }
+    }
+
+    fn cmd(&self, host: &str, args: &[&str]) -> Command {
+        let mut c = longhaul();
+        c.args(["lab", "exec", "--name", &self.name, host, "--"]);
+        c.args(args);
+        c
+    }
+
+    /// Runs in a host and returns the outcome.
+    fn exec(&self, host: &str, args: &[&str]) -> Out {
+        run_timeout(self.cmd(host, args), Duration::from_secs(180))
+    }
+
+    /// Runs a longhaul probe in a host and parses its JSON.
+    fn probe(&self, host: &str, args: &[&str]) -> Value {
+        let mut full = vec![BIN, "lab", "probe"];
+        full.extend_from_slice(args);
+        full.push("--json");
+        let out = self.exec(host, &full);
+        assert_eq!(out.code, 0, "probe {args:?}: {}", out.stderr);
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
+    }
+
+    /// Starts a long-running command in a host; killed on drop.
+    fn spawn(&mut self, host: &str, args: &[&str]) {
+        let child = self
+            .cmd(host, args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.daemons.push(child);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    fn stats(&self) -> Value {
+        let out = lh(&["lab", "stats", "--name", &self.name, "--json"]);
+        assert_eq!(out.code, 0, "stats: {}", out.stderr);
+        serde_json::from_str(&out.stdout).unwrap()
+    }
+
+    fn host<'a>(stats: &'a Value, name: &str) -> &'a Value {
+        stats["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["name"] == name)
+            .unwrap()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for d in &mut self.daemons {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        let out = lh(&["lab", "down", "--name", &self.name]);
+        assert_eq!(out.code, 0, "lab down: {}", out.stderr);
+        let left: Vec<String> = namespaces()
+            .into_iter()
+            .filter(|n| n.starts_with(&format!("lh-{}-", self.name)))
+            .collect();
+        assert!(left.is_empty(), "namespaces left: {left:?}");
+    }
+}
+
+fn namespaces() -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// RTT through `delay` each way, measured by UDP echo: the mean within
+/// `mean_tol` ms of 2·delay and no sample further than `max_tol` ms.
+fn check_rtt(lab: &mut Lab, count: &str, interval: &str, want: f64, mean_tol: f64, max_tol: f64) {
+    lab.spawn("srv", &[BIN, "lab", "probe", "echo"]);
+    let r = lab.probe(
+        "cli",
+        &["rtt", "srv", "--count", count, "--interval-ms", interval],
+    );
+    assert_eq!(r["received"], r["sent"], "{r}");
+    let mean = f(&r["mean_ms"]);
+    assert!(
+        (mean - want).abs() <= mean_tol,
+        "mean RTT {mean} ms, want {want} ± {mean_tol}"
+    );
+    for s in r["rtt_ms"].as_array().unwrap() {
+        assert!(
+            (f(s) - want).abs() <= max_tol,
+            "RTT sample {s} ms, want {want} ± {max_tol}"
+        );
+    }
+}
+
+#[test]
+fn rtt_is_twice_the_one_way_delay() {
+    if !lab_available() {
+        return;
+    }
+    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up("trtt", "srv,cli", &["--link", "delay=35ms"]);
+    check_rtt(&mut lab, "100", "20", 70.0, 0.5, 2.0);
+    // Hosts reach each other by name, and ping works through the emulator.
+    if tool("ping") {
+        let out = lab.exec("cli", &["ping", "-c", "2", "-i", "0.2", "srv"]);
+        assert_eq!(out.code, 0, "ping: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("10.77.0.1"), "{}", out.stdout);
+    }
+    // stats lists every host with its address.
+    let s = lab.stats();
+    assert_eq!(Lab::host(&s, "srv")["addr"], "10.77.0.1");
+    assert_eq!(Lab::host(&s, "cli")["addr"], "10.77.0.2");
+    assert_eq!(Lab::host(&s, "cli")["link"], "delay=35ms");
+    drop(lab);
+
+    // 700 ms RTT: the same relative bounds (0.5/70 and 2/70).
+    let mut lab = Lab::up("trtt", "srv,cli", &["--link", "delay=350ms"]);
+    check_rtt(&mut lab, "12", "100", 700.0, 5.0, 20.0);
+}
+
+/// Sends `count` small datagrams from srv to cli through cli's link and
+/// returns the sink's report and the emulator's counters of cli's down link.
+fn lossy_run(lab: &Lab, count: u64, rate: &str) -> (Value, Value) {
+    let sink = lab
+        .cmd(
+            "cli",
+            &[BIN, "lab", "probe", "sink", "--idle-ms", "1500", "--json"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let n = count.to_string();
+    let sent = lab.probe(
+        "srv",
+        &[
+            "send",
+            "cli",
+            "--rate",
+            rate,
+            "--size",
+            "64",
+            "--count",
+            &n,
+            "--duration",
+            "60",
+        ],
+    );
+    assert_eq!(sent["sent_pkts"], count);
+    let out = sink.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stats = lab.stats();
+    let down = Lab::host(&stats, "cli")["down"].clone();
+    (report, down)
+}
+
+#[test]
+fn bernoulli_loss_is_within_three_sigma() {
+    if !lab_available() {
+        return;
+    }
+    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = Lab::up("tloss", "srv,cli", &["--link", "down:loss=1e-2"]);
+    let n = 100_000u64;
+    let (sink, down) = lossy_run(&lab, n, "40M");
+    // Lost at the end of the run would be invisible to the sink: count from the sender's n.
+    let received = sink["received_pkts"].as_u64().unwrap();
+    let lost = n - received;
+    // Every loss is the model's: nothing else dropped a packet on the way.
+    assert_eq!(down["lost_pkts"].as_u64().unwrap(), lost, "{down}");
+    let p = 1e-2;
+    let sigma = (p * (1.0 - p) / n as f64).sqrt();
+    let rate = lost as f64 / n as f64;
+    assert!(
+        (rate - p).abs() < 3.0 * sigma,
+        "loss {rate}, want {p} ± {}",
+        3.0 * sigma
+    );
+}
+
+#[test]
+fn gilbert_elliott_loss_and_bursts_match_the_model() {
+    if !lab_available() {
+        return;
+    }
+    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = Lab::up(
+        "tge",
+        "srv,cli",
+        &["--link", "down:loss=ge:p=0.01,r=0.3,h=0,k=1"],
+    );
+    let n = 200_000u64;
+    let (sink, down) = lossy_run(&lab, n, "60M");
+    let lost = n - sink["received_pkts"].as_u64().unwrap();
+    assert_eq!(down["lost_pkts"].as_u64().unwrap(), lost, "{down}");
+    let want_rate = 0.01 / 0.31;
+    let rate = lost as f64 / n as f64;
+    assert!(
+        (rate - want_rate).abs() / want_rate < 0.10,
+        "loss {rate} vs {want_rate}"
+    );
+    let burst = f(&sink["mean_burst"]);
+    let want_burst = 1.0 / 0.3;
+    assert!(
+        (burst - want_burst).abs() / want_burst < 0.10,
+        "burst {burst} vs {want_burst}"
+    );
+}
+
+#[test]
+fn rate_limit_delivers_the_configured_rate_and_honours_the_queue() {
+    if !lab_available() {
+        return;
+    }
+    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    for (rate, offered, bps) in [
+        ("100M", "200M", 100e6),
+        ("500M", "1G", 500e6),
+        ("1G", "2G", 1e9),
+    ] {
+        let link = format!("down:rate={rate} down:queue=100pkts");
+        let lab = Lab::up("trate", "srv,cli", &["--link", &link]);
+        let sink = lab
+            .cmd(
+                "cli",
+                &[BIN, "lab", "probe", "sink", "--idle-ms", "1000", "--json"],
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let sent = lab.probe(
+            "srv",
+            &["send", "cli", "--rate", offered, "--duration", "3"],
+        );
+        let out = sink.wait_with_output().unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let down = Lab::host(&lab.stats(), "cli")["down"].clone();
+        let got = f(&report["steady_rate_bps"]);
+        let offered_bps = f(&sent["rate_bps"]);
+        assert!(
+            offered_bps > 1.3 * bps,
+            "{rate}: the sender offered only {offered_bps} bit/s (CPU-bound?)"
+        );
+        assert!(
+            (got - bps).abs() / bps < 0.02,
+            "{rate}: delivered {got} bit/s"
+        );
+        assert_eq!(down["queue_hwm_pkts"], 100, "{rate}: {down}");
+        assert!(
+            down["queue_drop_pkts"].as_u64().unwrap() > 0,
+            "{rate}: {down}"
+        );
+        // Everything the emulator delivered reached the sink (nothing lost after it).
+        assert_eq!(down["delivered_pkts"], report["received_pkts"], "{rate}");
+    }
+}
+
+#[test]
+fn multicast_reaches_each_receiver_through_its_own_losses() {
+    if !lab_available() {
+        return;
+    }
+    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = Lab::up("tmc", "srv,r1,r2", &["--link", "loss=0.1"]);
+    let sink = |host: &str| {
+        lab.cmd(
+            host,
+            &[
+                BIN,
+                "lab",
+                "probe",
+                "sink",
+                "--group",
+                "239.1.2.3",
+                "--idle-ms",
+                "1000",
+                "--json",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    let (s1, s2) = (sink("r1"), sink("r2"));
+    std::thread::sleep(Duration::from_millis(400));
+    let n = 20_000u64;
+    lab.probe(
+        "srv",
+        &[
+            "send",
+            "239.1.2.3:7077",
+            "--rate",
+            "20M",
+            "--size",
+            "100",
+            "--count",
+            &n.to_string(),
+        ],
+    );
+    let r1: Value = serde_json::from_slice(&s1.wait_with_output().unwrap().stdout).unwrap();
+    let r2: Value = serde_json::from_slice(&s2.wait_with_output().unwrap().stdout).unwrap();
+    let stats = lab.stats();
+    for (r, host) in [(&r1, "r1"), (&r2, "r2")] {
+        let got = r["received_pkts"].as_u64().unwrap();
+        let loss = 1.0 - got as f64 / n as f64;
+        assert!((loss - 0.1).abs() < 0.015, "{host}: loss {loss}");
+        // What the emulator delivered of the flow reached the socket.
+        let to_host = |f: &&Value| f["flow"]["dport"] == 7077 && f["flow"]["proto"] == 17;
+        let flow = stats["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(to_host)
+            .unwrap();
+        let delivered = flow["delivered_pkts"].as_u64().unwrap();
+        assert_eq!(
+            delivered,
+            f(&r1["received_pkts"]) as u64 + f(&r2["received_pkts"]) as u64
+        );
+        assert!(
+            Lab::host(&stats, host)["down"]["lost_pkts"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+    }
+    // Independent losses: the two receivers did not lose the same packets.
+    assert_ne!(r1["missing"], r2["missing"]);
+}
+
+#[test]
+fn tcp_fills_a_long_fat_link_and_cubic_collapses_under_loss() {
+    if !lab_available() || !tool("iperf3") {
+        return;
+    }
+    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up(
+        "ttcp",
+        "srv,cli",
+        &["--link", "rate=1G delay=35ms queue=4000pkts"],
+    );
+    lab.spawn("srv", &["iperf3", "-s", "-1"]);
+    let out = lab.exec(
+        "cli",
+        &[
+            "iperf3", "-c", "srv", "-C", "bbr", "-t", "12", "-O", "3", "-J",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j: Value = serde_json::from_str(&out.stdout).unwrap();
+    let bps = f(&j["end"]["sum_received"]["bits_per_second"]);
+    // iperf3 counts TCP payload: 1448 of every 1500 IP bytes.
+    assert!(
+        bps >= 0.9 * 1e9 * 1448.0 / 1500.0,
+        "bbr reached {bps} bit/s"
+    );
+    drop(lab);
+
+    let mut lab = Lab::up(
+        "ttcp",
+        "srv,cli",
+        &["--link", "rate=1G delay=350ms loss=1e-3 queue=4000pkts"],
+    );
+    lab.spawn("srv", &["iperf3", "-s", "-1"]);
+    let out = lab.exec(
+        "cli",
+        &["iperf3", "-c", "srv", "-C", "cubic", "-t", "15", "-J"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j: Value = serde_json::from_str(&out.stdout).unwrap();
+    let bps = f(&j["end"]["sum_received"]["bits_per_second"]);
+    assert!(
+        bps < 0.1e9,
+        "cubic at 700 ms and 1e-3 loss should collapse, got {bps}"
+    );
+}
+
+#[test]
+fn capture_and_cleanup_after_crashes() {
+    if !lab_available() {
+        return;
+    }
+    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("cap.pcap");
+    let pcap_s = pcap.to_str().unwrap();
+    let mut lab = Lab::up("tcap", "srv,cli", &["--pcap", pcap_s, "--snaplen", "68"]);
+
+    // A second `up` with the same name says so and changes nothing.
+    let again = lh(&["lab", "up", "--name", "tcap", "--hosts", "a,b"]);
+    assert_ne!(again.code, 0);
+    assert!(again.stderr.contains("already up"), "{}", again.stderr);
+
+    lab.spawn("srv", &[BIN, "lab", "probe", "echo"]);
+    let r = lab.probe(
+        "cli",
+        &[
+            "rtt",
+            "srv",
+            "--count",
+            "5",
+            "--interval-ms",
+            "10",
+            "--size",
+            "1000",
+        ],
+    );
+    assert_eq!(r["received"], 5);
+    let s = lab.stats();
+    let flows = s["flows"].as_array().unwrap();
+    assert!(
+        flows
+            .iter()
+            .any(|f| f["flow"]["dport"] == 7077 && f["delivered_pkts"] == 5),
+        "{flows:?}"
+    );
+    // Stats flush the capture: 10 records (5 probes, 5 echoes), each cut at 68 bytes.
+    let bytes = std::fs::read(&pcap).unwrap();
+    assert_eq!(&bytes[..4], &0xa1b2_3c4du32.to_le_bytes());
+    let (mut at, mut records) = (24, 0);
+    while at + 16 <= bytes.len() {
+        let cap = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        let orig = u32::from_le_bytes(bytes[at + 12..at + 16].try_into().unwrap());
+        assert_eq!((cap, orig), (68, 1028));
+        at += 16 + cap;
+        records += 1;
+    }
+    assert_eq!(records, 10);
+
+    // The emulator crashes: the supervisor removes the lab.
+    let state = std::path::Path::new("/run/longhaul/lab/tcap");
+    let pid: i32 = std::fs::read_to_string(state.join("emulator.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) of the emulator we started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait_until(|| !namespaces().iter().any(|n| n.starts_with("lh-tcap-")));
+    assert!(!state.exists());
+    for d in &mut lab.daemons {
+        // The echo server inside a host was stopped with it.
+        assert!(d.wait().is_ok());
+    }
+    drop(lab);
+
+    // The supervisor is killed: the emulator removes the lab.
+    let lab = Lab::up("tcap", "srv,cli", &[]);
+    let pid: i32 = std::fs::read_to_string(state.join("supervisor.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait_until(|| !namespaces().iter().any(|n| n.starts_with("lh-tcap-")));
+    assert!(!std::path::Path::new("/etc/netns/lh-tcap-srv").exists());
+    drop(lab);
+}
+
+fn wait_until(cond: impl Fn() -> bool) {
+    for _ in 0..200 {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("condition not reached in 10 s");
+}
