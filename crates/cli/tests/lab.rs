@@ -248,19 +248,37 @@ fn bernoulli_loss_is_within_three_sigma() {
     let lab = Lab::up("tloss", "srv,cli", &["--link", "down:loss=1e-2"]);
     let n = 100_000u64;
     let (sink, down) = lossy_run(&lab, n, "40M");
-    // Lost at the end of the run would be invisible to the sink: count from the sender's n.
-    let received = sink["received_pkts"].as_u64().unwrap();
-    let lost = n - received;
-    // Every loss is the model's: nothing else dropped a packet on the way.
-    assert_eq!(down["lost_pkts"].as_u64().unwrap(), lost, "{down}");
+    let (offered, lost, received) = counts(&sink, &down, n);
     let p = 1e-2;
-    let sigma = (p * (1.0 - p) / n as f64).sqrt();
-    let rate = lost as f64 / n as f64;
+    let sigma = (p * (1.0 - p) / offered as f64).sqrt();
+    let rate = (offered - received) as f64 / offered as f64;
     assert!(
         (rate - p).abs() < 3.0 * sigma,
         "loss {rate}, want {p} ± {}",
         3.0 * sigma
     );
+    assert!(lost > 0);
+}
+
+/// Checks that the path lost nothing outside the emulator's loss model and
+/// returns (offered to the emulator, lost by the model, received).
+fn counts(sink: &Value, down: &Value, sent: u64) -> (u64, u64, u64) {
+    let offered = down["offered_pkts"].as_u64().unwrap();
+    let lost = down["lost_pkts"].as_u64().unwrap();
+    let delivered = down["delivered_pkts"].as_u64().unwrap();
+    let received = sink["received_pkts"].as_u64().unwrap();
+    // The sender's kernel may drop a few at its queue when the machine is busy;
+    // everything the emulator delivered must reach the socket.
+    assert!(
+        offered * 1000 >= sent * 999,
+        "only {offered} of {sent} reached the emulator"
+    );
+    assert_eq!(offered, lost + delivered, "{down}");
+    assert_eq!(
+        delivered, received,
+        "delivered {delivered}, the sink got {received}"
+    );
+    (offered, lost, received)
 }
 
 #[test]
@@ -276,10 +294,9 @@ fn gilbert_elliott_loss_and_bursts_match_the_model() {
     );
     let n = 200_000u64;
     let (sink, down) = lossy_run(&lab, n, "60M");
-    let lost = n - sink["received_pkts"].as_u64().unwrap();
-    assert_eq!(down["lost_pkts"].as_u64().unwrap(), lost, "{down}");
+    let (offered, _, received) = counts(&sink, &down, n);
     let want_rate = 0.01 / 0.31;
-    let rate = lost as f64 / n as f64;
+    let rate = (offered - received) as f64 / offered as f64;
     assert!(
         (rate - want_rate).abs() / want_rate < 0.10,
         "loss {rate} vs {want_rate}"
@@ -328,17 +345,37 @@ fn rate_limit_delivers_the_configured_rate_and_honours_the_queue() {
             offered_bps > 1.3 * bps,
             "{rate}: the sender offered only {offered_bps} bit/s (CPU-bound?)"
         );
+        // The emulator's own series of delivered bytes, over the middle of the run.
+        let busy: Vec<u64> = down["series"]["bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .filter(|&b| b > 0)
+            .collect();
+        let mid = &busy[busy.len() / 5..busy.len() * 4 / 5];
+        let emu = mid.iter().sum::<u64>() as f64 * 8.0 / (mid.len() as f64 * 0.1);
         assert!(
-            (got - bps).abs() / bps < 0.02,
-            "{rate}: delivered {got} bit/s"
+            (emu - bps).abs() / bps < 0.02,
+            "{rate}: the emulator delivered {emu} bit/s"
+        );
+        // The receiver saw the same rate (its clock and buckets differ a little).
+        assert!(
+            (got - bps).abs() / bps < 0.03,
+            "{rate}: the sink got {got} bit/s"
         );
         assert_eq!(down["queue_hwm_pkts"], 100, "{rate}: {down}");
         assert!(
             down["queue_drop_pkts"].as_u64().unwrap() > 0,
             "{rate}: {down}"
         );
-        // Everything the emulator delivered reached the sink (nothing lost after it).
-        assert_eq!(down["delivered_pkts"], report["received_pkts"], "{rate}");
+        // What the emulator delivered reached the sink (a busy machine may
+        // drop a handful at the socket; not more).
+        let (d, r) = (f(&down["delivered_pkts"]), f(&report["received_pkts"]));
+        assert!(
+            r <= d && r >= 0.999 * d,
+            "{rate}: delivered {d}, received {r}"
+        );
     }
 }
 

@@ -70,6 +70,10 @@ pub fn supervise(name: &str, exe: &Path) -> i32 {
     0
 }
 
+/// Timer batching of the emulator: under load packets leave in groups at most
+/// this late (sparse packets, like RTT probes, leave on time).
+pub const BATCH_NS: u64 = 50_000;
+
 /// Per-namespace TCP buffer limits (min, default, max).
 pub const TCP_BUFFERS: [(&str, &str); 2] = [
     ("tcp_rmem", "4096 131072 134217728"),
@@ -147,6 +151,9 @@ fn build(cfg: &LabConfig, exe: &Path) -> Result<Child> {
                 PORT_NAME,
                 "mtu",
                 &mtu,
+                // A NIC-like transmit queue: a briefly busy emulator drops nothing.
+                "txqueuelen",
+                "10000",
                 "multicast",
                 "on",
                 "up",
@@ -243,6 +250,7 @@ fn prepare(name: &str) -> Result<(Driver, Handle)> {
         tuns,
         Options {
             pcap,
+            batch_ns: BATCH_NS,
             stop_on_signals: true,
         },
     )?;

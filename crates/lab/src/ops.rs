@@ -237,11 +237,12 @@ pub fn teardown(name: &str) -> Vec<String> {
     let dir = state_root().join(name);
     let me = std::process::id() as i32;
     for role in [SUPERVISE, EMULATE] {
-        if let Some(pid) = read_pid(&dir, role) {
-            if pid != me && sys::is_lab_process(pid, role, name) {
-                sys::terminate(&[pid], Duration::from_secs(5));
-            }
-        }
+        let mut pids = sys::find_lab_processes(role, name);
+        pids.extend(read_pid(&dir, role).filter(|&p| sys::is_lab_process(p, role, name)));
+        pids.retain(|&p| p != me);
+        pids.sort_unstable();
+        pids.dedup();
+        sys::terminate(&pids, Duration::from_secs(5));
     }
     let namespaces = lab_namespaces(name);
     for ns in &namespaces {

@@ -178,3 +178,14 @@ pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Resu
         .map_err(|_| anyhow::anyhow!("thread in {ns} panicked"))?
     })
 }
+
+/// PIDs of live processes running `role` for lab `lab`, found in /proc (for
+/// labs whose pid files are gone).
+pub fn find_lab_processes(role: &str, lab: &str) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| is_lab_process(pid, role, lab))
+        .collect()
+}
