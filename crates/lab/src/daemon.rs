@@ -31,7 +31,7 @@ fn stdout_to_log() {
 
 /// Entry point of `longhaul lab __supervise --name NAME`.
 pub fn supervise(name: &str, exe: &Path) -> i32 {
-    sys::set_signal_mask(libc::SIG_BLOCK, &sys::STOP_SIGNALS);
+    let _ = driver::block_stop_signals();
     let cfg = match read_config(name) {
         Ok(c) => c,
         Err(e) => {
@@ -55,7 +55,7 @@ pub fn supervise(name: &str, exe: &Path) -> i32 {
     eprintln!("lab '{name}' up: emulator pid {}", child.id());
     let emu = child.id() as i32;
     std::thread::spawn(move || {
-        if ops::wait_signal() {
+        if driver::wait_stop_signal() {
             eprintln!("stopping: signal received");
             sys::signal(emu, libc::SIGTERM);
         }

@@ -7,6 +7,7 @@
 use crate::sys;
 use crate::topology::{netns_name, state_root, LabConfig, NS_PREFIX};
 use anyhow::{anyhow, bail, Context, Result};
+use longhaul_netem::driver;
 use longhaul_netem::Snapshot;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -158,7 +159,7 @@ pub fn up(cfg: &LabConfig, exe: &Path) -> Result<()> {
 
     // Ctrl-C while we wait is delivered to the waiting thread, which then
     // stops the supervisor (it tears everything down on its way out).
-    sys::set_signal_mask(libc::SIG_BLOCK, &sys::STOP_SIGNALS);
+    driver::block_stop_signals()?;
     let mut cmd = Command::new(exe);
     cmd.args(["lab", SUPERVISE, "--name", &cfg.name])
         .stdin(Stdio::null())
@@ -192,7 +193,7 @@ pub fn up(cfg: &LabConfig, exe: &Path) -> Result<()> {
         });
     });
     std::thread::spawn(move || {
-        if wait_signal() {
+        if driver::wait_stop_signal() {
             let _ = tx2.send(Err("interrupted".into()));
         }
     });
@@ -213,20 +214,6 @@ pub fn up(cfg: &LabConfig, exe: &Path) -> Result<()> {
             }
             bail!("lab '{}' did not come up: {why}", cfg.name)
         }
-    }
-}
-
-/// Blocks until SIGINT, SIGTERM or SIGHUP (which the caller has blocked).
-pub fn wait_signal() -> bool {
-    // SAFETY: sigwait on a local set of blocked signals.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in sys::STOP_SIGNALS {
-            libc::sigaddset(&mut set, s);
-        }
-        let mut sig = 0;
-        libc::sigwait(&set, &mut sig) == 0
     }
 }
 

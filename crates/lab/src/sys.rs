@@ -8,19 +8,7 @@ use std::time::{Duration, Instant};
 
 /// Runs a command to completion; the error carries the command and its stderr.
 pub fn run(args: &[&str]) -> Result<()> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {}", args[0]))?;
-    if !out.status.success() {
-        bail!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    output(args).map(|_| ())
 }
 
 /// Runs a command and returns its stdout.
@@ -145,21 +133,6 @@ pub fn hostname() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
-
-/// Sets the signal mask of the calling thread.
-pub fn set_signal_mask(how: libc::c_int, sigs: &[libc::c_int]) {
-    // SAFETY: sigset manipulation on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &s in sigs {
-            libc::sigaddset(&mut set, s);
-        }
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
-    }
-}
-
-pub const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 /// Runs `f` on a thread that has entered network namespace `ns`.
 pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {

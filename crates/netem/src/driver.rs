@@ -108,22 +108,37 @@ fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The signals that stop a driver, blocked in this thread (and every thread it
-/// spawns afterwards) so that only the driver's signalfd sees them.
-pub fn block_stop_signals() -> io::Result<()> {
-    // SAFETY: sigset manipulation on a local set, then pthread_sigmask.
+/// SIGINT, SIGTERM and SIGHUP: the signals that stop a driver (and a lab).
+pub fn stop_signal_set() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local, zero-initialised set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
             libc::sigaddset(&mut set, s);
         }
-        let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        if r != 0 {
-            return Err(io::Error::from_raw_os_error(r));
-        }
+        set
+    }
+}
+
+/// Blocks the stop signals in this thread (and every thread it spawns
+/// afterwards) so that only a signalfd or `wait_stop_signal` sees them.
+pub fn block_stop_signals() -> io::Result<()> {
+    let set = stop_signal_set();
+    // SAFETY: pthread_sigmask with a valid set.
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
     }
     Ok(())
+}
+
+/// Waits for a stop signal (blocked beforehand by `block_stop_signals`).
+pub fn wait_stop_signal() -> bool {
+    let set = stop_signal_set();
+    let mut sig = 0;
+    // SAFETY: sigwait with a valid set and out-pointer.
+    unsafe { libc::sigwait(&set, &mut sig) == 0 }
 }
 
 impl Driver {
@@ -149,15 +164,9 @@ impl Driver {
             "eventfd",
         )?));
         let signals = if opts.stop_on_signals {
-            // SAFETY: as in block_stop_signals.
-            let fd = unsafe {
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                    libc::sigaddset(&mut set, s);
-                }
-                libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC)
-            };
+            let set = stop_signal_set();
+            // SAFETY: signalfd with a valid set creates a new descriptor.
+            let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
             Some(own(check(fd, "signalfd")?))
         } else {
             None
