@@ -31,6 +31,11 @@ fn lab_available() -> bool {
     ok
 }
 
+/// Waits for this test's turn; `None` (skip) when the lab cannot run here.
+fn take_turn() -> Option<std::sync::MutexGuard<'static, ()>> {
+    lab_available().then(|| TURN.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 fn tool(name: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {name}")])
@@ -173,10 +178,7 @@ fn check_rtt(lab: &mut Lab, count: &str, interval: &str, want: f64, mean_tol: f6
 
 #[test]
 fn rtt_is_twice_the_one_way_delay() {
-    if !lab_available() {
-        return;
-    }
-    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_t) = take_turn() else { return };
     let mut lab = Lab::up("trtt", "srv,cli", &["--link", "delay=35ms"]);
     check_rtt(&mut lab, "100", "20", 70.0, 0.5, 2.0);
     // Hosts reach each other by name, and ping works through the emulator.
@@ -241,10 +243,7 @@ fn lossy_run(lab: &Lab, count: u64, rate: &str) -> (Value, Value) {
 
 #[test]
 fn bernoulli_loss_is_within_three_sigma() {
-    if !lab_available() {
-        return;
-    }
-    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_t) = take_turn() else { return };
     let lab = Lab::up("tloss", "srv,cli", &["--link", "down:loss=1e-2"]);
     let n = 100_000u64;
     let (sink, down) = lossy_run(&lab, n, "40M");
@@ -283,10 +282,7 @@ fn counts(sink: &Value, down: &Value, sent: u64) -> (u64, u64, u64) {
 
 #[test]
 fn gilbert_elliott_loss_and_bursts_match_the_model() {
-    if !lab_available() {
-        return;
-    }
-    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_t) = take_turn() else { return };
     let lab = Lab::up(
         "tge",
         "srv,cli",
@@ -311,10 +307,7 @@ fn gilbert_elliott_loss_and_bursts_match_the_model() {
 
 #[test]
 fn rate_limit_delivers_the_configured_rate_and_honours_the_queue() {
-    if !lab_available() {
-        return;
-    }
-    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_t) = take_turn() else { return };
     for (rate, offered, bps) in [
         ("100M", "200M", 100e6),
         ("500M", "1G", 500e6),
@@ -381,10 +374,7 @@ fn rate_limit_delivers_the_configured_rate_and_honours_the_queue() {
 
 #[test]
 fn multicast_reaches_each_receiver_through_its_own_losses() {
-    if !lab_available() {
-        return;
-    }
-    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_t) = take_turn() else { return };
     let lab = Lab::up("tmc", "srv,r1,r2", &["--link", "loss=0.1"]);
     let sink = |host: &str| {
         lab.cmd(
@@ -455,10 +445,9 @@ fn multicast_reaches_each_receiver_through_its_own_losses() {
 
 #[test]
 fn tcp_fills_a_long_fat_link_and_cubic_collapses_under_loss() {
-    if !lab_available() || !tool("iperf3") {
+    let Some(_t) = take_turn().filter(|_| tool("iperf3")) else {
         return;
-    }
-    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let mut lab = Lab::up(
         "ttcp",
         "srv,cli",
@@ -502,10 +491,7 @@ fn tcp_fills_a_long_fat_link_and_cubic_collapses_under_loss() {
 
 #[test]
 fn capture_and_cleanup_after_crashes() {
-    if !lab_available() {
-        return;
-    }
-    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_t) = take_turn() else { return };
     let dir = tempfile::tempdir().unwrap();
     let pcap = dir.path().join("cap.pcap");
     let pcap_s = pcap.to_str().unwrap();
