@@ -75,6 +75,7 @@ fn up(a: UpArgs, exe: &std::path::Path) -> Result<i32> {
         cfg.pcap = Some(abs);
         cfg.snaplen = a.snaplen;
     }
+    cfg.offload = !a.no_offload;
     ops::up(&cfg, exe)?;
     if a.json {
         let hosts: Vec<serde_json::Value> = cfg
@@ -87,8 +88,8 @@ fn up(a: UpArgs, exe: &std::path::Path) -> Result<i32> {
                 })
             })
             .collect();
-        let v =
-            serde_json::json!({"lab": cfg.name, "seed": cfg.seed, "mtu": cfg.mtu, "hosts": hosts});
+        let v = serde_json::json!({"lab": cfg.name, "seed": cfg.seed, "mtu": cfg.mtu,
+                "offload": cfg.offload, "hosts": hosts});
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
@@ -145,10 +146,11 @@ fn recent_rate(d: &DirStats) -> f64 {
 
 fn print_stats(name: &str, s: &longhaul_netem::Snapshot) {
     println!(
-        "lab '{name}': up {:.1} s, seed {}, {} packets buffered",
+        "lab '{name}': up {:.1} s, seed {}, {} buffers in use ({} allocated)",
         s.uptime_ms as f64 / 1000.0,
         s.seed,
-        s.buffered_packets
+        s.buffered_packets,
+        human_bytes(s.buffer_bytes)
     );
     println!(
         "{:<10} {:<4} {:>10} {:>11} {:>8} {:>8} {:>10} {:>11} {:>6} {:>9} {:>9} {:>10}",
@@ -195,6 +197,10 @@ fn print_stats(name: &str, s: &longhaul_netem::Snapshot) {
             hub.not_ipv4, hub.malformed, hub.unroutable, hub.pool_exhausted
         );
     }
+    println!(
+        "packets are counted on the wire; {} TSO/USO aggregates came in, {} trains were cut from them",
+        hub.aggregates_in, hub.trains_cut
+    );
     println!(
         "{} flows (per-flow bytes and the 100 ms series: --json)",
         s.flows.len()

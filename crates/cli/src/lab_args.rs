@@ -90,6 +90,12 @@ pub struct UpArgs {
     /// Bytes kept of each captured packet.
     #[arg(long, default_value_t = 68, requires = "pcap")]
     pub snaplen: u32,
+    /// Move every wire packet through the emulator on its own, instead of
+    /// the TCP/UDP aggregates (up to 64 KB) the hosts' kernels build. Costs
+    /// the emulator several times the CPU; the links model wire packets
+    /// either way.
+    #[arg(long)]
+    pub no_offload: bool,
     /// Print the lab (hosts, addresses, namespaces, links) as JSON.
     #[arg(long)]
     pub json: bool,

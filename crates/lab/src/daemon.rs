@@ -13,7 +13,7 @@ use crate::sys;
 use crate::topology::{LabConfig, PORT_NAME};
 use anyhow::{bail, Context, Result};
 use longhaul_netem::driver::{self, Driver, Handle, Options};
-use longhaul_netem::tun::Tun;
+use longhaul_netem::tun::{Offload, Tun};
 use longhaul_netem::Hub;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
@@ -232,10 +232,16 @@ pub fn emulate(name: &str) -> i32 {
 fn prepare(name: &str) -> Result<(Driver, Handle)> {
     let cfg = read_config(name)?;
     let dir = cfg.dir();
+    let offload = if cfg.offload {
+        Offload::Segmentation
+    } else {
+        Offload::None
+    };
     let mut tuns = Vec::new();
     for h in &cfg.hosts {
         let ns = Path::new("/run/netns").join(cfg.netns(&h.name));
-        tuns.push(Tun::create_in(&ns, PORT_NAME).with_context(|| format!("host {}", h.name))?);
+        let tun = Tun::create_in(&ns, PORT_NAME, offload);
+        tuns.push(tun.with_context(|| format!("host {}", h.name))?);
     }
     let pcap = match &cfg.pcap {
         Some(p) => Some((

@@ -61,6 +61,13 @@ pub struct LabConfig {
     pub mtu: usize,
     pub pcap: Option<PathBuf>,
     pub snaplen: u32,
+    /// Ports pass TSO/USO aggregates (see `longhaul_netem::gso`).
+    #[serde(default = "yes")]
+    pub offload: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `--link` and `--link-to` as given.
@@ -130,6 +137,7 @@ impl LabConfig {
             mtu,
             pcap: None,
             snaplen: 68,
+            offload: true,
         })
     }
 
@@ -150,7 +158,8 @@ impl LabConfig {
             hosts: self.hosts.clone(),
             seed: self.seed,
             mtu: self.mtu,
-            max_packets: 400_000,
+            vnet_hdr: self.offload,
+            buffer_bytes: 1 << 30,
         }
     }
 

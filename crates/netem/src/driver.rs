@@ -353,8 +353,8 @@ impl Driver {
         let mut now = self.now();
         let mut n = 0u32;
         while let Some(e) = self.hub.poll_egress(now) {
-            let pkt = &self.hub.buf(e.buf)[..e.len];
-            if self.tuns[e.port].send(pkt).is_err() {
+            let frame = self.hub.egress_frame(&e);
+            if self.tuns[e.port].send(frame).is_err() {
                 self.io.write_errors += 1;
             }
             self.hub.release(e.buf);
@@ -385,7 +385,8 @@ impl Driver {
                 Ok(len) if len < slot => {
                     let now = self.now();
                     if let Some(p) = &mut self.pcap {
-                        let _ = p.record(self.unix_base_ns + now, &self.hub.buf(id)[..len]);
+                        let ip = &self.hub.buf(id)[self.hub.vnet_len().min(len)..len];
+                        let _ = p.record(self.unix_base_ns + now, ip);
                     }
                     self.hub.ingress(now, port, id, len);
                 }

@@ -5,7 +5,8 @@
 //! driver reads packets into pool buffers, hands them to `ingress`, and writes
 //! out whatever `poll_egress` returns.
 
-use crate::link::{DirCounters, DirLink, Offer, Series};
+use crate::gso::{self, Shape};
+use crate::link::{DirCounters, DirLink, Series};
 use crate::packet::{self, FlowKey, Parsed};
 use crate::pool::{BufId, Pool};
 use crate::spec::LinkSpec;
@@ -26,10 +27,13 @@ pub struct HubConfig {
     pub hosts: Vec<HostConfig>,
     /// Seed of every random choice; the same seed and traffic replay the same losses.
     pub seed: u64,
-    /// Largest packet (the ports' MTU).
+    /// Largest packet on the wire (the ports' MTU).
     pub mtu: usize,
-    /// Cap on buffered packets (memory = this × slot size).
-    pub max_packets: u32,
+    /// Frames start with a `virtio_net_hdr` and may be TSO/USO aggregates of
+    /// up to 64 KB (ports opened with `IFF_VNET_HDR` and offloads on).
+    pub vnet_hdr: bool,
+    /// Cap on the memory of packet buffers (bytes).
+    pub buffer_bytes: u64,
 }
 
 /// Counts of packets the hub could not place.
@@ -37,12 +41,20 @@ pub struct HubConfig {
 pub struct HubCounters {
     /// IPv6 and other non-IPv4 packets (dropped).
     pub not_ipv4: u64,
-    /// Packets too short or with an impossible header (dropped).
+    /// Packets too short, with an impossible header, or aggregates the
+    /// emulator cannot cut (dropped).
     pub malformed: u64,
     /// Unicast to an address no host has (dropped).
     pub unroutable: u64,
     /// Packets dropped because the buffer pool was at its cap.
     pub pool_exhausted: u64,
+    /// Frames taken in that stood for more than one wire segment (TSO/USO).
+    #[serde(default)]
+    pub aggregates_in: u64,
+    /// Frames written that were cut from an aggregate (around a loss, or a
+    /// train of a longer one).
+    #[serde(default)]
+    pub trains_cut: u64,
 }
 
 /// Per-flow counters (offered counts the sender's packets once; delivered
@@ -66,6 +78,9 @@ struct Pkt {
     flow: u32,
     src: u16,
     dst: u16,
+    /// Length of the whole frame in `buf` (with its `virtio_net_hdr`, if any).
+    frame_len: u32,
+    shape: Shape,
 }
 
 struct Port {
@@ -76,20 +91,36 @@ struct Port {
     down: DirLink<Pkt>,
 }
 
-/// A packet to write to `port`.
+/// A frame to write to `port`: get its bytes from [`Hub::egress_frame`], then
+/// [`Hub::release`] its `buf`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Egress {
     pub port: usize,
     pub buf: BufId,
-    pub len: usize,
     /// When it was due (ns); the driver is late by `now - due`.
     pub due: u64,
+    /// Wire segments it carries.
+    pub segs: u32,
+    frame_len: u32,
+    shape: Shape,
+    first: u32,
+}
+
+impl Egress {
+    /// True when it is the frame the sender gave, uncut.
+    pub fn is_whole(&self) -> bool {
+        self.first == 0 && self.segs == self.shape.segs
+    }
 }
 
 pub struct Hub {
     ports: Vec<Port>,
     by_addr: FxHashMap<Ipv4Addr, u16>,
     pool: Pool,
+    vnet: usize,
+    max_frame: usize,
+    /// Where a cut train is built before it is written.
+    scratch: Vec<u8>,
     flows: FxHashMap<FlowKey, u32>,
     flow_keys: Vec<FlowKey>,
     flow_counters: Vec<FlowCounters>,
@@ -117,11 +148,26 @@ impl Hub {
             .enumerate()
             .map(|(i, p)| (p.addr, i as u16))
             .collect();
+        let vnet = if cfg.vnet_hdr { gso::VNET_HDR_LEN } else { 0 };
+        // One spare byte tells a frame that fits from a truncated larger one.
+        let small = vnet + cfg.mtu + 1;
+        let max_frame = if cfg.vnet_hdr { vnet + 65_536 } else { small };
+        let mut sizes = vec![small];
+        sizes.extend(
+            [8 << 10, 24 << 10]
+                .into_iter()
+                .filter(|&s| s > small && s < max_frame),
+        );
+        if max_frame > small {
+            sizes.push(max_frame);
+        }
         Hub {
             ports,
             by_addr,
-            // One spare byte tells a full-MTU packet from a truncated larger one.
-            pool: Pool::new(cfg.mtu + 1, cfg.max_packets),
+            pool: Pool::new(&sizes, cfg.buffer_bytes as usize),
+            vnet,
+            max_frame,
+            scratch: vec![0; max_frame],
             flows: FxHashMap::default(),
             flow_keys: Vec::new(),
             flow_counters: Vec::new(),
@@ -134,10 +180,16 @@ impl Hub {
         self.ports.len()
     }
 
-    /// A free buffer to read a packet into; `None` when the pool is at its cap
-    /// (the driver should then read and discard, counting it).
+    /// Bytes of `virtio_net_hdr` before each frame's IP packet (0 or 10).
+    pub fn vnet_len(&self) -> usize {
+        self.vnet
+    }
+
+    /// A free buffer large enough for any frame; `None` when the pool is at
+    /// its cap (the driver should then read and discard, counting it). A
+    /// frame that fills it was truncated.
     pub fn alloc(&mut self) -> Option<BufId> {
-        self.pool.get()
+        self.pool.get(self.max_frame)
     }
 
     pub fn buf(&self, id: BufId) -> &[u8] {
@@ -157,9 +209,21 @@ impl Hub {
         self.counters.pool_exhausted += 1;
     }
 
-    /// Takes ownership of `buf`, holding a `len`-byte packet `port`'s host sent at `now`.
+    /// Takes ownership of `buf`, holding a `len`-byte frame `port`'s host sent at `now`.
     pub fn ingress(&mut self, now: u64, port: usize, buf: BufId, len: usize) {
-        let key = match packet::parse(&self.pool.buf(buf)[..len]) {
+        // A small frame moves to a small slot; the large one is free again.
+        let buf = self.pool.compact(buf, len);
+        let frame = &self.pool.buf(buf)[..len];
+        let shape = if self.vnet == 0 {
+            Ok(Shape::single(len as u32))
+        } else {
+            gso::shape(frame)
+        };
+        let parsed = match shape {
+            Ok(_) => packet::parse(&frame[self.vnet..]),
+            Err(_) => Parsed::Malformed,
+        };
+        let key = match parsed {
             Parsed::V4(k) => k,
             Parsed::NotV4 => {
                 self.counters.not_ipv4 += 1;
@@ -170,6 +234,7 @@ impl Hub {
                 return self.pool.put(buf);
             }
         };
+        let shape = shape.expect("parsed");
         let dst = if packet::is_group(key.dst) {
             GROUP
         } else {
@@ -181,21 +246,24 @@ impl Hub {
                 }
             }
         };
+        if shape.segs > 1 {
+            self.counters.aggregates_in += 1;
+        }
         let flow = self.flow_index(key);
         if let Some(f) = self.flow_counters.get_mut(flow as usize) {
-            f.offered_pkts += 1;
-            f.offered_bytes += len as u64;
+            f.offered_pkts += shape.segs as u64;
+            f.offered_bytes += shape.wire_bytes(0, shape.segs);
         }
         let pkt = Pkt {
             buf,
             flow,
             src: port as u16,
             dst,
+            frame_len: len as u32,
+            shape,
         };
-        match self.ports[port].up.offer(now, len as u32, pkt) {
-            Offer::Accepted => {}
-            Offer::Lost(p) | Offer::QueueFull(p) => self.pool.put(p.buf),
-        }
+        let kept = self.ports[port].up.offer(now, &shape, 0, shape.segs, pkt);
+        self.pool.hand_over(buf, kept);
     }
 
     fn flow_index(&mut self, key: FlowKey) -> u32 {
@@ -212,8 +280,9 @@ impl Hub {
         i
     }
 
-    /// Moves every packet whose `up` link delivers by `now` onto the `down`
-    /// link(s) of its destination, in time order.
+    /// Moves every train whose `up` link delivers by `now` onto the `down`
+    /// link(s) of its destination, in time order. A multicast train is
+    /// offered to every other host's `down` link; they share its buffer.
     fn cross_hub(&mut self, now: u64) {
         loop {
             let next = self
@@ -225,41 +294,26 @@ impl Hub {
             let Some((due, i)) = next.filter(|&(d, _)| d <= now) else {
                 return;
             };
-            let (_, len, pkt) = self.ports[i].up.pop_due(due).expect("due packet");
-            if pkt.dst != GROUP {
-                self.offer_down(due, pkt.dst as usize, len, pkt);
-                continue;
-            }
-            // Replicate: the original goes to the last receiver, copies to the others.
-            let src = pkt.src as usize;
-            let Some(last) = (0..self.ports.len()).rev().find(|&r| r != src) else {
-                self.pool.put(pkt.buf);
-                continue;
-            };
-            for r in 0..last {
-                if r == src {
-                    continue;
+            let t = self.ports[i].up.pop_due(due).expect("due train");
+            let pkt = t.item;
+            let kept = if pkt.dst != GROUP {
+                self.ports[pkt.dst as usize]
+                    .down
+                    .offer(t.due, &pkt.shape, t.first, t.count, pkt)
+            } else {
+                let mut kept = 0;
+                for (r, port) in self.ports.iter_mut().enumerate() {
+                    if r != pkt.src as usize {
+                        kept += port.down.offer(t.due, &pkt.shape, t.first, t.count, pkt);
+                    }
                 }
-                let Some(copy) = self.pool.get() else {
-                    self.counters.pool_exhausted += 1;
-                    continue;
-                };
-                self.pool.copy(pkt.buf, copy, len as usize);
-                self.offer_down(due, r, len, Pkt { buf: copy, ..pkt });
-            }
-            self.offer_down(due, last, len, pkt);
+                kept
+            };
+            self.pool.hand_over(pkt.buf, kept);
         }
     }
 
-    fn offer_down(&mut self, at: u64, port: usize, len: u32, pkt: Pkt) {
-        match self.ports[port].down.offer(at, len, pkt) {
-            Offer::Accepted => {}
-            Offer::Lost(p) | Offer::QueueFull(p) => self.pool.put(p.buf),
-        }
-    }
-
-    /// The next packet to write, if one is due at or before `now`. The driver
-    /// writes `buf[..len]` to `port` and then calls `release(buf)`.
+    /// The next frame to write, if one is due at or before `now`.
     pub fn poll_egress(&mut self, now: u64) -> Option<Egress> {
         self.cross_hub(now);
         let (due, port) = self
@@ -269,19 +323,33 @@ impl Hub {
             .filter_map(|(i, p)| p.down.next_due().map(|d| (d, i)))
             .min()
             .filter(|&(d, _)| d <= now)?;
-        let (due, len, pkt) = self.ports[port].down.pop_due(due).expect("due packet");
-        let down = &mut self.ports[port].down;
-        down.counters.late.record(now - due);
-        if let Some(f) = self.flow_counters.get_mut(pkt.flow as usize) {
-            f.delivered_pkts += 1;
-            f.delivered_bytes += len as u64;
+        let t = self.ports[port].down.pop_due(due).expect("due train");
+        self.ports[port].down.counters.late.record(now - t.due);
+        if let Some(f) = self.flow_counters.get_mut(t.item.flow as usize) {
+            f.delivered_pkts += t.count as u64;
+            f.delivered_bytes += t.bytes;
         }
         Some(Egress {
             port,
-            buf: pkt.buf,
-            len: len as usize,
-            due,
+            buf: t.item.buf,
+            due: t.due,
+            segs: t.count,
+            frame_len: t.item.frame_len,
+            shape: t.item.shape,
+            first: t.first,
         })
+    }
+
+    /// The bytes to write for `e`: the sender's frame itself, or the train's
+    /// segments cut from it.
+    pub fn egress_frame(&mut self, e: &Egress) -> &[u8] {
+        let frame = &self.pool.buf(e.buf)[..e.frame_len as usize];
+        if e.is_whole() {
+            return frame;
+        }
+        self.counters.trains_cut += 1;
+        let n = gso::build_run(frame, &e.shape, e.first, e.segs, &mut self.scratch);
+        &self.scratch[..n]
     }
 
     /// The earliest time anything is due, to set the driver's timer.
@@ -325,6 +393,7 @@ impl Hub {
                 .collect(),
             hub: self.counters.clone(),
             buffered_packets: self.pool.in_use() as u64,
+            buffer_bytes: self.pool.allocated_bytes() as u64,
         }
     }
 }
@@ -370,7 +439,11 @@ pub struct Snapshot {
     pub hosts: Vec<HostStats>,
     pub flows: Vec<FlowStats>,
     pub hub: HubCounters,
+    /// Buffers holding packets (a shared buffer counts once).
     pub buffered_packets: u64,
+    /// Memory the buffer pool has grown to.
+    #[serde(default)]
+    pub buffer_bytes: u64,
 }
 
 #[cfg(test)]
@@ -380,6 +453,10 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn hub(links: &[&str]) -> Hub {
+        hub_with(links, false)
+    }
+
+    fn hub_with(links: &[&str], vnet_hdr: bool) -> Hub {
         let hosts = links
             .iter()
             .enumerate()
@@ -393,7 +470,8 @@ mod tests {
             hosts,
             seed: 1,
             mtu: 1500,
-            max_packets: 100_000,
+            vnet_hdr,
+            buffer_bytes: 256 << 20,
         })
     }
 
@@ -415,7 +493,8 @@ mod tests {
     fn drain(h: &mut Hub, until: u64) -> Vec<(usize, u64, u32)> {
         let mut out = Vec::new();
         while let Some(e) = h.poll_egress(until) {
-            let seq = u32::from_be_bytes(h.buf(e.buf)[28..32].try_into().unwrap());
+            assert!(e.is_whole());
+            let seq = u32::from_be_bytes(h.egress_frame(&e)[28..32].try_into().unwrap());
             out.push((e.port, e.due, seq));
             h.release(e.buf);
         }
@@ -489,7 +568,7 @@ mod tests {
                 not_ipv4: 1,
                 malformed: 1,
                 unroutable: 2,
-                pool_exhausted: 0
+                ..Default::default()
             }
         );
         assert_eq!(h.pool.in_use(), 0);
@@ -528,5 +607,140 @@ mod tests {
             drain(&mut h, u64::MAX)
         };
         assert_eq!(run(), run());
+    }
+
+    /// Bytes without a period, so a payload is found at one offset only.
+    fn noise(n: usize) -> Vec<u8> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Sends a TCP or UDP aggregate of `data` from host 0 to `dst` and
+    /// returns, per receiving port, the (offset, payload) of every frame
+    /// written, cut trains included.
+    fn send_aggregate(
+        h: &mut Hub,
+        proto: u8,
+        dst: [u8; 4],
+        data: &[u8],
+    ) -> Vec<(usize, usize, Vec<u8>)> {
+        let mut f = crate::gso::tests::aggregate(proto, data, 1448, 0x10);
+        f[gso::VNET_HDR_LEN + 16..gso::VNET_HDR_LEN + 20].copy_from_slice(&dst);
+        let id = h.alloc().unwrap();
+        h.buf_mut(id)[..f.len()].copy_from_slice(&f);
+        h.ingress(0, 0, id, f.len());
+        let mut got = Vec::new();
+        while let Some(e) = h.poll_egress(u64::MAX) {
+            let frame = h.egress_frame(&e).to_vec();
+            h.release(e.buf);
+            let ip = &frame[gso::VNET_HDR_LEN..];
+            assert_eq!(u16::from_be_bytes([ip[2], ip[3]]) as usize, ip.len());
+            let (off, hdr) = if proto == 6 {
+                let seq = u32::from_be_bytes([ip[24], ip[25], ip[26], ip[27]]);
+                (seq.wrapping_sub(0xffff_f000) as usize, 40)
+            } else {
+                // UDP trains only start at segment boundaries: find it by content.
+                let p = &ip[28..];
+                let at = data.windows(p.len()).position(|w| w == p).unwrap();
+                (at, 28)
+            };
+            let vh = gso::VnetHdr::parse(&frame);
+            assert_eq!(vh.gso_type != gso::GSO_NONE, e.segs > 1);
+            assert_eq!(
+                ip.len() - hdr,
+                data[off..].len().min(e.segs as usize * 1448)
+            );
+            got.push((e.port, off, ip[hdr..].to_vec()));
+        }
+        got
+    }
+
+    #[test]
+    fn an_aggregate_arrives_whole_over_a_clean_path() {
+        let mut h = hub_with(&["", "rate=1G delay=10ms"], true);
+        let data = noise(60_000);
+        let got = send_aggregate(&mut h, 6, [10, 77, 0, 2], &data);
+        assert_eq!(got, vec![(1, 0, data.clone())]);
+        let s = h.snapshot(0);
+        assert_eq!((s.hub.aggregates_in, s.hub.trains_cut), (1, 0));
+        let segs = data.len().div_ceil(1448) as u64;
+        assert_eq!(s.hosts[1].down.counters.delivered_pkts, segs);
+        assert_eq!(
+            s.hosts[1].down.counters.delivered_bytes,
+            data.len() as u64 + 40 * segs
+        );
+        assert_eq!(s.flows[0].counters.offered_pkts, segs);
+        assert_eq!(h.pool.in_use(), 0);
+    }
+
+    #[test]
+    fn a_lossy_path_delivers_exactly_the_segments_that_survived() {
+        let data = noise(60_000);
+        for proto in [6, 17] {
+            let mut h = hub_with(&["", "loss=0.2 delay=10ms"], true);
+            let got = send_aggregate(&mut h, proto, [10, 77, 0, 2], &data);
+            let c = &h.snapshot(0).hosts[1].down.counters;
+            assert!(c.lost_pkts > 0 && got.len() > 1, "cut into trains: {c:?}");
+            assert_eq!(h.counters.trains_cut, got.len() as u64);
+            // Every byte that arrived is the sender's byte at that offset,
+            // trains do not overlap, and what is missing is what was lost.
+            let mut covered = vec![false; data.len()];
+            for (_, off, payload) in &got {
+                assert_eq!(&data[*off..off + payload.len()], &payload[..]);
+                for c in &mut covered[*off..off + payload.len()] {
+                    assert!(!*c, "overlap");
+                    *c = true;
+                }
+            }
+            let missing = covered.iter().filter(|c| !**c).count() as u64;
+            let hdr = if proto == 6 { 40 } else { 28 };
+            assert_eq!(missing, c.lost_bytes - hdr * c.lost_pkts);
+            assert_eq!(h.pool.in_use(), 0);
+        }
+    }
+
+    #[test]
+    fn a_multicast_aggregate_is_shared_and_lost_independently() {
+        let mut h = hub_with(&["", "loss=0.3", "loss=0.3", ""], true);
+        let data = noise(40_000);
+        let got = send_aggregate(&mut h, 17, [239, 1, 2, 3], &data);
+        let bytes = |p| {
+            got.iter()
+                .filter(|g| g.0 == p)
+                .map(|g| g.2.len())
+                .sum::<usize>()
+        };
+        assert_eq!(bytes(0), 0, "the sender gets no copy");
+        assert_eq!(bytes(3), data.len(), "the clean receiver gets it all");
+        assert!(bytes(1) < data.len() && bytes(2) < data.len());
+        let offsets = |p| {
+            got.iter()
+                .filter(|g| g.0 == p)
+                .map(|g| g.1)
+                .collect::<Vec<_>>()
+        };
+        assert_ne!(offsets(1), offsets(2), "independent losses");
+        assert_eq!(h.pool.in_use(), 0);
+    }
+
+    #[test]
+    fn aggregates_it_cannot_cut_are_dropped_and_counted() {
+        let mut h = hub_with(&["", ""], true);
+        let mut f = crate::gso::tests::aggregate(6, &[7; 5000], 1448, 0);
+        f[0] = 0; // no partial checksum
+        let id = h.alloc().unwrap();
+        h.buf_mut(id)[..f.len()].copy_from_slice(&f);
+        h.ingress(0, 0, id, f.len());
+        let id = h.alloc().unwrap();
+        h.ingress(0, 0, id, 4); // shorter than its header
+        assert_eq!(h.counters.malformed, 2);
+        assert_eq!(h.pool.in_use(), 0);
     }
 }

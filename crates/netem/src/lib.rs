@@ -3,10 +3,11 @@
 //! The core is sans-IO and deterministic: [`spec`] parses link specifications,
 //! [`loss`] holds the seeded loss models, [`link`] is one direction of a link
 //! (queue, rate, loss, delay), and [`hub`] joins hosts' links into one switch.
-//! [`pcap`] formats captures. The Linux driver ([`tun`], [`driver`]) owns a TUN
+//! [`gso`] reads and cuts TSO/USO aggregates, [`pcap`] formats captures. The Linux driver ([`tun`], [`driver`]) owns a TUN
 //! port in each host's network namespace and moves packets through the hub on
 //! precise timers.
 
+pub mod gso;
 pub mod hub;
 pub mod link;
 pub mod loss;

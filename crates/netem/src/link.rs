@@ -12,6 +12,7 @@
 //! 4. it is delivered at `tx_end + delay + U(-jitter, +jitter)`, never before
 //!    the packet ahead of it (a link does not reorder).
 
+use crate::gso::Shape;
 use crate::loss::{Loss, Rng};
 use crate::spec::{DirSpec, QueueLimit};
 use serde::{Deserialize, Serialize};
@@ -104,40 +105,42 @@ impl Series {
     }
 }
 
-/// What happened to an offered packet.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Offer<T> {
-    /// On its way; `pop_due` will hand it back.
-    Accepted,
-    /// Lost on the wire by the loss model.
-    Lost(T),
-    /// Dropped at a full queue.
-    QueueFull(T),
+/// Surviving segments of an offered train, handed back by `pop_due`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Train<T> {
+    /// When its last segment arrives (ns).
+    pub due: u64,
+    /// Its segments: `first..first + count` of the offered packet's shape.
+    pub first: u32,
+    pub count: u32,
+    /// Wire bytes.
+    pub bytes: u64,
+    pub item: T,
 }
 
-struct InFlight<T> {
-    due: u64,
-    len: u32,
-    item: T,
-}
+/// Segments of one aggregate that arrive within this span (ns) of the first
+/// are handed back together, as one train; a longer aggregate (a slow link)
+/// is cut into several.
+pub const TRAIN_NS: u64 = 1_000_000;
 
 /// One direction of a link.
 pub struct DirLink<T> {
     spec: DirSpec,
     loss: Loss,
     rng: Rng,
-    /// (tx_end, len) of packets not fully serialised at the last offer.
+    /// (tx_end, len) of segments not fully serialised at the last offer.
     queue: VecDeque<(u64, u32)>,
     queue_bytes: u64,
     busy_until: u64,
     last_arrival: u64,
     last_due: u64,
-    in_flight: VecDeque<InFlight<T>>,
+    train_ns: u64,
+    in_flight: VecDeque<Train<T>>,
     pub counters: DirCounters,
     pub series: Series,
 }
 
-impl<T> DirLink<T> {
+impl<T: Clone> DirLink<T> {
     pub fn new(spec: DirSpec, seed: u64) -> Self {
         DirLink {
             spec,
@@ -148,6 +151,7 @@ impl<T> DirLink<T> {
             busy_until: 0,
             last_arrival: 0,
             last_due: 0,
+            train_ns: TRAIN_NS,
             in_flight: VecDeque::with_capacity(1024),
             counters: DirCounters::default(),
             series: Series::new(100),
@@ -163,11 +167,74 @@ impl<T> DirLink<T> {
         self.spec.is_ideal()
     }
 
-    /// Offers a packet of `len` IP bytes arriving at `now` (ns).
-    pub fn offer(&mut self, now: u64, len: u32, item: T) -> Offer<T> {
+    /// Offers segments `first..first + count` of a packet shaped `shape`,
+    /// arriving at `now` (ns). Each segment meets the queue, the serialiser
+    /// and the loss model on its own; the survivors are kept as trains
+    /// (consecutive segments due within `TRAIN_NS` of each other), each
+    /// holding a clone of `item`. Returns the number of trains kept.
+    pub fn offer(&mut self, now: u64, shape: &Shape, first: u32, count: u32, item: T) -> u32 {
         // Arrivals are monotonic per link even if the caller's events are not.
         let now = now.max(self.last_arrival);
         self.last_arrival = now;
+        let mut kept = 0;
+        // The train being built, and when its first segment arrives.
+        let mut run: Option<(Train<()>, u64)> = None;
+        for i in first..first + count {
+            let len = shape.seg_len(i);
+            let Some(due) = self.segment(now, len) else {
+                if let Some((r, _)) = run.take() {
+                    self.push(r, item.clone());
+                    kept += 1;
+                }
+                continue;
+            };
+            match &mut run {
+                Some((r, start)) if due - *start <= self.train_ns => {
+                    r.count += 1;
+                    r.bytes += len as u64;
+                    r.due = due;
+                }
+                _ => {
+                    if let Some((r, _)) = run.take() {
+                        self.push(r, item.clone());
+                        kept += 1;
+                    }
+                    let r = Train {
+                        due,
+                        first: i,
+                        count: 1,
+                        bytes: len as u64,
+                        item: (),
+                    };
+                    run = Some((r, due));
+                }
+            }
+        }
+        if let Some((r, _)) = run {
+            self.push(r, item);
+            kept += 1;
+        }
+        kept
+    }
+
+    /// A plain packet of `len` bytes (one segment); true if it is on its way.
+    pub fn offer_packet(&mut self, now: u64, len: u32, item: T) -> bool {
+        self.offer(now, &Shape::single(len), 0, 1, item) == 1
+    }
+
+    fn push(&mut self, r: Train<()>, item: T) {
+        self.in_flight.push_back(Train {
+            due: r.due,
+            first: r.first,
+            count: r.count,
+            bytes: r.bytes,
+            item,
+        });
+    }
+
+    /// One segment of `len` bytes: its arrival time, or `None` if the queue
+    /// or the loss model dropped it.
+    fn segment(&mut self, now: u64, len: u32) -> Option<u64> {
         let c = &mut self.counters;
         c.offered_pkts += 1;
         c.offered_bytes += len as u64;
@@ -189,7 +256,7 @@ impl<T> DirLink<T> {
                 if full {
                     c.queue_drop_pkts += 1;
                     c.queue_drop_bytes += len as u64;
-                    return Offer::QueueFull(item);
+                    return None;
                 }
                 let tx_ns = (len as u128 * 8_000_000_000).div_ceil(rate as u128) as u64;
                 let end = self.busy_until.max(now) + tx_ns;
@@ -205,7 +272,7 @@ impl<T> DirLink<T> {
         if self.loss.lose(&mut self.rng) {
             c.lost_pkts += 1;
             c.lost_bytes += len as u64;
-            return Offer::Lost(item);
+            return None;
         }
 
         let mut due = tx_end + self.spec.delay_ns;
@@ -216,29 +283,27 @@ impl<T> DirLink<T> {
         }
         let due = due.max(self.last_due);
         self.last_due = due;
-        self.in_flight.push_back(InFlight { due, len, item });
-        Offer::Accepted
+        Some(due)
     }
 
-    /// When the next packet is due, if any is in flight.
+    /// When the next train is due, if any is in flight.
     pub fn next_due(&self) -> Option<u64> {
         self.in_flight.front().map(|p| p.due)
     }
 
-    /// Hands back the next packet due at or before `now`, with its due time,
-    /// and counts it delivered.
-    pub fn pop_due(&mut self, now: u64) -> Option<(u64, u32, T)> {
+    /// Hands back the next train due at or before `now`, and counts it delivered.
+    pub fn pop_due(&mut self, now: u64) -> Option<Train<T>> {
         if self.in_flight.front()?.due > now {
             return None;
         }
-        let p = self.in_flight.pop_front()?;
-        self.counters.delivered_pkts += 1;
-        self.counters.delivered_bytes += p.len as u64;
-        self.series.add(p.due, p.len as u64);
-        Some((p.due, p.len, p.item))
+        let t = self.in_flight.pop_front()?;
+        self.counters.delivered_pkts += t.count as u64;
+        self.counters.delivered_bytes += t.bytes;
+        self.series.add(t.due, t.bytes);
+        Some(t)
     }
 
-    /// Packets accepted and not yet handed back.
+    /// Trains accepted and not yet handed back.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
@@ -260,16 +325,21 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// (due, bytes, item) of the next train due by `now`.
+    fn pop(l: &mut DirLink<u64>, now: u64) -> Option<(u64, u64, u64)> {
+        l.pop_due(now).map(|t| (t.due, t.bytes, t.item))
+    }
+
     #[test]
     fn delay_only_delivers_after_exactly_the_delay() {
         let mut l = DirLink::new(dir("delay=35ms"), 1);
-        assert_eq!(l.offer(10, 1500, 'a'), Offer::Accepted);
-        assert_eq!(l.offer(20, 1500, 'b'), Offer::Accepted);
+        assert!(l.offer_packet(10, 1500, 1));
+        assert!(l.offer_packet(20, 1500, 2));
         assert_eq!(l.next_due(), Some(10 + 35 * MS));
-        assert_eq!(l.pop_due(35 * MS), None);
-        assert_eq!(l.pop_due(35 * MS + 10), Some((35 * MS + 10, 1500, 'a')));
-        assert_eq!(l.pop_due(u64::MAX), Some((35 * MS + 20, 1500, 'b')));
-        assert_eq!(l.pop_due(u64::MAX), None);
+        assert_eq!(pop(&mut l, 35 * MS), None);
+        assert_eq!(pop(&mut l, 35 * MS + 10), Some((35 * MS + 10, 1500, 1)));
+        assert_eq!(pop(&mut l, u64::MAX), Some((35 * MS + 20, 1500, 2)));
+        assert_eq!(pop(&mut l, u64::MAX), None);
     }
 
     #[test]
@@ -277,9 +347,9 @@ mod tests {
         // 1500 B at 1 Gbit/s = 12 µs on the wire.
         let mut l = DirLink::new(dir("rate=1G delay=1ms"), 1);
         for i in 0..10 {
-            assert_eq!(l.offer(0, 1500, i), Offer::Accepted);
+            assert!(l.offer_packet(0, 1500, i));
         }
-        let dues: Vec<u64> = std::iter::from_fn(|| l.pop_due(u64::MAX).map(|p| p.0)).collect();
+        let dues: Vec<u64> = std::iter::from_fn(|| pop(&mut l, u64::MAX).map(|p| p.0)).collect();
         let want: Vec<u64> = (1..=10).map(|i| i * 12_000 + MS).collect();
         assert_eq!(dues, want);
     }
@@ -292,18 +362,18 @@ mod tests {
         let mut dropped = 0;
         for i in 0..25_000u64 {
             let now = i * 40_000;
-            while let Some((due, len, _)) = l.pop_due(now) {
+            while let Some((due, len, _)) = pop(&mut l, now) {
                 if due <= 1_000_000_000 {
-                    delivered_by_1s += len as u64;
+                    delivered_by_1s += len;
                 }
             }
-            if let Offer::QueueFull(_) = l.offer(now, 1000, i) {
+            if !l.offer_packet(now, 1000, i) {
                 dropped += 1;
             }
         }
-        while let Some((due, len, _)) = l.pop_due(u64::MAX) {
+        while let Some((due, len, _)) = pop(&mut l, u64::MAX) {
             if due <= 1_000_000_000 {
-                delivered_by_1s += len as u64;
+                delivered_by_1s += len;
             }
         }
         let rate = delivered_by_1s * 8;
@@ -319,12 +389,13 @@ mod tests {
     #[test]
     fn byte_queue_limit() {
         let mut l = DirLink::new(dir("rate=1M queue=4500B"), 1);
-        assert_eq!(l.offer(0, 1500, 0), Offer::Accepted);
-        assert_eq!(l.offer(0, 1500, 1), Offer::Accepted);
-        assert_eq!(l.offer(0, 1500, 2), Offer::Accepted);
-        assert_eq!(l.offer(0, 1500, 3), Offer::QueueFull(3));
+        assert!(l.offer_packet(0, 1500, 0));
+        assert!(l.offer_packet(0, 1500, 1));
+        assert!(l.offer_packet(0, 1500, 2));
+        assert!(!l.offer_packet(0, 1500, 3));
+        assert_eq!(l.counters.queue_drop_pkts, 1);
         // After the first packet's 12 ms on the wire there is room again.
-        assert_eq!(l.offer(12 * MS, 1500, 4), Offer::Accepted);
+        assert!(l.offer_packet(12 * MS, 1500, 4));
         assert_eq!(l.counters.queue_hwm_bytes, 4500);
     }
 
@@ -332,11 +403,11 @@ mod tests {
     fn jitter_stays_in_bounds_and_never_reorders() {
         let mut l = DirLink::new(dir("delay=10ms jitter=2ms"), 9);
         for i in 0..10_000u64 {
-            l.offer(i * 100_000, 100, i);
+            l.offer_packet(i * 100_000, 100, i);
         }
         let mut last = (0, 0);
         let mut spread = (u64::MAX, 0);
-        while let Some((due, _, i)) = l.pop_due(u64::MAX) {
+        while let Some((due, _, i)) = pop(&mut l, u64::MAX) {
             assert!(due >= last.0 && (i == 0 || i == last.1 + 1));
             let d = due - i * 100_000;
             spread = (spread.0.min(d), spread.1.max(d));
@@ -356,10 +427,81 @@ mod tests {
             p: 1.0 - f64::EPSILON,
         };
         let mut l = DirLink::new(spec, 1);
-        assert_eq!(l.offer(0, 1500, 1), Offer::Lost(1));
+        assert!(!l.offer_packet(0, 1500, 1));
         assert_eq!(l.counters.lost_pkts, 1);
         assert_eq!(l.in_flight(), 0);
         assert_eq!(l.busy_until, 12_000);
+    }
+
+    /// A 45-segment TSO aggregate: 40-byte headers, 1448-byte payloads.
+    fn tso() -> Shape {
+        Shape {
+            hdr: 40,
+            mss: 1448,
+            segs: 45,
+            last: 40 + 1000,
+        }
+    }
+
+    #[test]
+    fn an_aggregate_is_timed_segment_by_segment_and_leaves_with_its_last() {
+        let s = tso();
+        let mut l = DirLink::new(dir("rate=1G delay=35ms"), 1);
+        assert_eq!(l.offer(0, &s, 0, 45, 7), 1);
+        let t = l.pop_due(u64::MAX).unwrap();
+        let bytes = s.wire_bytes(0, 45);
+        assert_eq!((t.first, t.count, t.bytes), (0, 45, bytes));
+        // The serialiser was busy for every byte of every segment.
+        let tx: u64 = (0..45).map(|i| s.seg_len(i) as u64 * 8).sum();
+        assert_eq!(l.busy_until, tx);
+        assert_eq!(t.due, l.busy_until + 35 * MS);
+        assert_eq!(l.counters.offered_pkts, 45);
+        assert_eq!(l.counters.delivered_pkts, 45);
+        assert_eq!(l.counters.delivered_bytes, bytes);
+        assert_eq!(l.counters.queue_hwm_pkts, 45);
+    }
+
+    #[test]
+    fn a_slow_link_cuts_an_aggregate_into_trains_of_at_most_train_ns() {
+        // 1488 B at 10 Mbit/s = 1.19 ms each: every segment is its own
+        // train, but the short last one (1040 B, 0.83 ms) joins the one before.
+        let s = tso();
+        let mut l = DirLink::new(dir("rate=10M"), 1);
+        assert_eq!(l.offer(0, &s, 0, 45, 0), 44);
+        // At 100 Mbit/s (119 µs each) trains hold 9 segments: 8 gaps ≤ 1 ms.
+        let mut l = DirLink::new(dir("rate=100M"), 1);
+        assert_eq!(l.offer(0, &s, 0, 45, 0), 5);
+        let trains: Vec<Train<u64>> = std::iter::from_fn(|| l.pop_due(u64::MAX)).collect();
+        let firsts: Vec<u32> = trains.iter().map(|t| t.first).collect();
+        assert_eq!(firsts, [0, 9, 18, 27, 36]);
+        assert_eq!(trains.iter().map(|t| t.count).sum::<u32>(), 45);
+        assert_eq!(
+            trains.iter().map(|t| t.bytes).sum::<u64>(),
+            s.wire_bytes(0, 45)
+        );
+    }
+
+    #[test]
+    fn losses_and_a_full_queue_split_an_aggregate_around_the_missing_segments() {
+        let s = tso();
+        let mut spec = dir("rate=1G queue=40pkts");
+        spec.loss = LossSpec::Bernoulli { p: 0.1 };
+        let mut l = DirLink::new(spec, 3);
+        let kept = l.offer(0, &s, 0, 45, 0);
+        let trains: Vec<Train<u64>> = std::iter::from_fn(|| l.pop_due(u64::MAX)).collect();
+        assert_eq!(trains.len() as u32, kept);
+        let c = &l.counters;
+        assert_eq!(c.queue_drop_pkts, 5, "segments 40..45 find the queue full");
+        assert!(c.lost_pkts > 0 && kept > 1, "seed 3 loses some: {c:?}");
+        let delivered: u32 = trains.iter().map(|t| t.count).sum();
+        assert_eq!(delivered as u64, 45 - c.queue_drop_pkts - c.lost_pkts);
+        // Trains are disjoint, ascending, and never span a missing segment.
+        for w in trains.windows(2) {
+            assert!(w[0].first + w[0].count < w[1].first, "{w:?}");
+        }
+        assert!(trains.iter().all(|t| t.first + t.count <= 40));
+        let bytes: u64 = trains.iter().map(|t| s.wire_bytes(t.first, t.count)).sum();
+        assert_eq!(bytes, c.delivered_bytes);
     }
 
     #[test]
