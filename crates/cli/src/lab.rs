@@ -2,8 +2,10 @@
 
 use crate::lab_args::{LabCommand, ProbeCommand, UpArgs};
 use anyhow::{Context, Result};
+use longhaul_lab::scenario::Suite;
+use longhaul_lab::tools::Tool;
 use longhaul_lab::topology::{LabConfig, LinkArgs};
-use longhaul_lab::{daemon, ops, probe, topology};
+use longhaul_lab::{daemon, ops, probe, report, runner, topology};
 use longhaul_netem::hub::DirStats;
 use std::time::Duration;
 
@@ -45,6 +47,34 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
             Ok(0)
         }
         LabCommand::Probe(p) => probe_cmd(p),
+        LabCommand::Run(a) => {
+            let suite = Suite::load(&a.suite).map_err(|e| crate::usage(format!("{e:#}")))?;
+            let tools = parse_tools(a.tools.as_deref())?;
+            let out = a
+                .out
+                .unwrap_or_else(|| format!("lab-results/{}", suite.suite.name).into());
+            run_suite(&suite, tools, a.repeat, out, a.json, &exe)
+        }
+        LabCommand::Demo(a) => {
+            let suite = Suite::load("demo")?;
+            if !a.no_install {
+                install(&[Tool::Longhaul, Tool::Rsync, Tool::Ftp], false)?;
+            }
+            let out = a.out.unwrap_or_else(|| "lab-results/demo".into());
+            run_suite(&suite, None, None, out, a.json, &exe)
+        }
+        LabCommand::Report(a) => {
+            let r = report::load(&a.dir)?;
+            report::write_all(&a.dir, &r)?;
+            print!("{}", report::table(&r));
+            println!("reports: {}", a.dir.display());
+            Ok(0)
+        }
+        LabCommand::Deps(a) => {
+            let tools = parse_tools(a.tools.as_deref())?.unwrap_or(Tool::ALL.to_vec());
+            install(&tools, a.dry_run)?;
+            Ok(0)
+        }
         LabCommand::Supervise(n) => Ok(daemon::supervise(&n.name, &exe)),
         LabCommand::Emulate(n) => Ok(daemon::emulate(&n.name)),
     }
@@ -205,6 +235,107 @@ fn print_stats(name: &str, s: &longhaul_netem::Snapshot) {
         "{} flows (per-flow bytes and the 100 ms series: --json)",
         s.flows.len()
     );
+}
+
+fn parse_tools(names: Option<&[String]>) -> Result<Option<Vec<Tool>>> {
+    names
+        .map(|ns| {
+            ns.iter()
+                .map(|n| {
+                    n.parse::<Tool>()
+                        .map_err(|e| crate::usage(format!("--tools: {e}")))
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .transpose()
+}
+
+/// Installs the Debian packages of `tools` that provide a missing program.
+fn install(tools: &[Tool], dry_run: bool) -> Result<()> {
+    let mut pkgs: Vec<&str> = Vec::new();
+    for t in tools {
+        if !t.missing().is_empty() {
+            for p in t.packages() {
+                if !pkgs.contains(p) {
+                    pkgs.push(p);
+                }
+            }
+        }
+    }
+    if pkgs.is_empty() {
+        eprintln!("peer tools: all installed");
+        return Ok(());
+    }
+    if dry_run {
+        println!("apt-get install -y {}", pkgs.join(" "));
+        return Ok(());
+    }
+    eprintln!("installing {} (apt-get) ...", pkgs.join(" "));
+    let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
+    let apt = || {
+        let mut c = std::process::Command::new("apt-get");
+        c.env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(std::process::Stdio::null());
+        c
+    };
+    if !ok(apt()
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(&pkgs))
+    {
+        // The package lists may be stale or absent on a fresh machine.
+        ok(apt().args(["update", "-q"]));
+        if !ok(apt()
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&pkgs))
+        {
+            anyhow::bail!("apt-get install {} failed", pkgs.join(" "));
+        }
+    }
+    Ok(())
+}
+
+fn run_suite(
+    suite: &Suite,
+    tools: Option<Vec<Tool>>,
+    repeat: Option<u32>,
+    out: std::path::PathBuf,
+    json: bool,
+    exe: &std::path::Path,
+) -> Result<i32> {
+    // Ctrl-C (or SIGTERM/SIGHUP) removes what the run has up, then exits.
+    longhaul_netem::driver::block_stop_signals()?;
+    std::thread::spawn(|| {
+        if longhaul_netem::driver::wait_stop_signal().is_some() {
+            eprintln!("interrupted: removing the lab and its processes");
+            runner::clean_up();
+            std::process::exit(130);
+        }
+    });
+    let results = runner::run_suite(
+        suite,
+        &runner::Options {
+            exe: exe.to_path_buf(),
+            out: out.clone(),
+            tools,
+            repeat,
+            progress: !json,
+        },
+    )?;
+    report::write_all(&out, &results)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{}", report::table(&results));
+        println!(
+            "results: {}/summary.md (and results.json, results.csv)",
+            out.display()
+        );
+    }
+    let failed = results
+        .runs
+        .iter()
+        .any(|r| r.status != "ok" && r.status != "skipped");
+    Ok(if failed { 1 } else { 0 })
 }
 
 fn with_port(to: &str) -> String {

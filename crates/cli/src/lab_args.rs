@@ -59,6 +59,15 @@ pub enum LabCommand {
     /// UDP probes for checking a path (run them inside hosts with `lab exec`).
     #[command(subcommand)]
     Probe(ProbeCommand),
+    /// Run a suite (built-in name or a .toml file): every scenario with every tool, side by side.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+    /// The main job: longhaul, rsync and FTP over a 1 Gbit/s, 70 ms, 1e-3-loss path, as a table.
+    Demo(DemoArgs),
+    /// Re-render a run's reports (results.csv, summary.md, the table) from its results.json.
+    Report(ReportArgs),
+    /// Install the peer tools (Debian packages); installs only what is missing.
+    Deps(DepsArgs),
     #[command(name = "__supervise", hide = true)]
     Supervise(LabName),
     #[command(name = "__emulate", hide = true)]
@@ -186,4 +195,78 @@ pub enum ProbeCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+const RUN_HELP: &str = "\
+Suites:
+  demo    longhaul, rsync and FTP over 1 Gbit/s, 70 ms RTT, 1e-3 loss (lab demo)
+  smoke   every tool over two short scenarios (CI runs it)
+  FILE    your own suite; the built-in ones are in crates/lab/suites/
+
+A suite file (TOML):
+  [suite]
+  name = \"mine\"
+  line_rate = \"1G\"            # for TTP
+  target_mbps = 350           # optional: marked met or not in summary.md
+  tools = [\"longhaul\", \"rsync\", \"ftp\", \"tarnc\", \"iperf3\"]
+  repeat = 1
+  time_cap = \"300s\"
+  cc = \"cubic\"                # kernel congestion control of the TCP tools
+  [[scenario]]
+  name = \"bigfile-700ms\"
+  link = \"rate=1G delay=350ms loss=1e-3 queue=58333pkts\"   # the client's link
+  files = [{ size = \"2GB\", count = 1 }]
+
+Each scenario gets a lab (hosts srv and cli, the client's link as given), a
+generated data set (cached in OUT/data), and each tool pulls it from srv to cli:
+server started in srv, client timed in cli, both stopped by PID, the delivered
+tree verified by BLAKE3. Results: OUT/results.json (every number, saved after
+each run), results.csv, summary.md. A missing tool is reported as skipped with
+its install command (`longhaul lab deps` installs them all).";
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Built-in suite (demo, smoke) or a suite file (.toml).
+    pub suite: String,
+    /// Only these tools, comma-separated (of each scenario's own list).
+    #[arg(long, value_delimiter = ',', value_name = "T1,T2")]
+    pub tools: Option<Vec<String>>,
+    /// Runs per tool and scenario, overriding the suite's.
+    #[arg(long)]
+    pub repeat: Option<u32>,
+    /// Where results and generated data go [default: ./lab-results/SUITE].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+    /// Print results.json on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Where results and generated data go [default: ./lab-results/demo].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+    /// Do not install missing tools (they are then reported as skipped).
+    #[arg(long)]
+    pub no_install: bool,
+    /// Print results.json on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// A directory a `lab run` wrote (with results.json).
+    pub dir: std::path::PathBuf,
+}
+
+#[derive(Args)]
+pub struct DepsArgs {
+    /// Only these tools, comma-separated [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "T1,T2")]
+    pub tools: Option<Vec<String>>,
+    /// Print what would be installed, install nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }

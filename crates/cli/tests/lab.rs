@@ -700,6 +700,119 @@ fn capture_and_cleanup_after_crashes() {
     drop(lab);
 }
 
+#[test]
+fn lab_run_smoke_moves_and_verifies_with_every_tool() {
+    let Some(_t) = take_turn() else { return };
+    if !["rsync", "lftp", "vsftpd", "nc", "iperf3"]
+        .into_iter()
+        .all(tool)
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = longhaul();
+    c.args(["lab", "run", "smoke", "--json", "--out"])
+        .arg(dir.path());
+    let out = run_timeout(c, Duration::from_secs(600));
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let r: Value = serde_json::from_str(&out.stdout).unwrap();
+    let runs = r["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2 * 5, "two scenarios, five tools");
+    for x in runs {
+        assert_eq!(x["status"], "ok", "{x}");
+        let memory_only = x["tool"] == "iperf3";
+        assert_eq!(
+            x["verified"],
+            if memory_only {
+                Value::Null
+            } else {
+                Value::Bool(true)
+            },
+            "{x}"
+        );
+        assert!(f(&x["mbps"]) > 0.0 && f(&x["wall_s"]) > 0.0, "{x}");
+        // The server sent at least the payload, and the emulator saw it.
+        assert!(f(&x["wire_bytes"]) >= f(&x["bytes"]), "{x}");
+        let series: f64 = x["series_mbps"].as_array().unwrap().iter().map(f).sum();
+        assert!(series > 0.0, "no series: {x}");
+    }
+    let saved: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+    assert_eq!(saved["runs"], r["runs"]);
+    let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 11);
+    let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(
+        md.contains("| small-files-10ms |") && md.contains("| one-file-70ms-1e-3 |"),
+        "{md}"
+    );
+    assert!(namespaces().iter().all(|n| !n.starts_with("lh-lhrun-")));
+}
+
+#[test]
+fn an_interrupted_run_removes_its_lab_and_processes() {
+    let Some(_t) = take_turn() else { return };
+    if !tool("rsync") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("slow.toml");
+    std::fs::write(
+        &suite,
+        r#"
+[suite]
+name = "slow"
+line_rate = "10M"
+tools = ["rsync"]
+cc = "cubic"
+[[scenario]]
+name = "slow"
+link = "rate=10M delay=20ms"
+files = [{ size = "40MB", count = 1 }]
+"#,
+    )
+    .unwrap();
+    let allowed =
+        || std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap();
+    let allowed_before = allowed();
+    let mut child = longhaul()
+        .args(["lab", "run"])
+        .arg(&suite)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Interrupt while rsync is moving data (40 MB at 10 Mbit/s takes 32 s).
+    let cfg = dir.path().join("out/runs/slow/rsync-1/rsyncd.conf");
+    wait_until(|| cfg.exists());
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        namespaces().iter().all(|n| !n.starts_with("lh-lhrun-")),
+        "{:?}",
+        namespaces()
+    );
+    let marker = dir.path().to_str().unwrap().to_string();
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&marker))
+        .collect();
+    assert!(left.is_empty(), "processes left: {left:?}");
+    assert_eq!(
+        allowed(),
+        allowed_before,
+        "the allowed congestion controls were not restored"
+    );
+}
+
 fn wait_until(cond: impl Fn() -> bool) {
     for _ in 0..200 {
         if cond() {

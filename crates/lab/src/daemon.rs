@@ -55,7 +55,7 @@ pub fn supervise(name: &str, exe: &Path) -> i32 {
     eprintln!("lab '{name}' up: emulator pid {}", child.id());
     let emu = child.id() as i32;
     std::thread::spawn(move || {
-        if driver::wait_stop_signal() {
+        if driver::wait_stop_signal().is_some() {
             eprintln!("stopping: signal received");
             sys::signal(emu, libc::SIGTERM);
         }

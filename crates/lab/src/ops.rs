@@ -193,8 +193,14 @@ pub fn up(cfg: &LabConfig, exe: &Path) -> Result<()> {
         });
     });
     std::thread::spawn(move || {
-        if driver::wait_stop_signal() {
-            let _ = tx2.send(Err("interrupted".into()));
+        if let Some(sig) = driver::wait_stop_signal() {
+            if tx2.send(Err("interrupted".into())).is_err() {
+                // `up` has returned: the signal is for whoever waits next
+                // (e.g. a `lab run` that brings up lab after lab).
+                // Process-directed, so another thread's sigwait takes it.
+                // SAFETY: signalling our own process.
+                unsafe { libc::kill(libc::getpid(), sig) };
+            }
         }
     });
     let outcome = rx

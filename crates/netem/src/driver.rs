@@ -133,12 +133,13 @@ pub fn block_stop_signals() -> io::Result<()> {
     Ok(())
 }
 
-/// Waits for a stop signal (blocked beforehand by `block_stop_signals`).
-pub fn wait_stop_signal() -> bool {
+/// Waits for a stop signal (blocked beforehand by `block_stop_signals`);
+/// returns which one.
+pub fn wait_stop_signal() -> Option<libc::c_int> {
     let set = stop_signal_set();
     let mut sig = 0;
     // SAFETY: sigwait with a valid set and out-pointer.
-    unsafe { libc::sigwait(&set, &mut sig) == 0 }
+    (unsafe { libc::sigwait(&set, &mut sig) } == 0).then_some(sig)
 }
 
 impl Driver {
