@@ -59,6 +59,9 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
             let suite = Suite::load("demo")?;
             if !a.no_install {
                 install(&[Tool::Longhaul, Tool::Rsync, Tool::Ftp], false)?;
+                if longhaul_lab::tools::which("ip").is_none() {
+                    apt_install(&["iproute2"])?;
+                }
             }
             let out = a.out.unwrap_or_else(|| "lab-results/demo".into());
             run_suite(&suite, None, None, out, a.json, &exe)
@@ -270,6 +273,11 @@ fn install(tools: &[Tool], dry_run: bool) -> Result<()> {
         println!("apt-get install -y {}", pkgs.join(" "));
         return Ok(());
     }
+    apt_install(&pkgs)
+}
+
+/// apt-get install, updating the package lists first if that fails.
+fn apt_install(pkgs: &[&str]) -> Result<()> {
     eprintln!("installing {} (apt-get) ...", pkgs.join(" "));
     let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
     let apt = || {
@@ -280,13 +288,13 @@ fn install(tools: &[Tool], dry_run: bool) -> Result<()> {
     };
     if !ok(apt()
         .args(["install", "-y", "-q", "--no-install-recommends"])
-        .args(&pkgs))
+        .args(pkgs))
     {
         // The package lists may be stale or absent on a fresh machine.
         ok(apt().args(["update", "-q"]));
         if !ok(apt()
             .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&pkgs))
+            .args(pkgs))
         {
             anyhow::bail!("apt-get install {} failed", pkgs.join(" "));
         }
