@@ -155,7 +155,11 @@ fn f(v: &Value) -> f64 {
 }
 
 /// RTT through `delay` each way, measured by UDP echo: the mean within
-/// `mean_tol` ms of 2·delay and no sample further than `max_tol` ms.
+/// `mean_tol` ms of 2·delay and every sample within `max_tol` ms, but one:
+/// the probes are processes on a shared 2-core VM, and now and then one of
+/// them is scheduled a few ms late (1 run in 5 showed one such sample of 100).
+/// The emulator's own part is checked strictly: no packet left it more than
+/// `max_tol` late.
 fn check_rtt(lab: &mut Lab, count: &str, interval: &str, want: f64, mean_tol: f64, max_tol: f64) {
     lab.spawn("srv", &[BIN, "lab", "probe", "echo"]);
     let r = lab.probe(
@@ -168,10 +172,22 @@ fn check_rtt(lab: &mut Lab, count: &str, interval: &str, want: f64, mean_tol: f6
         (mean - want).abs() <= mean_tol,
         "mean RTT {mean} ms, want {want} ± {mean_tol}"
     );
-    for s in r["rtt_ms"].as_array().unwrap() {
+    let samples: Vec<f64> = r["rtt_ms"].as_array().unwrap().iter().map(f).collect();
+    let off: Vec<f64> = samples
+        .iter()
+        .copied()
+        .filter(|s| (s - want).abs() > max_tol)
+        .collect();
+    assert!(
+        off.len() <= 1 && off.iter().all(|s| (s - want).abs() <= 2.5 * max_tol),
+        "RTT samples off by more than {max_tol} ms: {off:?} (want {want})"
+    );
+    let stats = lab.stats();
+    for h in ["srv", "cli"] {
+        let late = f(&Lab::host(&stats, h)["down"]["late"]["max_ns"]) / 1e6;
         assert!(
-            (f(s) - want).abs() <= max_tol,
-            "RTT sample {s} ms, want {want} ± {max_tol}"
+            late <= max_tol,
+            "the emulator delivered to {h} {late} ms late"
         );
     }
 }

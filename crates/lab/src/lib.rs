@@ -2,10 +2,11 @@
 //! (`longhaul-netem`), with `up / down / exec / stats` and probes to check a
 //! path; and the runner that replays scenarios ([`scenario`]) with longhaul
 //! and real peer tools ([`tools`]) over generated data sets ([`dataset`]),
-//! and reports them side by side ([`runner`], [`report`]).
+//! and reports them side by side ([`runner`], [`report`], [`html`]).
 
 pub mod daemon;
 pub mod dataset;
+pub mod html;
 pub mod ops;
 pub mod probe;
 pub mod report;

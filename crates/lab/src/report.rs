@@ -14,10 +14,11 @@ pub fn load(dir: &Path) -> Result<Results> {
     serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
 }
 
-/// Writes results.csv and summary.md beside results.json.
+/// Writes results.csv, summary.md and report.html beside results.json.
 pub fn write_all(dir: &Path, r: &Results) -> Result<()> {
     std::fs::write(dir.join("results.csv"), csv(r))?;
     std::fs::write(dir.join("summary.md"), summary(r))?;
+    std::fs::write(dir.join("report.html"), crate::html::render(r))?;
     Ok(())
 }
 
@@ -61,7 +62,7 @@ fn field(v: &str) -> String {
 }
 
 /// Scenarios and tools in the order they first ran.
-fn axes(r: &Results) -> (Vec<String>, Vec<String>) {
+pub(crate) fn axes(r: &Results) -> (Vec<String>, Vec<String>) {
     let mut sc: Vec<String> = Vec::new();
     let mut tools: Vec<String> = Vec::new();
     for x in &r.runs {
@@ -73,6 +74,14 @@ fn axes(r: &Results) -> (Vec<String>, Vec<String>) {
         }
     }
     (sc, tools)
+}
+
+/// The runs of one tool in one scenario.
+pub(crate) fn runs_of<'a>(r: &'a Results, scenario: &str, tool: &str) -> Vec<&'a Run> {
+    r.runs
+        .iter()
+        .filter(|x| x.scenario == scenario && x.tool == tool)
+        .collect()
 }
 
 /// The cell of one tool in one scenario: mean Mbit/s of its good runs, or why none.
@@ -135,11 +144,7 @@ pub fn summary(r: &Results) -> String {
             .map_or("", |x| x.link.as_str());
         let _ = write!(s, "| {sc} | `{link}` |");
         for t in &tools {
-            let runs: Vec<&Run> = r
-                .runs
-                .iter()
-                .filter(|x| &x.scenario == sc && &x.tool == t)
-                .collect();
+            let runs = runs_of(r, sc, t);
             if runs.is_empty() {
                 let _ = write!(s, " |");
                 continue;
@@ -255,7 +260,11 @@ mod tests {
             client_cpu_s: 0.1,
             server_cpu_s: 0.2,
             verified: (status != "skipped").then_some(status == "ok"),
-            series_mbps: vec![],
+            series_mbps: if status == "skipped" {
+                vec![]
+            } else {
+                vec![mbps / 2.0, mbps, mbps]
+            },
         }
     }
 
@@ -293,5 +302,20 @@ mod tests {
         assert!(c.contains(",a,ftp,1,delay=35ms,skipped,"));
         let t = table(&r);
         assert!(t.lines().nth(1).unwrap().contains("longhaul"), "{t}");
+        // The page: an overview, per scenario a bar chart with the target line
+        // and a time series, and why a tool has no bar.
+        let page = crate::html::render(&r);
+        assert_eq!(page.matches("<svg").count(), page.matches("</svg>").count());
+        assert_eq!(page.matches("aria-label=\"Mbit/s per tool\"").count(), 2);
+        assert_eq!(
+            page.matches("aria-label=\"throughput over time\"").count(),
+            2
+        );
+        assert!(page.contains("target 350"), "no target line");
+        assert!(page.contains("lftp not installed: apt-get install vsftpd lftp"));
+        assert!(
+            page.contains("<td class=\"ok\">900.0</td>")
+                && page.contains("<td class=\"bad\">14.0</td>")
+        );
     }
 }

@@ -1,0 +1,362 @@
+//! report.html: one self-contained page (inline CSS and SVG, no scripts, no
+//! external files) rendered from results.json. Per scenario: a bar per tool
+//! (mean Mbit/s of its verified runs, the suite's target as a line), the
+//! emulator's throughput over time for each tool's first run (like the
+//! studies' histograms), and every run's numbers.
+
+use crate::report::{axes, cell, runs_of};
+use crate::runner::{Results, Run};
+use std::fmt::Write as _;
+
+const COLORS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
+];
+
+/// Escapes text for HTML and SVG.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn color(tools: &[String], tool: &str) -> &'static str {
+    let i = tools.iter().position(|t| t == tool).unwrap_or(0);
+    COLORS[i % COLORS.len()]
+}
+
+/// A "nice" axis maximum at or above `v` (1, 2 or 5 × a power of ten).
+fn nice_max(v: f64) -> f64 {
+    if v <= 0.0 {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|&m| m >= v)
+        .unwrap_or(10.0 * p)
+}
+
+/// Horizontal bars: one per tool, its mean Mbit/s or why it has none.
+fn bars(r: &Results, scenario: &str, tools: &[String]) -> String {
+    let rows: Vec<(String, Option<f64>, String)> = tools
+        .iter()
+        .filter_map(|t| {
+            let runs = runs_of(r, scenario, t);
+            (!runs.is_empty()).then(|| {
+                let (m, note) = cell(&runs);
+                (t.clone(), m, note)
+            })
+        })
+        .collect();
+    let line = r.line_rate_bps as f64 / 1e6;
+    let target = r.suite.suite.target_mbps;
+    let top = rows.iter().filter_map(|x| x.1).fold(0.0, f64::max);
+    let xmax = nice_max(
+        top.max(target.unwrap_or(0.0))
+            .max(line * 0.1)
+            .min(line.max(top)),
+    );
+    let (left, width, bar_h, gap) = (90.0, 460.0, 22.0, 8.0);
+    let height = 30.0 + rows.len() as f64 * (bar_h + gap) + 24.0;
+    let x = |v: f64| left + v / xmax * width;
+    let mut s = format!(
+        r#"<svg class="chart" viewBox="0 0 640 {height}" width="640" height="{height}" role="img" aria-label="Mbit/s per tool">"#
+    );
+    // Grid and axis labels.
+    for k in 0..=5 {
+        let v = xmax * k as f64 / 5.0;
+        let _ = write!(
+            s,
+            r##"<line x1="{0:.1}" y1="20" x2="{0:.1}" y2="{1:.1}" stroke="#ddd"/><text x="{0:.1}" y="{2:.1}" class="tick" text-anchor="middle">{3}</text>"##,
+            x(v),
+            height - 24.0,
+            height - 8.0,
+            fmt_num(v)
+        );
+    }
+    for (i, (tool, mean, note)) in rows.iter().enumerate() {
+        let y = 24.0 + i as f64 * (bar_h + gap);
+        let _ = write!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" class="label" text-anchor="end">{}</text>"#,
+            left - 8.0,
+            y + bar_h * 0.7,
+            esc(tool)
+        );
+        match mean {
+            Some(m) => {
+                let _ = write!(
+                    s,
+                    r#"<rect x="{left}" y="{y:.1}" width="{:.1}" height="{bar_h}" fill="{}"><title>{} {:.1} Mbit/s{}</title></rect><text x="{:.1}" y="{:.1}" class="value">{:.1}{}</text>"#,
+                    (x(*m) - left).max(1.0),
+                    color(tools, tool),
+                    esc(tool),
+                    m,
+                    esc(note),
+                    x(*m) + 4.0,
+                    y + bar_h * 0.7,
+                    m,
+                    esc(note)
+                );
+            }
+            None => {
+                let _ = write!(
+                    s,
+                    r#"<text x="{:.1}" y="{:.1}" class="missing">{}</text>"#,
+                    left + 4.0,
+                    y + bar_h * 0.7,
+                    esc(note)
+                );
+            }
+        }
+    }
+    if let Some(t) = target {
+        if t <= xmax {
+            let _ = write!(
+                s,
+                r##"<line x1="{0:.1}" y1="16" x2="{0:.1}" y2="{1:.1}" stroke="#000" stroke-dasharray="5,3"/><text x="{0:.1}" y="12" class="tick" text-anchor="middle">target {2}</text>"##,
+                x(t),
+                height - 24.0,
+                fmt_num(t)
+            );
+        }
+    }
+    let _ = write!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" class="tick">Mbit/s</text></svg>"#,
+        left + width + 16.0,
+        height - 8.0
+    );
+    s
+}
+
+/// Throughput over time: the emulator's 100 ms series of each tool's first run.
+fn series(r: &Results, scenario: &str, tools: &[String]) -> String {
+    let runs: Vec<&Run> = tools
+        .iter()
+        .filter_map(|t| {
+            r.runs
+                .iter()
+                .find(|x| x.scenario == scenario && &x.tool == t && !x.series_mbps.is_empty())
+        })
+        .collect();
+    if runs.is_empty() {
+        return String::new();
+    }
+    let secs = runs
+        .iter()
+        .map(|x| x.series_mbps.len() as f64 * 0.1)
+        .fold(0.0, f64::max);
+    let peak = runs
+        .iter()
+        .flat_map(|x| x.series_mbps.iter().copied())
+        .fold(0.0, f64::max);
+    let ymax = nice_max(peak);
+    let xmax = nice_max(secs);
+    let (left, top, w, h) = (60.0, 14.0, 540.0, 180.0);
+    let px = |t: f64| left + t / xmax * w;
+    let py = |v: f64| top + h - v / ymax * h;
+    let mut s = format!(
+        r#"<svg class="chart" viewBox="0 0 640 {0}" width="640" height="{0}" role="img" aria-label="throughput over time">"#,
+        top + h + 60.0
+    );
+    for k in 0..=4 {
+        let v = ymax * k as f64 / 4.0;
+        let _ = write!(
+            s,
+            r##"<line x1="{left}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{2:.1}" y="{3:.1}" class="tick" text-anchor="end">{4}</text>"##,
+            py(v),
+            left + w,
+            left - 6.0,
+            py(v) + 4.0,
+            fmt_num(v)
+        );
+    }
+    for k in 0..=5 {
+        let t = xmax * k as f64 / 5.0;
+        let _ = write!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="middle">{}</text>"#,
+            px(t),
+            top + h + 16.0,
+            fmt_num(t)
+        );
+    }
+    let _ = write!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">seconds</text><text x="12" y="{:.1}" class="tick" transform="rotate(-90 12 {:.1})" text-anchor="middle">Mbit/s per 100 ms</text>"#,
+        left + w,
+        top + h + 30.0,
+        top + h / 2.0,
+        top + h / 2.0
+    );
+    for (i, x) in runs.iter().enumerate() {
+        let pts: String = x
+            .series_mbps
+            .iter()
+            .enumerate()
+            .map(|(k, v)| format!("{:.1},{:.1} ", px((k as f64 + 0.5) * 0.1), py(*v)))
+            .collect();
+        let c = color(tools, &x.tool);
+        let _ = write!(
+            s,
+            r#"<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="1.6"><title>{}</title></polyline>"#,
+            esc(&x.tool)
+        );
+        let lx = left + (i as f64) * 110.0;
+        let ly = top + h + 46.0;
+        let _ = write!(
+            s,
+            r#"<rect x="{lx:.1}" y="{:.1}" width="14" height="4" fill="{c}"/><text x="{:.1}" y="{ly:.1}" class="label">{}</text>"#,
+            ly - 4.0,
+            lx + 18.0,
+            esc(&x.tool)
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+fn fmt_num(v: f64) -> String {
+    if v >= 100.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// The whole page.
+pub fn render(r: &Results) -> String {
+    let info = &r.suite.suite;
+    let (scenarios, tools) = axes(r);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>longhaul lab: {name}</title>
+<style>
+body{{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#222;max-width:980px;margin:2em auto;padding:0 1em}}
+h1{{font-size:1.6em;margin-bottom:.2em}} h2{{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:.2em}}
+.meta{{color:#555}} code{{background:#f3f3f3;padding:0 .3em;border-radius:3px}}
+table{{border-collapse:collapse;margin:.8em 0;font-size:.92em}} th,td{{border-bottom:1px solid #e4e4e4;padding:.3em .6em;text-align:right}}
+th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafafa}}
+.ok{{color:#1a7f37}} .bad{{color:#b42318}} .chart{{display:block;margin:.6em 0;max-width:100%;height:auto}}
+.chart text{{font:12px system-ui,sans-serif;fill:#333}} .chart .value{{font-weight:600}} .chart .missing{{fill:#b42318}} .chart .tick{{fill:#666;font-size:11px}}
+</style></head><body>
+<h1>{name}</h1><p>{desc}</p>"#,
+        name = esc(&info.name),
+        desc = esc(&info.description)
+    );
+    if !info.cites.is_empty() {
+        let _ = write!(s, "<p class=meta>Replays: {}</p>", esc(&info.cites));
+    }
+    let _ = write!(
+        s,
+        "<p class=meta>Line rate {} bit/s{}{}. Machine: {} cores ({}), kernel {}; the sender, the receiver and the emulator share those cores.</p>",
+        esc(&info.line_rate),
+        info.target_mbps
+            .map_or(String::new(), |t| format!("; target {t} Mbit/s")),
+        info.cc
+            .as_ref()
+            .map_or(String::new(), |c| format!("; TCP tools use {}", esc(c))),
+        esc(r.machine.get("cores").map_or("?", |x| x)),
+        esc(r.machine.get("cpu").map_or("?", |x| x)),
+        esc(r.machine.get("kernel").map_or("?", |x| x)),
+    );
+    // Overview table.
+    s.push_str("<h2>Overview: Mbit/s</h2><table><tr><th>scenario</th>");
+    for t in &tools {
+        let _ = write!(s, "<th>{}</th>", esc(t));
+    }
+    s.push_str("</tr>");
+    for sc in &scenarios {
+        let _ = write!(s, "<tr><td><a href=\"#{0}\">{0}</a></td>", esc(sc));
+        for t in &tools {
+            let runs = runs_of(r, sc, t);
+            if runs.is_empty() {
+                s.push_str("<td></td>");
+                continue;
+            }
+            match cell(&runs) {
+                (Some(m), note) => {
+                    let class = match info.target_mbps {
+                        Some(tg) if m >= tg => "ok",
+                        Some(_) => "bad",
+                        None => "",
+                    };
+                    let _ = write!(s, "<td class=\"{class}\">{m:.1}{}</td>", esc(&note));
+                }
+                (None, why) => {
+                    let _ = write!(s, "<td class=bad>{}</td>", esc(&why));
+                }
+            }
+        }
+        s.push_str("</tr>");
+    }
+    s.push_str("</table>");
+    if info.target_mbps.is_some() {
+        s.push_str(
+            "<p class=meta>Green: at or above the target; red: below it, or no verified run.</p>",
+        );
+    }
+    for sc in &scenarios {
+        let first = r.runs.iter().find(|x| &x.scenario == sc).expect("a run");
+        let _ = write!(
+            s,
+            "<h2 id=\"{0}\">{0}</h2><p class=meta>Link <code>{1}</code>; {2} files, {3:.1} MB.</p>",
+            esc(sc),
+            esc(&first.link),
+            first.files,
+            first.bytes as f64 / 1e6
+        );
+        s.push_str(&bars(r, sc, &tools));
+        s.push_str(&series(r, sc, &tools));
+        s.push_str("<table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>s</th><th>Mbit/s</th><th>TTP</th><th>G</th><th>client CPU s</th><th>server CPU s</th><th class=l>note</th></tr>");
+        for x in r.runs.iter().filter(|x| &x.scenario == sc) {
+            let class = if x.status == "ok" { "ok" } else { "bad" };
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td>{:.2}</td><td>{:.1}</td><td>{:.3}</td><td>{:.3}</td><td>{:.2}</td><td>{:.2}</td><td class=l>{}</td></tr>",
+                esc(&x.tool),
+                x.rep,
+                esc(&x.status),
+                x.wall_s,
+                x.mbps,
+                x.ttp,
+                x.goodput,
+                x.client_cpu_s,
+                x.server_cpu_s,
+                esc(&x.note)
+            );
+        }
+        s.push_str("</table>");
+    }
+    s.push_str("<h2>Tools</h2><ul>");
+    for (t, v) in &r.versions {
+        let _ = write!(s, "<li>{}: {}</li>", esc(t), esc(v));
+    }
+    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time, from the client's start to its exit, with the data verified by hash afterwards. TTP = (payload bytes / line rate) / wall time; G = payload bytes / bytes the server sent on the wire (both as in seed 003). The time series is what the emulator delivered to the client per 100 ms. CPU: user + system seconds of the client command and of the server process with its children.</p></body></html>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_maxima_are_round() {
+        assert_eq!(nice_max(0.0), 1.0);
+        assert_eq!(nice_max(7.0), 10.0);
+        assert_eq!(nice_max(217.6), 500.0);
+        assert_eq!(nice_max(1000.0), 1000.0);
+        assert_eq!(nice_max(0.03), 0.05);
+    }
+
+    #[test]
+    fn names_are_escaped() {
+        assert_eq!(esc("<a&\"b\">"), "&lt;a&amp;&quot;b&quot;&gt;");
+    }
+}
