@@ -208,7 +208,7 @@ A suite file (TOML):
   name = \"mine\"
   line_rate = \"1G\"            # for TTP
   target_mbps = 350           # optional: marked met or not in summary.md
-  tools = [\"longhaul\", \"rsync\", \"ftp\", \"tarnc\", \"iperf3\"]
+  tools = [\"longhaul\", \"rsync\", \"ftp\", \"tarnc\", \"scp\", \"iperf3\"]
   repeat = 1
   time_cap = \"300s\"
   cc = \"cubic\"                # kernel congestion control of the TCP tools

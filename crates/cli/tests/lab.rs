@@ -733,7 +733,7 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     let r: Value = serde_json::from_str(&out.stdout).unwrap();
     let runs = r["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2 * 5, "two scenarios, five tools");
+    assert_eq!(runs.len(), 2 * 6, "two scenarios, six tools");
     for x in runs {
         assert_eq!(x["status"], "ok", "{x}");
         let memory_only = x["tool"] == "iperf3";
@@ -756,7 +756,7 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
         serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
     assert_eq!(saved["runs"], r["runs"]);
     let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 11);
+    assert_eq!(csv.lines().count(), 13);
     let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
     assert!(
         md.contains("| small-files-10ms |") && md.contains("| one-file-70ms-1e-3 |"),

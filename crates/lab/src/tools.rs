@@ -15,6 +15,7 @@ pub enum Tool {
     Rsync,
     Ftp,
     Tarnc,
+    Scp,
     Iperf3,
 }
 
@@ -26,6 +27,7 @@ impl std::str::FromStr for Tool {
             "rsync" => Tool::Rsync,
             "ftp" => Tool::Ftp,
             "tarnc" => Tool::Tarnc,
+            "scp" => Tool::Scp,
             "iperf3" => Tool::Iperf3,
             _ => bail!(
                 "unknown tool '{s}' (known: {})",
@@ -65,11 +67,12 @@ pub enum Proto {
 }
 
 impl Tool {
-    pub const ALL: [Tool; 5] = [
+    pub const ALL: [Tool; 6] = [
         Tool::Longhaul,
         Tool::Rsync,
         Tool::Ftp,
         Tool::Tarnc,
+        Tool::Scp,
         Tool::Iperf3,
     ];
 
@@ -79,6 +82,7 @@ impl Tool {
             Tool::Rsync => "rsync",
             Tool::Ftp => "ftp",
             Tool::Tarnc => "tarnc",
+            Tool::Scp => "scp",
             Tool::Iperf3 => "iperf3",
         }
     }
@@ -90,6 +94,7 @@ impl Tool {
             Tool::Rsync => "rsync daemon, rsync -a",
             Tool::Ftp => "vsftpd (anonymous), lftp mirror --parallel=4",
             Tool::Tarnc => "tar | nc, one TCP stream",
+            Tool::Scp => "OpenSSH sshd + scp -r (SFTP protocol), key authentication",
             Tool::Iperf3 => "iperf3 -R -n BYTES, memory to memory (ceiling)",
         }
     }
@@ -101,6 +106,7 @@ impl Tool {
             Tool::Rsync => &["rsync"],
             Tool::Ftp => &["vsftpd", "lftp"],
             Tool::Tarnc => &["tar", "nc"],
+            Tool::Scp => &["sshd", "scp", "ssh-keygen"],
             Tool::Iperf3 => &["iperf3"],
         }
     }
@@ -112,6 +118,7 @@ impl Tool {
             Tool::Rsync => &["rsync"],
             Tool::Ftp => &["vsftpd", "lftp"],
             Tool::Tarnc => &["tar", "netcat-openbsd"],
+            Tool::Scp => &["openssh-server", "openssh-client"],
             Tool::Iperf3 => &["iperf3"],
         }
     }
@@ -142,6 +149,7 @@ impl Tool {
             Tool::Rsync => vec!["rsync", "--version"],
             Tool::Ftp => vec!["lftp", "--version"],
             Tool::Tarnc => vec!["tar", "--version"],
+            Tool::Scp => vec!["ssh", "-V"],
             Tool::Iperf3 => vec!["iperf3", "--version"],
         }
     }
@@ -249,6 +257,63 @@ impl Tool {
                     &format!("nc -d {a} 5001 | tar -C {} -xf -", sh_quote(&p(s.dst))),
                 ]),
             },
+            Tool::Scp => {
+                // Fresh keys per run: a host key for sshd, a client key it trusts.
+                let key = |name: &str| -> Result<std::path::PathBuf> {
+                    let f = s.run.join(name);
+                    let ok = std::process::Command::new("ssh-keygen")
+                        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                        .arg(&f)
+                        .status()
+                        .is_ok_and(|st| st.success());
+                    if !ok {
+                        bail!("ssh-keygen could not make {}", f.display());
+                    }
+                    Ok(f)
+                };
+                let host_key = key("ssh_host_key")?;
+                let client_key = key("client_key")?;
+                let auth = s.run.join("authorized_keys");
+                std::fs::copy(client_key.with_extension("pub"), &auth)?;
+                std::fs::create_dir_all("/run/sshd")?;
+                let conf = s.run.join("sshd_config");
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "ListenAddress {a}\nPort 22\nHostKey {}\nPidFile none\n\
+                         AuthorizedKeysFile {}\nPermitRootLogin prohibit-password\n\
+                         PasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                         UsePAM no\nUseDNS no\nStrictModes no\nMaxStartups 100:30:200\n\
+                         Subsystem sftp internal-sftp\n",
+                        p(&host_key),
+                        p(&auth)
+                    ),
+                )?;
+                // sshd re-executes itself and wants an absolute path.
+                let sshd = which("sshd").map_or("/usr/sbin/sshd".into(), |x| p(&x));
+                Commands {
+                    server: v(&[&sshd, "-D", "-e", "-f", &p(&conf)]),
+                    ready: (Proto::Tcp, 22),
+                    client: v(&[
+                        "scp",
+                        "-q",
+                        "-r",
+                        "-i",
+                        &p(&client_key),
+                        "-o",
+                        "BatchMode=yes",
+                        "-o",
+                        "StrictHostKeyChecking=no",
+                        "-o",
+                        "UserKnownHostsFile=/dev/null",
+                        "-o",
+                        "LogLevel=ERROR",
+                        // The remote side expands the glob: the tree's contents into DST.
+                        &format!("root@{a}:{}/*", p(s.src)),
+                        &format!("{}/", p(s.dst)),
+                    ]),
+                }
+            }
             Tool::Iperf3 => Commands {
                 server: v(&["iperf3", "-s", "-1", "-B", &a, "-p", "5201"]),
                 ready: (Proto::Tcp, 5201),
