@@ -53,11 +53,9 @@ fn bars(r: &Results, scenario: &str, tools: &[String]) -> String {
     let line = r.line_rate_bps as f64 / 1e6;
     let target = r.suite.suite.target_mbps;
     let top = rows.iter().filter_map(|x| x.1).fold(0.0, f64::max);
-    let xmax = nice_max(
-        top.max(target.unwrap_or(0.0))
-            .max(line * 0.1)
-            .min(line.max(top)),
-    );
+    // The fastest bar or the target, but at least a tenth of the line rate,
+    // so that a few Mbit/s do not fill the chart.
+    let xmax = nice_max(top.max(target.unwrap_or(0.0)).max(line / 10.0));
     let (left, width, bar_h, gap) = (90.0, 460.0, 22.0, 8.0);
     let height = 30.0 + rows.len() as f64 * (bar_h + gap) + 24.0;
     let x = |v: f64| left + v / xmax * width;

@@ -217,11 +217,6 @@ impl<T: Clone> DirLink<T> {
         kept
     }
 
-    /// A plain packet of `len` bytes (one segment); true if it is on its way.
-    pub fn offer_packet(&mut self, now: u64, len: u32, item: T) -> bool {
-        self.offer(now, &Shape::single(len), 0, 1, item) == 1
-    }
-
     fn push(&mut self, r: Train<()>, item: T) {
         self.in_flight.push_back(Train {
             due: r.due,
@@ -324,6 +319,13 @@ mod tests {
     }
 
     const MS: u64 = 1_000_000;
+
+    impl<T: Clone> DirLink<T> {
+        /// A plain packet of `len` bytes (one segment); true if it is on its way.
+        fn offer_packet(&mut self, now: u64, len: u32, item: T) -> bool {
+            self.offer(now, &Shape::single(len), 0, 1, item) == 1
+        }
+    }
 
     /// (due, bytes, item) of the next train due by `now`.
     fn pop(l: &mut DirLink<u64>, now: u64) -> Option<(u64, u64, u64)> {
