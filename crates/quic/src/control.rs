@@ -41,15 +41,31 @@ pub fn spawn_writer(mut send: SendStream) -> (CtlTx, tokio::task::JoinHandle<Res
                     Err(_) => break,
                 }
             }
-            send.write_all(&buf)
-                .await
-                .map_err(|e| Problem::new(Kind::Connection, format!("control stream: {e}")))?;
+            send.write_all(&buf).await.map_err(|e| {
+                Problem::new(Kind::Connection, format!("control stream: {}", chain(&e)))
+            })?;
             buf.clear();
         }
         let _ = send.finish();
         Ok(())
     });
     (CtlTx(tx), task)
+}
+
+/// An error with its causes ("connection lost: timed out"): quinn's stream
+/// errors name only the outer one.
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.ends_with(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
 }
 
 /// Start the reader. A protocol error is delivered as the last item; a clean end
@@ -85,7 +101,7 @@ async fn read_frames(
             Err(e) => {
                 return Err(Problem::new(
                     Kind::Connection,
-                    format!("control stream: {e}"),
+                    format!("control stream: {}", chain(&e)),
                 ))
             }
         }

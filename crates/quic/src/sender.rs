@@ -485,9 +485,44 @@ async fn fail_file(shared: &Shared, id: u64, f: &SendFile, message: String) -> R
     shared.ctl.send(Frame::FileFailed { id, message }).await
 }
 
+/// Most record bytes a data stream carries before the sender finishes it and
+/// opens the next. A QUIC receiver buffers out-of-order data per stream and
+/// quinn aborts the connection ("too many gaps in stream buffer") when one
+/// stream holds more than about a thousand separate ranges; a long fat path
+/// whose queue overflows can drop every other packet of a stream with
+/// thousands in flight. At 1 MiB (under a thousand packets) a stream cannot
+/// reach that, and the connection's window still fills the path: finished
+/// streams stay in flight until acknowledged.
+pub const STREAM_BYTES: u64 = 1 << 20;
+
+/// Counts what the current data stream carried; says when to start another.
+#[derive(Debug, Default)]
+struct StreamBudget {
+    carried: u64,
+}
+
+impl StreamBudget {
+    /// Before a record of `len` bytes: true if it must go on a new stream
+    /// (the current one is not empty and would pass `STREAM_BYTES`).
+    fn rotate_before(&mut self, len: u64) -> bool {
+        let rotate = self.carried > 0 && self.carried + len > STREAM_BYTES;
+        if rotate {
+            self.carried = 0;
+        }
+        self.carried += len;
+        rotate
+    }
+}
+
 async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Problem> {
     let mut stream: Option<quinn::SendStream> = None;
-    let lost = |e: quinn::WriteError| Problem::new(Kind::Connection, format!("data stream: {e}"));
+    let mut budget = StreamBudget::default();
+    let lost = |e: quinn::WriteError| {
+        Problem::new(
+            Kind::Connection,
+            format!("data stream: {}", crate::control::chain(&e)),
+        )
+    };
     while let Some(job) = shared.queue.pop().await {
         match job {
             Job::Compare { id, f, hash } => {
@@ -535,6 +570,12 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
                     }
                 };
                 if send {
+                    let record = (crate::proto::RECORD_HEADER_LEN + data.len()) as u64;
+                    if budget.rotate_before(record) {
+                        if let Some(mut old) = stream.take() {
+                            let _ = old.finish();
+                        }
+                    }
                     if stream.is_none() {
                         let mut s = conn.open_uni().await.map_err(|e| {
                             Problem::new(Kind::Connection, format!("opening a data stream: {e}"))
@@ -592,4 +633,47 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
         let _ = s.finish();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_data_stream_carries_more_than_the_budget_or_one_record() {
+        let h = crate::proto::RECORD_HEADER_LEN as u64;
+        // Small files packed back to back, then 1 MiB chunks, then small again.
+        let records: Vec<u64> = std::iter::repeat_n(10_000 + h, 300)
+            .chain(std::iter::repeat_n((1 << 20) + h, 5))
+            .chain(std::iter::repeat_n(700 + h, 2000))
+            .collect();
+        let mut b = StreamBudget::default();
+        let mut streams: Vec<Vec<u64>> = Vec::new();
+        for &r in &records {
+            if b.rotate_before(r) || streams.is_empty() {
+                streams.push(Vec::new());
+            }
+            streams.last_mut().unwrap().push(r);
+        }
+        let total: u64 = records.iter().sum();
+        for s in &streams {
+            let bytes: u64 = s.iter().sum();
+            assert!(!s.is_empty());
+            assert!(
+                bytes <= STREAM_BYTES || s.len() == 1,
+                "{} records, {bytes} bytes",
+                s.len()
+            );
+        }
+        // Each full stream is well used: the streams are few.
+        assert!(
+            streams.len() as u64 <= 2 * total.div_ceil(STREAM_BYTES),
+            "{}",
+            streams.len()
+        );
+        assert_eq!(
+            streams.iter().map(|s| s.len()).sum::<usize>(),
+            records.len()
+        );
+    }
 }
