@@ -199,41 +199,90 @@ pub enum ProbeCommand {
 
 const RUN_HELP: &str = "\
 Suites:
-  demo    longhaul, rsync and FTP over 1 Gbit/s, 70 ms RTT, 1e-3 loss (lab demo)
-  smoke   every tool over two short scenarios (CI runs it)
-  FILE    your own suite; the built-in ones are in crates/lab/suites/
+  demo      longhaul, rsync and FTP over 1 Gbit/s, 70 ms RTT, 1e-3 loss (lab demo)
+  smoke     every tool over two short scenarios (CI runs it)
+  eumetsat  seed 000's 26 scenarios: 10 kB / 5 MB / 2 GB / mixed files, RTT 70 and
+            700 ms, loss 0 / 1e-6 / 1e-3, two receivers for the multicast ones
+  gridftp-parallel
+            seed 002's sweeps: GridFTP -p 1..12 and -tcp-bs against latency
+            1-50 ms and loss 0-5 %, 1 GiB pulls, longhaul beside each
+  sctp-multifile
+            seed 001: total time for 10 / 100 files of 10 kB-1 MB over 1 Mbit/s
+            35 ms, 256 kbit/s 125 ms and 3 Mbit/s 1 ms paths, loss 0-10 %
+  qos-ttp   seed 003: goodput and TTP of one 10 kB-10 MB file over 100 Mbit/s
+            at RTT 0.8 and 60 ms, loss 0-25 %
+  bigdata   seed 004: throughput against RTT 0-200 ms, background TCP flows
+            and background UDP at 75 ms (the study's 10 Gbit/s scaled to 1)
+  FILE      your own suite; the built-in ones are in crates/lab/suites/
+
+Tools: longhaul, rsync, ftp (vsftpd + lftp), gridftp (globus), tarnc (tar + nc),
+scp, uftp (multicast to several receivers), iperf3 (memory to memory).
+
+Profiles scale a suite to a time budget (the suite file says how; a suite
+without profiles runs as written under each): quick, standard (default), full.
 
 A suite file (TOML):
   [suite]
   name = \"mine\"
   line_rate = \"1G\"            # for TTP
   target_mbps = 350           # optional: marked met or not in summary.md
-  tools = [\"longhaul\", \"rsync\", \"ftp\", \"tarnc\", \"scp\", \"iperf3\"]
+  tools = [\"longhaul\", \"rsync\", \"ftp\", \"gridftp\", \"tarnc\", \"scp\", \"uftp\", \"iperf3\"]
   repeat = 1
   time_cap = \"300s\"
   cc = \"cubic\"                # kernel congestion control of the TCP tools
+  dest = \"disk\"               # or tmpfs: receivers write to memory
+  # A tool may carry settings, which then label its runs:
+  #   ftp:parallel=N  gridftp:p=N,cc=N,pp=yes|no,fast=yes|no,tcp-bs=SIZE
+  #   uftp:rate=RATE  iperf3:streams=N
+  background = { tcp_flows = 3 }   # or { udp_pps = 20000, udp_size = 1250 }:
+                                   # iperf3 from srv to the first receiver
+  [profile.quick]
+  data_scale = 0.05           # 5% of each file group's bytes
+  time_scale = 0.1            # time caps x0.1
+  only = [\"bigfile-*\"]        # optional: just these scenarios
   [[scenario]]
   name = \"bigfile-700ms\"
-  link = \"rate=1G delay=350ms loss=1e-3 queue=58333pkts\"   # the client's link
+  link = \"rate=1G delay=350ms loss=1e-3 queue=58333pkts\"   # every receiver's link
   files = [{ size = \"2GB\", count = 1 }]
+  [[scenario]]
+  name = \"two-sites\"
+  links = [\"rate=1G\", \"rate=1G delay=35ms loss=1e-6\"]    # one per receiver
+  files = [{ size = \"10kB\", count = 100 }, { size = \"5MB\", count = 4 }]
+  [sweep.latency]                # scenarios with sweep = \"latency\" and an x
+  x = \"one-way latency (ms)\"   # are drawn against x, a line per tool
+  metrics = [\"mbps\"]           # charts: mbps, ttp, goodput, seconds
+  [[scenario]]
+  name = \"lat-10ms\"
+  sweep = \"latency\"
+  x = 10
+  tcp_max = \"4MiB\"             # largest TCP buffer in the hosts (default 128 MiB)
+  link = \"rate=1G delay=10ms\"
+  files = [{ size = \"1GB\", count = 1 }]
 
-Each scenario gets a lab (hosts srv and cli, the client's link as given), a
-generated data set (cached in OUT/data), and each tool pulls it from srv to cli:
-server started in srv, client timed in cli, both stopped by PID, the delivered
-tree verified by BLAKE3. Results: OUT/results.json (every number, saved after
-each run), results.csv, summary.md. A missing tool is reported as skipped with
-its install command (`longhaul lab deps` installs them all).";
+Each scenario gets a lab (host srv at the hub, receivers cli, cli2, ... behind
+their links) and a generated data set (cached in OUT/data). Each tool moves it
+from srv to every receiver: daemons started and waited for, clients timed
+(unicast tools run one client per receiver at once; uftp multicasts), all
+stopped by PID, every delivered tree verified by BLAKE3. A run that reaches its
+time cap is stopped and reported as a timeout with the bytes it delivered.
+Results: OUT/results.json (every number, saved after each run), results.csv,
+summary.md, report.html. A missing tool is reported as skipped with its install
+command (`longhaul lab deps` installs them all).";
 
 #[derive(Args)]
 pub struct RunArgs {
     /// Built-in suite (demo, smoke) or a suite file (.toml).
     pub suite: String,
-    /// Only these tools, comma-separated (of each scenario's own list).
+    /// Only these tools, comma-separated (of each scenario's own list); a
+    /// name takes all its variants, `gridftp:p=8` just that one.
     #[arg(long, value_delimiter = ',', value_name = "T1,T2")]
     pub tools: Option<Vec<String>>,
     /// Runs per tool and scenario, overriding the suite's.
     #[arg(long)]
     pub repeat: Option<u32>,
+    /// How far the suite is scaled down: quick, standard or full.
+    #[arg(long, default_value = "standard", value_parser = ["quick", "standard", "full"])]
+    pub profile: String,
     /// Where results and generated data go [default: ./lab-results/SUITE].
     #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,

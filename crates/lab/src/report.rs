@@ -3,6 +3,7 @@
 //! `lab report DIR` re-renders a run's reports.
 
 use crate::runner::{Results, Run};
+use crate::scenario::Metric;
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -24,21 +25,25 @@ pub fn write_all(dir: &Path, r: &Results) -> Result<()> {
 
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,scenario,tool,rep,link,status,files,bytes,wall_s,mbps,ttp,goodput,wire_bytes,client_cpu_s,server_cpu_s,verified,note\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,wire_bytes,client_cpu_s,server_cpu_s,verified,note\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.3},{:.2},{:.4},{:.4},{},{:.2},{:.2},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.2},{:.4},{:.4},{},{:.2},{:.2},{},{}",
             field(&r.suite.suite.name),
+            r.profile,
             field(&x.scenario),
             x.tool,
             x.rep,
             field(&x.link),
+            x.receivers,
             x.status,
             x.files,
             x.bytes,
+            x.delivered_bytes,
             x.wall_s,
+            x.ttfb_s.map_or(String::new(), |t| format!("{t:.3}")),
             x.mbps,
             x.ttp,
             x.goodput,
@@ -84,20 +89,49 @@ pub(crate) fn runs_of<'a>(r: &'a Results, scenario: &str, tool: &str) -> Vec<&'a
         .collect()
 }
 
-/// The cell of one tool in one scenario: mean Mbit/s of its good runs, or why none.
+/// The cell of one tool in one scenario: mean Mbit/s of its measured runs
+/// (verified, or stopped at the time cap: then the rate of what it moved,
+/// marked ⏱), or why there is none.
 pub fn cell(runs: &[&Run]) -> (Option<f64>, String) {
-    let ok: Vec<&&Run> = runs.iter().filter(|x| x.status == "ok").collect();
-    if ok.is_empty() {
+    let measured: Vec<&&Run> = runs
+        .iter()
+        .filter(|x| x.status == "ok" || x.status == "timeout")
+        .collect();
+    if measured.is_empty() {
         let why = runs.first().map_or("-".into(), |x| x.status.clone());
         return (None, why);
     }
-    let mean = ok.iter().map(|x| x.mbps).sum::<f64>() / ok.len() as f64;
-    let note = if ok.len() < runs.len() {
-        format!(" ({} of {} ok)", ok.len(), runs.len())
-    } else {
-        String::new()
-    };
+    let mean = measured.iter().map(|x| x.mbps).sum::<f64>() / measured.len() as f64;
+    let capped = measured.iter().filter(|x| x.status == "timeout").count();
+    let mut note = String::new();
+    if capped > 0 {
+        note.push_str(" ⏱");
+    }
+    if measured.len() < runs.len() {
+        let _ = write!(note, " ({} of {} measured)", measured.len(), runs.len());
+    }
     (Some(mean), note)
+}
+
+/// Like `cell`, for any metric.
+pub fn cell_of(runs: &[&Run], metric: Metric) -> (Option<f64>, String) {
+    let (mbps, note) = cell(runs);
+    let Some(_) = mbps else {
+        return (None, note);
+    };
+    let measured: Vec<&&Run> = runs
+        .iter()
+        .filter(|x| x.status == "ok" || x.status == "timeout")
+        .collect();
+    let mean =
+        |f: fn(&Run) -> f64| measured.iter().map(|x| f(x)).sum::<f64>() / measured.len() as f64;
+    let v = match metric {
+        Metric::Mbps => mbps.expect("checked"),
+        Metric::Ttp => mean(|x| x.ttp),
+        Metric::Goodput => mean(|x| x.goodput),
+        Metric::Seconds => mean(|x| x.wall_s),
+    };
+    (Some(v), note)
 }
 
 pub fn summary(r: &Results) -> String {
@@ -123,9 +157,12 @@ pub fn summary(r: &Results) -> String {
         r.machine.get("cpu").map_or("?", |x| x),
         r.machine.get("kernel").map_or("?", |x| x),
     );
+    if !r.profile_note.is_empty() {
+        let _ = writeln!(s, "Scaled: {}.\n", r.profile_note);
+    }
     let _ = writeln!(
         s,
-        "Mbit/s (payload bytes × 8 / wall time), mean of the runs that completed and verified:\n"
+        "Mbit/s per receiver (payload bytes × 8 / wall time), mean of the runs that completed and verified; ⏱ = stopped at the time cap, the rate of what it had delivered by then:\n"
     );
     let _ = write!(s, "| scenario | link |");
     for t in &tools {
@@ -163,15 +200,20 @@ pub fn summary(r: &Results) -> String {
         }
         s.push('\n');
     }
+    for (name, sw) in &r.suite.sweep {
+        for m in &sw.metrics {
+            let _ = write!(s, "{}", sweep_table(r, name, &sw.x, *m, &tools));
+        }
+    }
     let _ = writeln!(s, "\n## Every run\n");
     let _ = writeln!(
         s,
-        "| scenario | tool | rep | status | files | MB | s | Mbit/s | TTP | G | client CPU s | server CPU s | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+        "| scenario | tool | rep | status | files | MB | s | first byte s | Mbit/s | TTP | G | client CPU s | server CPU s | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.1} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {:.1} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {} |",
             x.scenario,
             x.tool,
             x.rep,
@@ -179,6 +221,7 @@ pub fn summary(r: &Results) -> String {
             x.files,
             x.bytes as f64 / 1e6,
             x.wall_s,
+            x.ttfb_s.map_or("-".into(), |t| format!("{t:.2}")),
             x.mbps,
             x.ttp,
             x.goodput,
@@ -194,8 +237,58 @@ pub fn summary(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\nTTP = (payload bytes / line rate) / wall time; G = payload bytes / bytes the server sent on the wire (both as in seed 003). CPU: user+system seconds of the client command and of the server process with its children."
+        "\nTTP = (payload bytes / line rate) / wall time; G = payload bytes / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
     );
+    s
+}
+
+/// A sweep as a table: a row per x, a column per tool.
+fn sweep_table(r: &Results, name: &str, x_label: &str, metric: Metric, tools: &[String]) -> String {
+    let mut xs: Vec<(f64, String)> = Vec::new();
+    for x in r.runs.iter().filter(|x| x.sweep.as_deref() == Some(name)) {
+        if let Some(v) = x.x {
+            if !xs.iter().any(|(_, sc)| *sc == x.scenario) {
+                xs.push((v, x.scenario.clone()));
+            }
+        }
+    }
+    if xs.is_empty() {
+        return String::new();
+    }
+    xs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let cols: Vec<&String> = tools
+        .iter()
+        .filter(|t| xs.iter().any(|(_, sc)| !runs_of(r, sc, t).is_empty()))
+        .collect();
+    let mut s = format!(
+        "\n## Sweep {name}: {} against {x_label}\n\n| {x_label} |",
+        metric.label()
+    );
+    for t in &cols {
+        let _ = write!(s, " {t} |");
+    }
+    let _ = write!(s, "\n|---:|");
+    for _ in &cols {
+        s.push_str("---:|");
+    }
+    s.push('\n');
+    for (v, sc) in &xs {
+        let _ = write!(s, "| {v} |");
+        for t in &cols {
+            match cell_of(&runs_of(r, sc, t), metric) {
+                (Some(m), note) if matches!(metric, Metric::Mbps | Metric::Seconds) => {
+                    let _ = write!(s, " {m:.1}{note} |");
+                }
+                (Some(m), note) => {
+                    let _ = write!(s, " {m:.4}{note} |");
+                }
+                (None, why) => {
+                    let _ = write!(s, " {why} |");
+                }
+            }
+        }
+        s.push('\n');
+    }
     s
 }
 
@@ -203,19 +296,20 @@ pub fn summary(r: &Results) -> String {
 pub fn table(r: &Results) -> String {
     let (scenarios, tools) = axes(r);
     let mut s = format!(
-        "{:<24} {:<9} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}  {}\n",
-        "SCENARIO", "TOOL", "Mbit/s", "s", "TTP", "G", "CPU cli", "CPU srv", "STATUS"
+        "{:<24} {:<9} {:>9} {:>8} {:>7} {:>6} {:>6} {:>8} {:>8}  {}\n",
+        "SCENARIO", "TOOL", "Mbit/s", "s", "1st B s", "TTP", "G", "CPU cli", "CPU srv", "STATUS"
     );
     for sc in &scenarios {
         for t in &tools {
             for x in r.runs.iter().filter(|x| &x.scenario == sc && &x.tool == t) {
                 let _ = writeln!(
                     s,
-                    "{:<24} {:<9} {:>9.1} {:>8.2} {:>6.3} {:>6.3} {:>8.2} {:>8.2}  {}{}",
+                    "{:<24} {:<9} {:>9.1} {:>8.2} {:>7} {:>6.3} {:>6.3} {:>8.2} {:>8.2}  {}{}",
                     x.scenario,
                     x.tool,
                     x.mbps,
                     x.wall_s,
+                    x.ttfb_s.map_or("-".into(), |t| format!("{t:.2}")),
                     x.ttp,
                     x.goodput,
                     x.client_cpu_s,
@@ -244,6 +338,10 @@ mod tests {
             tool: tool.into(),
             rep: 1,
             link: "delay=35ms".into(),
+            sweep: None,
+            x: None,
+            background: String::new(),
+            receivers: 1,
             status: status.into(),
             note: if status == "skipped" {
                 "lftp not installed: apt-get install vsftpd lftp".into()
@@ -252,11 +350,17 @@ mod tests {
             },
             files: 2,
             bytes: 1_000_000,
+            delivered_bytes: if status == "timeout" {
+                500_000
+            } else {
+                1_000_000
+            },
             wall_s: 8.0 / mbps.max(1e-9),
             mbps,
             ttp: 0.5,
             goodput: 0.97,
             wire_bytes: 1_030_000,
+            ttfb_s: (status != "skipped").then_some(0.07),
             client_cpu_s: 0.1,
             server_cpu_s: 0.2,
             verified: (status != "skipped").then_some(status == "ok"),
@@ -270,11 +374,13 @@ mod tests {
 
     #[test]
     fn summary_marks_targets_and_says_why_a_cell_is_empty() {
-        let suite = Suite::parse(crate::scenario::BUILTIN[0].1).unwrap();
+        let suite = Suite::load("demo").unwrap();
         let mut suite = suite;
         suite.suite.target_mbps = Some(350.0);
         let r = Results {
             suite,
+            profile: "quick".into(),
+            profile_note: "profile quick: the suite as written".into(),
             started_unix: 0,
             machine: Default::default(),
             versions: [("rsync".to_string(), "rsync 3.2.7".to_string())].into(),
@@ -285,6 +391,8 @@ mod tests {
                 run("a", "ftp", "skipped", 0.0),
                 run("b", "longhaul", "ok", 400.0),
                 run("b", "longhaul", "unverified", 500.0),
+                run("b", "rsync", "timeout", 3.0),
+                run("b", "rsync", "timeout", 5.0),
             ],
         };
         let md = summary(&r);
@@ -293,13 +401,18 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| b | `delay=35ms` | 400.0 ✓ (1 of 2 ok) |"),
+            md.contains("| b | `delay=35ms` | 400.0 ✓ (1 of 2 measured) | 4.0 ✗ ⏱ |"),
             "{md}"
         );
         assert!(md.contains("apt-get install vsftpd lftp"));
+        assert!(md.contains("Scaled: profile quick"));
         let c = csv(&r);
-        assert_eq!(c.lines().count(), 6);
-        assert!(c.contains(",a,ftp,1,delay=35ms,skipped,"));
+        assert_eq!(c.lines().count(), 8);
+        assert!(
+            c.contains(",quick,a,ftp,1,delay=35ms,1,skipped,2,1000000,1000000,"),
+            "{c}"
+        );
+        assert!(c.contains(",timeout,2,1000000,500000,"), "{c}");
         let t = table(&r);
         assert!(t.lines().nth(1).unwrap().contains("longhaul"), "{t}");
         // The page: an overview, per scenario a bar chart with the target line
@@ -312,10 +425,87 @@ mod tests {
             2
         );
         assert!(page.contains("target 350"), "no target line");
+        // 900 and 14 Mbit/s side by side: a log axis from 10 to 1000.
+        assert!(page.contains("Mbit/s (log)"), "no log axis");
+        assert!(page.contains(">10</text>") && page.contains(">1000</text>"));
         assert!(page.contains("lftp not installed: apt-get install vsftpd lftp"));
         assert!(
             page.contains("<td class=\"ok\">900.0</td>")
                 && page.contains("<td class=\"bad\">14.0</td>")
         );
+    }
+
+    #[test]
+    fn a_sweep_is_a_table_and_a_line_per_tool() {
+        let mut suite = Suite::load("demo").unwrap();
+        suite.sweep.insert(
+            "lat".into(),
+            crate::scenario::Sweep {
+                x: "one-way latency (ms)".into(),
+                title: String::new(),
+                log_x: false,
+                metrics: vec![Metric::Mbps, Metric::Goodput],
+            },
+        );
+        let at = |sc: &str, x: f64, tool: &str, mbps: f64| {
+            let mut r = run(sc, tool, "ok", mbps);
+            r.sweep = Some("lat".into());
+            r.x = Some(x);
+            r
+        };
+        let r = Results {
+            suite,
+            profile: "full".into(),
+            profile_note: String::new(),
+            started_unix: 0,
+            machine: Default::default(),
+            versions: Default::default(),
+            line_rate_bps: 1_000_000_000,
+            runs: vec![
+                // Run order is not x order.
+                at("l50", 50.0, "gridftp:p=1", 60.0),
+                at("l50", 50.0, "gridftp:p=8", 370.0),
+                at("l1", 1.0, "gridftp:p=1", 915.0),
+                at("l1", 1.0, "gridftp:p=8", 916.0),
+                at("l10", 10.0, "gridftp:p=1", 286.0),
+            ],
+        };
+        let md = summary(&r);
+        assert!(md.contains("## Sweep lat: goodput G against one-way latency (ms)"));
+        assert!(md.contains("| 1 | 0.9700 | 0.9700 |"), "{md}");
+        let table = md
+            .split("## Sweep lat: Mbit/s")
+            .nth(1)
+            .expect("a sweep table");
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(
+            rows[0],
+            "| one-way latency (ms) | gridftp:p=1 | gridftp:p=8 |"
+        );
+        assert_eq!(rows[1], "| 1 | 915.0 | 916.0 |");
+        assert_eq!(rows[2], "| 10 | 286.0 | - |");
+        assert_eq!(rows[3], "| 50 | 60.0 | 370.0 |");
+        assert!(
+            rows.len() < 8 || !rows[4].starts_with("| 1 "),
+            "the Mbit/s table ends"
+        );
+        let page = crate::html::render(&r);
+        let chart = page
+            .split("aria-label=\"sweep lat\"")
+            .nth(1)
+            .and_then(|c| c.split("</svg>").next())
+            .expect("a sweep chart");
+        assert_eq!(
+            page.matches("aria-label=\"sweep lat\"").count(),
+            2,
+            "a chart per metric"
+        );
+        assert_eq!(chart.matches("<polyline").count(), 2, "a line per tool");
+        assert_eq!(
+            chart.matches("<circle").count(),
+            5,
+            "a point per measured cell"
+        );
+        assert!(chart.contains("one-way latency (ms)"));
     }
 }

@@ -5,8 +5,8 @@
 
 use crate::dataset::{self, DataSet};
 use crate::ops;
-use crate::scenario::{Plan, Suite};
-use crate::tools::{Proto, Setup, Tool};
+use crate::scenario::{Background, Dest, Plan, Suite};
+use crate::tools::{Host, Proc, Proto, Receiver, Setup, Tool, ToolSpec};
 use crate::topology::{LabConfig, LinkArgs};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -22,32 +22,64 @@ pub struct Run {
     pub scenario: String,
     pub tool: String,
     pub rep: u32,
+    /// Every receiver's link ("A | B" for two receivers).
     pub link: String,
+    /// The sweep the scenario belongs to, and its x on it.
+    #[serde(default)]
+    pub sweep: Option<String>,
+    #[serde(default)]
+    pub x: Option<f64>,
+    /// Competing traffic on the path during the run, if any.
+    #[serde(default)]
+    pub background: String,
+    /// How many hosts received the data set.
+    #[serde(default = "one")]
+    pub receivers: u32,
     /// ok, failed, timeout, unverified or skipped.
     pub status: String,
     /// Why it failed or was skipped (the tail of its output, or how to install it).
     pub note: String,
     pub files: u64,
+    /// Bytes of the data set (each receiver gets all of them).
     pub bytes: u64,
+    /// Bytes that reached a receiver, averaged over receivers (less than
+    /// `bytes` only when the run was stopped at its time cap).
+    #[serde(default)]
+    pub delivered_bytes: u64,
     pub wall_s: f64,
+    /// Delivered bytes per receiver over the wall time.
     pub mbps: f64,
     /// (payload bytes / line rate) / wall time (seed 003).
     pub ttp: f64,
-    /// Payload bytes / bytes the server put on the wire (seed 003).
+    /// Payload bytes (one copy) / bytes the server put on the wire (seed 003).
     pub goodput: f64,
     pub wire_bytes: u64,
+    /// Seconds from the start until the first byte of a file landed at a receiver.
+    #[serde(default)]
+    pub ttfb_s: Option<f64>,
+    /// CPU seconds of everything the tool ran in the receivers.
     pub client_cpu_s: f64,
+    /// CPU seconds of everything the tool ran in the server.
     pub server_cpu_s: f64,
     /// None for memory-to-memory tools.
     pub verified: Option<bool>,
-    /// Mbit/s the client's link delivered, per 100 ms, over the run.
+    /// Mbit/s the receivers' links delivered (mean over receivers), per 100 ms.
     pub series_mbps: Vec<f64>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Everything a suite run produced (results.json).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
     pub suite: Suite,
+    /// The profile the suite ran under, and what it scaled.
+    #[serde(default)]
+    pub profile: String,
+    #[serde(default)]
+    pub profile_note: String,
     pub started_unix: u64,
     pub machine: BTreeMap<String, String>,
     pub versions: BTreeMap<String, String>,
@@ -58,8 +90,11 @@ pub struct Results {
 pub struct Options {
     pub exe: PathBuf,
     pub out: PathBuf,
-    /// Only these tools (of each scenario's list).
-    pub tools: Option<Vec<Tool>>,
+    /// quick, standard or full.
+    pub profile: String,
+    /// Only these tools (of each scenario's list): a name takes every
+    /// variant of the tool, a label (`gridftp:p=8`) just that one.
+    pub tools: Option<Vec<String>>,
     pub repeat: Option<u32>,
     /// Print one line per run on stderr.
     pub progress: bool,
@@ -71,20 +106,25 @@ struct Live {
     lab: Option<String>,
     groups: Vec<i32>,
     cc_restore: Option<String>,
+    mount: Option<PathBuf>,
+    /// Host-wide buffer limits raised for a scenario: (file, old value).
+    core_restore: Vec<(&'static str, u64)>,
 }
 
 static LIVE: Mutex<Live> = Mutex::new(Live {
     lab: None,
     groups: Vec::new(),
     cc_restore: None,
+    mount: None,
+    core_restore: Vec::new(),
 });
 
 fn live() -> std::sync::MutexGuard<'static, Live> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Removes whatever a run has up (processes, lab, host setting); used on
-/// Ctrl-C and at the end.
+/// Removes whatever a run has up (processes, lab, mount, host setting);
+/// used on Ctrl-C and at the end.
 pub fn clean_up() {
     let mut l = live();
     for g in l.groups.drain(..) {
@@ -94,25 +134,59 @@ pub fn clean_up() {
     if let Some(lab) = l.lab.take() {
         ops::teardown(&lab);
     }
+    if let Some(m) = l.mount.take() {
+        unmount(&m);
+    }
     if let Some(old) = l.cc_restore.take() {
         let _ = std::fs::write(ALLOWED_CC, old);
+    }
+    for (f, old) in l.core_restore.drain(..).rev() {
+        let _ = std::fs::write(f, old.to_string());
     }
 }
 
 const ALLOWED_CC: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
 const LAB: &str = "lhrun";
 const SERVER: &str = "srv";
-const CLIENT: &str = "cli";
+
+/// The receivers' host names: cli, cli2, cli3, ...
+fn receiver_name(i: usize) -> String {
+    if i == 0 {
+        "cli".into()
+    } else {
+        format!("cli{}", i + 1)
+    }
+}
+
+/// What `profile` does to `suite`, in a sentence for reports.
+pub fn profile_note(suite: &Suite, profile: &str) -> Result<String> {
+    Ok(match suite.profile_of(profile)? {
+        None => format!("profile {profile}: the suite as written"),
+        Some(p) => format!(
+            "profile {profile}: {:.3}× the data of each file group (fewer files of the same size; a single file made smaller), time caps ×{:.3}{}{}",
+            p.data_scale,
+            p.time_scale,
+            p.repeat.map_or(String::new(), |r| format!(", {r} repetition(s)")),
+            if p.description.is_empty() {
+                String::new()
+            } else {
+                format!(". {}", p.description)
+            }
+        ),
+    })
+}
 
 /// Runs every scenario of `suite`; results are saved in `opts.out` after each run.
 pub fn run_suite(suite: &Suite, opts: &Options) -> Result<Results> {
     ops::require_root()?;
-    let plans = suite.plans()?;
+    let plans = suite.plans_for(&opts.profile)?;
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
     let out = std::fs::canonicalize(&opts.out)?;
     let mut results = Results {
         suite: suite.clone(),
+        profile: opts.profile.clone(),
+        profile_note: profile_note(suite, &opts.profile)?,
         started_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -133,31 +207,49 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Result<Results> {
 }
 
 fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> Result<()> {
-    let tools: Vec<Tool> = plan
+    let tools: Vec<&ToolSpec> = plan
         .tools
         .iter()
-        .copied()
-        .filter(|t| opts.tools.as_ref().is_none_or(|only| only.contains(t)))
+        .filter(|t| {
+            opts.tools
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|o| o == t.tool.name() || *o == t.label))
+        })
         .collect();
     if tools.is_empty() {
         return Ok(());
     }
     if opts.progress {
         eprintln!(
-            "scenario {}: link '{}', {} files, {:.1} MB",
+            "scenario {}: link '{}', {} files, {:.1} MB{}",
             plan.name,
-            plan.link,
+            plan.link_line(),
             plan.file_count(),
-            plan.bytes() as f64 / 1e6
+            plan.bytes() as f64 / 1e6,
+            if plan.links.len() > 1 {
+                format!(", {} receivers", plan.links.len())
+            } else {
+                String::new()
+            }
         );
     }
     let data = dataset::prepare(&out.join("data"), &plan.files)?;
+    let mut hosts = vec![SERVER.to_string()];
+    let per_host: Vec<String> = plan
+        .links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            hosts.push(receiver_name(i));
+            format!("{}={l}", receiver_name(i))
+        })
+        .collect();
     let cfg = LabConfig::new(
         LAB,
-        &[SERVER.into(), CLIENT.into()],
+        &hosts,
         LinkArgs {
-            default: Some(&plan.link),
-            per_host: &[],
+            default: None,
+            per_host: &per_host,
         },
         0x6c68,
         1500,
@@ -165,16 +257,24 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
     if !matches!(ops::status(LAB), ops::Status::Absent) {
         bail!("a lab named '{LAB}' is up: another `lab run`? (`longhaul lab down --name {LAB}` removes it)");
     }
+    let work = out.join("work");
+    if plan.dest == Dest::Tmpfs {
+        // Room for every receiver's copy, and some.
+        let size = data.bytes * plan.links.len() as u64 + data.bytes / 10 + (64 << 20);
+        mount_tmpfs(&work, size)?;
+    }
     live().lab = Some(LAB.into());
     ops::up(&cfg, &opts.exe)?;
     if let Some(cc) = &plan.cc {
         set_cc(&cfg, cc)?;
     }
-    let server = cfg.host(SERVER).expect("server host").addr;
+    if let Some(max) = plan.tcp_max {
+        set_tcp_max(&cfg, max)?;
+    }
     for tool in tools {
         let reps = opts.repeat.unwrap_or(plan.repeat);
         for rep in 1..=reps {
-            let run = run_tool(tool, rep, plan, &data, opts, out, &cfg, server, results)?;
+            let run = run_tool(tool, rep, plan, &data, opts, out, &cfg, results)?;
             if opts.progress {
                 eprintln!(
                     "  {:<9} {:>8.1} Mbit/s {:>7.2} s  {}{}",
@@ -195,35 +295,74 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
     }
     ops::teardown(LAB);
     live().lab = None;
+    let mut l = live();
+    if let Some(m) = l.mount.take() {
+        unmount(&m);
+    }
+    for (f, old) in l.core_restore.drain(..).rev() {
+        let _ = std::fs::write(f, old.to_string());
+    }
     Ok(())
+}
+
+fn mount_tmpfs(dir: &Path, size: u64) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "lhrun"])
+        .arg(dir)
+        .status()
+        .context("running mount")?;
+    if !st.success() {
+        bail!("mount -t tmpfs on {} failed", dir.display());
+    }
+    live().mount = Some(dir.to_path_buf());
+    Ok(())
+}
+
+fn unmount(dir: &Path) {
+    let _ = Command::new("umount").arg(dir).status();
+}
+
+/// A process of the run: its group id and where it runs.
+struct Started {
+    pid: i32,
+    host: Host,
+    log: PathBuf,
 }
 
 #[allow(clippy::too_many_arguments)]
 fn run_tool(
-    tool: Tool,
+    spec: &ToolSpec,
     rep: u32,
     plan: &Plan,
     data: &DataSet,
     opts: &Options,
     out: &Path,
     cfg: &LabConfig,
-    server: std::net::Ipv4Addr,
     results: &mut Results,
 ) -> Result<Run> {
+    let tool = spec.tool;
+    let n = plan.links.len();
     let mut run = Run {
         scenario: plan.name.clone(),
-        tool: tool.name().into(),
+        tool: spec.label.clone(),
         rep,
-        link: plan.link.clone(),
+        link: plan.link_line(),
+        sweep: plan.sweep.as_ref().map(|s| s.0.clone()),
+        x: plan.sweep.as_ref().map(|s| s.1),
+        background: plan.background.map_or(String::new(), |b| b.describe()),
+        receivers: n as u32,
         status: "skipped".into(),
         note: String::new(),
         files: data.files,
         bytes: data.bytes,
+        delivered_bytes: 0,
         wall_s: 0.0,
         mbps: 0.0,
         ttp: 0.0,
         goodput: 0.0,
         wire_bytes: 0,
+        ttfb_s: None,
         client_cpu_s: 0.0,
         server_cpu_s: 0.0,
         verified: None,
@@ -242,55 +381,138 @@ fn run_tool(
         .versions
         .entry(tool.name().into())
         .or_insert_with(|| version(tool, &opts.exe));
-    let dir = out
-        .join("runs")
-        .join(&plan.name)
-        .join(format!("{}-{rep}", tool.name()));
-    let dst = out.join("work").join("dst");
-    for d in [&dir, &dst] {
+    let dir = out.join("runs").join(&plan.name).join(format!(
+        "{}-{rep}",
+        spec.label.replace([':', ',', '='], "_")
+    ));
+    let receivers: Vec<Receiver> = (0..n)
+        .map(|i| Receiver {
+            addr: cfg.host(&receiver_name(i)).expect("receiver host").addr,
+            dst: out.join("work").join(format!("dst-{i}")),
+        })
+        .collect();
+    for d in std::iter::once(&dir).chain(receivers.iter().map(|r| &r.dst)) {
         if d.exists() {
             std::fs::remove_dir_all(d)?;
         }
         std::fs::create_dir_all(d)?;
     }
+    let server = cfg.host(SERVER).expect("server host").addr;
     let cmds = tool.commands(&Setup {
         exe: &opts.exe,
         src: &data.dir,
-        dst: &dst,
         run: &dir,
         server,
+        receivers: &receivers,
         bytes: data.bytes,
+        line_rate_bps: results.line_rate_bps,
+        rtt: plan.max_rtt(),
+        settings: &spec.settings,
     })?;
-    let srv_ns = cfg.netns(SERVER);
-    let cli_ns = cfg.netns(CLIENT);
-    let srv = spawn(&srv_ns, &cmds.server, &dir.join("server.log"))?;
-    if let Err(e) = wait_ready(srv, cmds.ready) {
-        run.status = "failed".into();
-        run.note = format!("{e:#}; {}", tail(&dir.join("server.log")));
-        stop(srv);
-        return Ok(run);
+    let ns = |h: Host| match h {
+        Host::Server => cfg.netns(SERVER),
+        Host::Receiver(i) => cfg.netns(&receiver_name(i)),
+    };
+    let log_name = |h: Host, what: &str, k: usize| {
+        let who = match h {
+            Host::Server => "server".to_string(),
+            Host::Receiver(i) => format!("rx{i}"),
+        };
+        dir.join(format!("{who}-{what}{k}.log"))
+    };
+    let mut daemons: Vec<Started> = Vec::new();
+    let mut cpu = CpuSplit::default();
+    for (k, d) in cmds.daemons.iter().enumerate() {
+        let log = log_name(d.proc.host, "daemon", k);
+        let pid = spawn(&ns(d.proc.host), &d.proc, &log)?;
+        daemons.push(Started {
+            pid,
+            host: d.proc.host,
+            log: log.clone(),
+        });
+        if let Err(e) = wait_ready(pid, d.ready) {
+            run.status = "failed".into();
+            run.note = format!("{e:#}; {}", tail(&log));
+            for s in &daemons {
+                stop(s.pid);
+            }
+            return Ok(run);
+        }
     }
+    let background = match plan.background {
+        Some(b) => {
+            match start_background(b, cfg, &ns(Host::Receiver(0)), &ns(Host::Server), &dir) {
+                Ok(pids) => pids,
+                Err(e) => {
+                    run.status = "failed".into();
+                    run.note = format!("background traffic: {e:#}");
+                    for s in &daemons {
+                        stop(s.pid);
+                    }
+                    return Ok(run);
+                }
+            }
+        }
+        None => Vec::new(),
+    };
     let before = ops::stats(LAB)?;
     let t0 = Instant::now();
-    let cli = spawn(&cli_ns, &cmds.client, &dir.join("client.log"))?;
-    let outcome = wait_for(cli, plan.time_cap);
-    let wall = t0.elapsed().as_secs_f64();
-    let after = ops::stats(LAB)?;
-    let srv_usage = stop(srv);
-    let (code, cli_cpu) = match outcome {
-        Some(x) => x,
-        None => {
-            let u = stop(cli);
-            run.status = "timeout".into();
-            run.note = format!("stopped after {:.0} s", plan.time_cap.as_secs_f64());
-            (None, u)
+    let mut actors = Vec::new();
+    for (k, a) in cmds.actors.iter().enumerate() {
+        let log = log_name(a.host, "client", k);
+        let pid = spawn(&ns(a.host), a, &log)?;
+        actors.push(Started {
+            pid,
+            host: a.host,
+            log,
+        });
+    }
+    let deadline = t0 + plan.time_cap;
+    let mut pending: Vec<usize> = (0..actors.len()).collect();
+    let mut failure: Option<String> = None;
+    let mut first_byte: Vec<Option<f64>> = vec![None; n];
+    while !pending.is_empty() && Instant::now() < deadline {
+        pending.retain(|&k| {
+            let Some((status, c)) = reap(actors[k].pid) else {
+                return true;
+            };
+            forget_group(actors[k].pid);
+            cpu.add(actors[k].host, c);
+            let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+            if code != Some(0) && failure.is_none() {
+                failure = Some(format!(
+                    "exit {}: {}",
+                    code.map_or("by signal".into(), |c| c.to_string()),
+                    tail(&actors[k].log)
+                ));
+            }
+            false
+        });
+        if tool.moves_files() {
+            for (i, r) in receivers.iter().enumerate() {
+                if first_byte[i].is_none() && has_a_byte(&r.dst) {
+                    first_byte[i] = Some(t0.elapsed().as_secs_f64());
+                }
+            }
         }
-    };
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let timed_out = !pending.is_empty();
+    for &k in &pending {
+        cpu.add(actors[k].host, stop(actors[k].pid));
+    }
+    let after = ops::stats(LAB)?;
+    for pid in background {
+        stop(pid);
+    }
+    for d in &daemons {
+        cpu.add(d.host, stop(d.pid));
+    }
     run.wall_s = wall;
-    run.client_cpu_s = cli_cpu;
-    run.server_cpu_s = srv_usage;
-    run.mbps = data.bytes as f64 * 8.0 / wall / 1e6;
-    run.ttp = (data.bytes as f64 * 8.0 / results.line_rate_bps as f64) / wall;
+    run.client_cpu_s = cpu.receivers;
+    run.server_cpu_s = cpu.server;
+    run.ttfb_s = first_byte.iter().flatten().copied().reduce(f64::min);
     let host = |s: &longhaul_netem::Snapshot, h: &str| {
         s.hosts
             .iter()
@@ -299,42 +521,238 @@ fn run_tool(
             .expect("lab host")
     };
     let (s0, s1) = (host(&before, SERVER), host(&after, SERVER));
-    run.wire_bytes = s1.up.counters.offered_bytes - s0.up.counters.offered_bytes;
+    run.wire_bytes = (s1.up.counters.offered_bytes - s0.up.counters.offered_bytes)
+        .saturating_sub(background_bytes(&before, &after, |c| c.offered_bytes));
     run.goodput = data.bytes as f64 / run.wire_bytes.max(1) as f64;
-    let series = &host(&after, CLIENT).down.series;
     let (from, to) = (before.uptime_ms / 100, after.uptime_ms / 100);
-    run.series_mbps = (from..=to)
-        .map(|i| {
-            i.checked_sub(series.first)
-                .and_then(|k| series.bytes.get(k as usize))
-                .map_or(0.0, |b| *b as f64 * 8.0 / 0.1 / 1e6)
-        })
-        .collect();
-    if run.status == "timeout" {
-        return Ok(run);
+    let mut series = vec![0.0; (to - from + 1) as usize];
+    for i in 0..n {
+        let s = &host(&after, &receiver_name(i)).down.series;
+        for (k, slot) in series.iter_mut().enumerate() {
+            let bin = from + k as u64;
+            if let Some(b) = bin
+                .checked_sub(s.first)
+                .and_then(|x| s.bytes.get(x as usize))
+            {
+                *slot += *b as f64 * 8.0 / 0.1 / 1e6 / n as f64;
+            }
+        }
     }
-    if code != Some(0) {
-        run.status = "failed".into();
+    run.series_mbps = series;
+    run.delivered_bytes = if timed_out && tool.moves_files() {
+        receivers.iter().map(|r| tree_bytes(&r.dst)).sum::<u64>() / n as u64
+    } else if timed_out {
+        // Memory to memory: what the emulator delivered (IP bytes, so a few
+        // per cent more than payload).
+        (0..n)
+            .map(|i| {
+                let name = receiver_name(i);
+                let (a, b) = (host(&before, &name), host(&after, &name));
+                b.down.counters.delivered_bytes - a.down.counters.delivered_bytes
+            })
+            .sum::<u64>()
+            .saturating_sub(background_bytes(&before, &after, |c| c.delivered_bytes))
+            / n as u64
+    } else {
+        data.bytes
+    };
+    run.mbps = run.delivered_bytes as f64 * 8.0 / wall / 1e6;
+    run.ttp = (run.delivered_bytes as f64 * 8.0 / results.line_rate_bps as f64) / wall;
+    if timed_out {
+        run.status = "timeout".into();
         run.note = format!(
-            "exit {}: {}",
-            code.map_or("by signal".into(), |c| c.to_string()),
-            tail(&dir.join("client.log"))
+            "stopped after {:.0} s with {:.1} of {:.1} MB delivered",
+            plan.time_cap.as_secs_f64(),
+            run.delivered_bytes as f64 / 1e6,
+            data.bytes as f64 / 1e6
         );
-        return Ok(run);
-    }
-    if tool.moves_files() {
-        let (_, _, hash) = dataset::tree_hash(&dst)?;
-        let ok = hash == data.hash;
-        run.verified = Some(ok);
-        run.status = if ok { "ok" } else { "unverified" }.into();
-        if !ok {
-            run.note = "the delivered tree differs from the data set".into();
+    } else if let Some(f) = failure {
+        run.status = "failed".into();
+        run.note = f;
+        run.mbps = 0.0;
+        run.ttp = 0.0;
+    } else if tool.moves_files() {
+        let mut bad = Vec::new();
+        for (i, r) in receivers.iter().enumerate() {
+            let (_, _, hash) = dataset::tree_hash(&r.dst)?;
+            if hash != data.hash {
+                bad.push(receiver_name(i));
+            }
+        }
+        run.verified = Some(bad.is_empty());
+        run.status = if bad.is_empty() { "ok" } else { "unverified" }.into();
+        if !bad.is_empty() {
+            run.note = format!(
+                "the tree delivered to {} differs from the data set",
+                bad.join(", ")
+            );
         }
     } else {
         run.status = "ok".into();
     }
-    std::fs::remove_dir_all(&dst)?;
+    for r in &receivers {
+        std::fs::remove_dir_all(&r.dst)?;
+    }
     Ok(run)
+}
+
+/// The port background traffic uses (iperf3 in the first receiver).
+const BACKGROUND_PORT: u16 = 5301;
+/// How long background traffic runs before a tool starts (TCP flows leave slow start).
+const BACKGROUND_LEAD: Duration = Duration::from_secs(2);
+
+/// Starts background traffic from the server to the first receiver and
+/// returns its process groups (stopped after the tool, not counted as its CPU).
+fn start_background(
+    b: Background,
+    cfg: &LabConfig,
+    rx_ns: &str,
+    srv_ns: &str,
+    dir: &Path,
+) -> Result<Vec<i32>> {
+    let rx = cfg
+        .host(&receiver_name(0))
+        .expect("receiver host")
+        .addr
+        .to_string();
+    let port = BACKGROUND_PORT.to_string();
+    let argv = |xs: &[&str]| Proc {
+        host: Host::Server,
+        argv: xs.iter().map(|x| x.to_string()).collect(),
+        cwd: None,
+    };
+    let server = spawn(
+        rx_ns,
+        &argv(&["iperf3", "-s", "-B", &rx, "-p", &port]),
+        &dir.join("background-server.log"),
+    )?;
+    let mut pids = vec![server];
+    let started = (|| -> Result<()> {
+        wait_ready(server, (Proto::Tcp, BACKGROUND_PORT))?;
+        let mut client = vec!["iperf3", "-c", &rx, "-p", &port, "-t", "86400"];
+        let (flows, rate, size);
+        match b {
+            Background::Tcp(n) => {
+                flows = n.to_string();
+                client.extend(["-P", &flows]);
+            }
+            Background::Udp { pps, size: sz } => {
+                rate = (pps as u64 * sz as u64 * 8).to_string();
+                size = sz.to_string();
+                client.extend(["-u", "-b", &rate, "-l", &size]);
+            }
+        }
+        pids.push(spawn(
+            srv_ns,
+            &argv(&client),
+            &dir.join("background-client.log"),
+        )?);
+        std::thread::sleep(BACKGROUND_LEAD);
+        if let Some((status, _)) = reap(pids[1]) {
+            forget_group(pids[1]);
+            bail!(
+                "iperf3 exited (status {status}): {}",
+                tail(&dir.join("background-client.log"))
+            );
+        }
+        Ok(())
+    })();
+    if let Err(e) = started {
+        for p in pids {
+            stop(p);
+        }
+        return Err(e);
+    }
+    Ok(pids)
+}
+
+/// Bytes the background's data flows (to its port; not their ACKs) moved
+/// between two snapshots.
+fn background_bytes(
+    before: &longhaul_netem::Snapshot,
+    after: &longhaul_netem::Snapshot,
+    f: fn(&longhaul_netem::hub::FlowCounters) -> u64,
+) -> u64 {
+    let sum = |s: &longhaul_netem::Snapshot| -> u64 {
+        s.flows
+            .iter()
+            .filter(|x| x.flow.dport == BACKGROUND_PORT)
+            .map(|x| f(&x.counters))
+            .sum()
+    };
+    sum(after).saturating_sub(sum(before))
+}
+
+#[derive(Default)]
+struct CpuSplit {
+    server: f64,
+    receivers: f64,
+}
+
+impl CpuSplit {
+    fn add(&mut self, h: Host, s: f64) {
+        match h {
+            Host::Server => self.server += s,
+            Host::Receiver(_) => self.receivers += s,
+        }
+    }
+}
+
+/// Whether any file under `dir` has a byte yet (stops at the first).
+fn has_a_byte(dir: &Path) -> bool {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    rd.flatten().any(|e| match e.file_type() {
+        Ok(t) if t.is_dir() => has_a_byte(&e.path()),
+        Ok(t) if t.is_file() => e.metadata().is_ok_and(|m| m.len() > 0),
+        _ => false,
+    })
+}
+
+/// Bytes present in the files under `dir`: a file's length, or less when
+/// blocks are missing (tools that write at offsets, like longhaul and UFTP,
+/// make files of full length that fill in as data arrives).
+fn tree_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len().min(m.blocks() * 512)),
+            _ => 0,
+        })
+        .sum()
+}
+
+const CORE_MAX: [&str; 2] = ["/proc/sys/net/core/rmem_max", "/proc/sys/net/core/wmem_max"];
+
+/// Caps the hosts' TCP autotuning at `max` bytes; raises the host's
+/// net.core.rmem_max/wmem_max to it if they are lower (restored at the end),
+/// so programs that set their own buffer may ask for that much.
+fn set_tcp_max(cfg: &LabConfig, max: u64) -> Result<()> {
+    for f in CORE_MAX {
+        let now: u64 = std::fs::read_to_string(f)?.trim().parse().unwrap_or(0);
+        if now < max {
+            live().core_restore.push((f, now));
+            std::fs::write(f, max.to_string()).with_context(|| format!("raising {f}"))?;
+        }
+    }
+    for h in &cfg.hosts {
+        crate::sys::in_netns(&cfg.netns(&h.name), || {
+            for (f, def) in [("tcp_rmem", 131_072), ("tcp_wmem", 16_384)] {
+                std::fs::write(
+                    format!("/proc/sys/net/ipv4/{f}"),
+                    format!("4096 {} {max}", def.min(max)),
+                )
+                .with_context(|| format!("setting {f} in host {}", h.name))?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
 }
 
 /// Sets the kernel congestion control of every host; allows it globally
@@ -358,10 +776,14 @@ fn set_cc(cfg: &LabConfig, cc: &str) -> Result<()> {
     Ok(())
 }
 
-fn spawn(ns: &str, argv: &[String], log: &Path) -> Result<i32> {
+fn spawn(ns: &str, proc: &Proc, log: &Path) -> Result<i32> {
     use std::os::unix::process::CommandExt;
+    let argv = &proc.argv;
     let out = std::fs::File::create(log)?;
     let mut c = Command::new("ip");
+    if let Some(d) = &proc.cwd {
+        c.current_dir(d);
+    }
     c.args(["netns", "exec", ns])
         .args(argv)
         .stdin(Stdio::null())
@@ -385,23 +807,6 @@ fn spawn(ns: &str, argv: &[String], log: &Path) -> Result<i32> {
     // Reaped by wait4 in `wait_for`/`stop`, not by Child.
     std::mem::forget(child);
     Ok(pid)
-}
-
-/// Waits for `pid` to exit, up to `cap`: (exit code, CPU seconds of it and
-/// its children), or None on timeout.
-fn wait_for(pid: i32, cap: Duration) -> Option<(Option<i32>, f64)> {
-    let deadline = Instant::now() + cap;
-    loop {
-        if let Some((status, cpu)) = reap(pid) {
-            forget_group(pid);
-            let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-            return Some((code, cpu));
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn reap(pid: i32) -> Option<(i32, f64)> {

@@ -2,10 +2,11 @@
 //! scenarios, each a link, a data set and the tools to run over it. The
 //! built-in suites are files of the same format, compiled in.
 
-use crate::tools::Tool;
+use crate::tools::ToolSpec;
 use anyhow::{bail, Context, Result};
 use longhaul_netem::LinkSpec;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// A suite file as written.
@@ -13,8 +14,148 @@ use std::time::Duration;
 #[serde(deny_unknown_fields)]
 pub struct Suite {
     pub suite: SuiteInfo,
+    /// quick / standard / full: how the suite scales down to fit a time budget.
+    #[serde(default)]
+    pub profile: BTreeMap<String, Profile>,
+    /// Sweeps: scenarios that vary one thing, drawn as a line chart.
+    #[serde(default)]
+    pub sweep: BTreeMap<String, Sweep>,
     #[serde(rename = "scenario")]
     pub scenarios: Vec<Scenario>,
+}
+
+/// How a profile scales the suite as written (which is the full study).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    #[serde(default)]
+    pub description: String,
+    /// Share of each file group's bytes: the count shrinks while it stays
+    /// at least one; a single file shrinks instead (so 10 kB files stay 10 kB
+    /// and a 2 GB file becomes 100 MB at 0.05).
+    #[serde(default = "unit")]
+    pub data_scale: f64,
+    /// Factor on every time cap (at least 1 s after scaling).
+    #[serde(default = "unit")]
+    pub time_scale: f64,
+    #[serde(default)]
+    pub repeat: Option<u32>,
+    /// Only the scenarios whose names match one of these patterns (`*`
+    /// matches anything), for suites whose full matrix does not fit.
+    #[serde(default)]
+    pub only: Vec<String>,
+}
+
+/// A family of scenarios that vary one thing (named by their `sweep`, placed
+/// by their `x`): the report draws Mbit/s against x, a line per tool.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    /// What x is ("one-way latency (ms)").
+    pub x: String,
+    #[serde(default)]
+    pub title: String,
+    /// Draw x on a log axis.
+    #[serde(default)]
+    pub log_x: bool,
+    /// What y is, a chart each: mbps (default), ttp, goodput or seconds.
+    #[serde(default = "mbps_only")]
+    pub metrics: Vec<Metric>,
+}
+
+fn mbps_only() -> Vec<Metric> {
+    vec![Metric::Mbps]
+}
+
+/// A number a chart can show of each run.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    #[default]
+    Mbps,
+    Ttp,
+    Goodput,
+    /// Wall time of the whole transfer.
+    Seconds,
+}
+
+impl Metric {
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::Mbps => "Mbit/s",
+            Metric::Ttp => "TTP",
+            Metric::Goodput => "goodput G",
+            Metric::Seconds => "seconds",
+        }
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` matches any run of characters.
+pub fn glob(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((head, rest)) => {
+            name.starts_with(head)
+                && (0..=name.len() - head.len()).any(|k| {
+                    name.is_char_boundary(head.len() + k) && glob(rest, &name[head.len() + k..])
+                })
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BackgroundSpec {
+    #[serde(default)]
+    pub tcp_flows: Option<u32>,
+    #[serde(default)]
+    pub udp_pps: Option<u32>,
+    /// UDP payload bytes per datagram (default 1250, as seed 004).
+    #[serde(default)]
+    pub udp_size: Option<u32>,
+}
+
+/// Background traffic, resolved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Background {
+    /// N bulk TCP flows (iperf3 -P N, the scenario's congestion control).
+    Tcp(u32),
+    /// Constant-rate UDP: datagrams per second of `size` payload bytes.
+    Udp { pps: u32, size: u32 },
+}
+
+impl Background {
+    pub fn describe(&self) -> String {
+        match self {
+            Background::Tcp(n) => {
+                format!("{n} background TCP flow{}", if *n == 1 { "" } else { "s" })
+            }
+            Background::Udp { pps, size } => format!(
+                "background UDP {pps} datagrams/s of {size} bytes ({:.0} Mbit/s)",
+                *pps as f64 * *size as f64 * 8.0 / 1e6
+            ),
+        }
+    }
+}
+
+fn unit() -> f64 {
+    1.0
+}
+
+/// The profiles `--profile` accepts; one the suite does not define runs it as written.
+pub const PROFILES: [&str; 3] = ["quick", "standard", "full"];
+/// The profile used when none is given.
+pub const DEFAULT_PROFILE: &str = "standard";
+
+/// Where receivers write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Dest {
+    /// The runner's output directory (the machine's disk).
+    #[default]
+    Disk,
+    /// A tmpfs mounted for the scenario: the disk is out of the measurement.
+    Tmpfs,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -42,14 +183,40 @@ pub struct SuiteInfo {
     /// Kernel congestion control of both hosts for TCP tools (cubic, bbr, reno).
     #[serde(default)]
     pub cc: Option<String>,
+    /// Where receivers write (disk or tmpfs) in every scenario that does not say.
+    #[serde(default)]
+    pub dest: Dest,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     pub name: String,
-    /// The client's link (emulator SPEC); the server sits at the hub.
-    pub link: String,
+    /// Every receiver's link (emulator SPEC); the server sits at the hub.
+    #[serde(default)]
+    pub link: Option<String>,
+    /// One link per receiver, instead of `link`.
+    #[serde(default)]
+    pub links: Vec<String>,
+    /// How many receivers (default 1, or as many as `links`).
+    #[serde(default)]
+    pub receivers: Option<usize>,
+    #[serde(default)]
+    pub dest: Option<Dest>,
+    /// The sweep it belongs to (a `[sweep.NAME]` of the suite) and its place on it.
+    #[serde(default)]
+    pub sweep: Option<String>,
+    #[serde(default)]
+    pub x: Option<f64>,
+    /// Largest TCP buffer the hosts' autotuning may grow to (tcp_rmem and
+    /// tcp_wmem maximum, and the host's net.core.rmem_max/wmem_max for
+    /// programs that set their own), e.g. "4MiB"; default 128 MiB.
+    #[serde(default)]
+    pub tcp_max: Option<String>,
+    /// Traffic that competes with every tool on the first receiver's path,
+    /// server → receiver: `{ tcp_flows = 3 }` or `{ udp_pps = 20000, udp_size = 1250 }`.
+    #[serde(default)]
+    pub background: Option<BackgroundSpec>,
     /// The data set: groups of files of one size.
     pub files: Vec<FileGroup>,
     #[serde(default)]
@@ -79,12 +246,19 @@ fn five_minutes() -> String {
 }
 
 /// A scenario with everything resolved and checked.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Plan {
     pub name: String,
-    pub link: String,
+    /// One per receiver.
+    pub links: Vec<String>,
+    pub dest: Dest,
     pub files: Vec<(u64, u64)>,
-    pub tools: Vec<Tool>,
+    pub tools: Vec<ToolSpec>,
+    /// (sweep name, x).
+    pub sweep: Option<(String, f64)>,
+    /// Bytes; None = the lab's default (128 MiB).
+    pub tcp_max: Option<u64>,
+    pub background: Option<Background>,
     pub repeat: u32,
     pub time_cap: Duration,
     pub cc: Option<String>,
@@ -98,11 +272,51 @@ impl Plan {
     pub fn file_count(&self) -> u64 {
         self.files.iter().map(|(_, n)| n).sum()
     }
+
+    /// The longest round trip of the receivers' paths (delays and jitter).
+    pub fn max_rtt(&self) -> Duration {
+        self.links
+            .iter()
+            .filter_map(|l| l.parse::<LinkSpec>().ok())
+            .map(|l| {
+                Duration::from_nanos(
+                    l.up.delay_ns + l.up.jitter_ns + l.down.delay_ns + l.down.jitter_ns,
+                )
+            })
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// The links as one line ("A" or "A | B" for two receivers).
+    pub fn link_line(&self) -> String {
+        self.links.join(" | ")
+    }
+}
+
+/// A file group at `scale` of its bytes (see `Profile::data_scale`).
+pub fn scale_group((size, count): (u64, u64), scale: f64) -> (u64, u64) {
+    let n = count as f64 * scale;
+    if n >= 1.0 {
+        (size, n.round() as u64)
+    } else {
+        (((size as f64 * n).round() as u64).max(1), 1)
+    }
 }
 
 /// The built-in suites: (name, TOML).
 pub const BUILTIN: &[(&str, &str)] = &[
+    ("bigdata", include_str!("../suites/bigdata.toml")),
     ("demo", include_str!("../suites/demo.toml")),
+    ("eumetsat", include_str!("../suites/eumetsat.toml")),
+    (
+        "gridftp-parallel",
+        include_str!("../suites/gridftp-parallel.toml"),
+    ),
+    ("qos-ttp", include_str!("../suites/qos-ttp.toml")),
+    (
+        "sctp-multifile",
+        include_str!("../suites/sctp-multifile.toml"),
+    ),
     ("smoke", include_str!("../suites/smoke.toml")),
 ];
 
@@ -126,33 +340,79 @@ impl Suite {
 
     pub fn parse(text: &str) -> Result<Suite> {
         let s: Suite = toml::from_str(text)?;
-        s.plans()?;
+        for name in s.profile.keys() {
+            if !PROFILES.contains(&name.as_str()) {
+                bail!(
+                    "profile '{name}': a suite may define {}",
+                    PROFILES.join(", ")
+                );
+            }
+        }
+        for p in PROFILES {
+            s.plans_for(p)?;
+        }
         Ok(s)
+    }
+
+    /// The profile `name` (checked), or None if the suite runs as written under it.
+    pub fn profile_of(&self, name: &str) -> Result<Option<&Profile>> {
+        if !PROFILES.contains(&name) {
+            bail!("profile '{name}' (quick, standard or full)");
+        }
+        Ok(self.profile.get(name))
     }
 
     pub fn line_rate_bps(&self) -> u64 {
         parse_rate(&self.suite.line_rate).expect("checked by plans()")
     }
 
-    /// Every scenario, resolved against the suite's defaults and checked.
+    /// Every scenario as written, resolved against the suite's defaults and checked.
     pub fn plans(&self) -> Result<Vec<Plan>> {
+        self.plans_for("full")
+    }
+
+    /// Every scenario under a profile.
+    pub fn plans_for(&self, profile: &str) -> Result<Vec<Plan>> {
+        let prof = self.profile_of(profile)?;
+        let (data_scale, time_scale) = prof.map_or((1.0, 1.0), |p| (p.data_scale, p.time_scale));
+        let in_unit = |v: f64| v > 0.0 && v <= 1.0;
+        if !in_unit(data_scale) || !in_unit(time_scale) {
+            bail!(
+                "profile '{profile}': data_scale and time_scale must be more than 0 and at most 1"
+            );
+        }
         let info = &self.suite;
         check_name("suite", &info.name)?;
         parse_rate(&info.line_rate).context("line_rate")?;
         if self.scenarios.is_empty() {
             bail!("suite '{}' has no [[scenario]]", info.name);
         }
+        let only = prof.map_or(&[][..], |p| &p.only[..]);
         let mut plans = Vec::new();
+        let mut seen: Vec<&str> = Vec::new();
         for sc in &self.scenarios {
             let ctx = || format!("scenario '{}'", sc.name);
             check_name("scenario", &sc.name)?;
-            if plans.iter().any(|p: &Plan| p.name == sc.name) {
+            if seen.contains(&sc.name.as_str()) {
                 bail!("scenario '{}' appears twice", sc.name);
             }
-            sc.link
-                .parse::<LinkSpec>()
-                .map_err(|e| anyhow::anyhow!("link: {e}"))
-                .with_context(ctx)?;
+            let links: Vec<String> = match (&sc.link, sc.links.is_empty(), sc.receivers) {
+                (Some(_), false, _) => bail!("{}: give link or links, not both", ctx()),
+                (None, true, _) => bail!("{}: no link (link = \"SPEC\" or links = [...])", ctx()),
+                (Some(l), true, n) => vec![l.clone(); n.unwrap_or(1)],
+                (None, false, Some(n)) if n != sc.links.len() => {
+                    bail!("{}: receivers = {n} but {} links", ctx(), sc.links.len())
+                }
+                (None, false, _) => sc.links.clone(),
+            };
+            if !(1..=8).contains(&links.len()) {
+                bail!("{}: {} receivers (1 to 8)", ctx(), links.len());
+            }
+            for l in &links {
+                l.parse::<LinkSpec>()
+                    .map_err(|e| anyhow::anyhow!("link '{l}': {e}"))
+                    .with_context(ctx)?;
+            }
             if sc.files.is_empty() {
                 bail!("{}: files is empty", ctx());
             }
@@ -162,7 +422,7 @@ impl Suite {
                 if g.count == 0 || g.count > 1_000_000 {
                     bail!("{}: count {} (1 to 1000000)", ctx(), g.count);
                 }
-                files.push((size, g.count));
+                files.push(scale_group((size, g.count), data_scale));
             }
             let names = if sc.tools.is_empty() {
                 &info.tools
@@ -174,30 +434,90 @@ impl Suite {
             }
             let tools = names
                 .iter()
-                .map(|t| t.parse::<Tool>())
+                .map(|t| t.parse::<ToolSpec>())
                 .collect::<Result<Vec<_>>>()
                 .with_context(ctx)?;
-            let repeat = sc.repeat.unwrap_or(info.repeat);
+            for (i, t) in tools.iter().enumerate() {
+                if tools[..i].iter().any(|u| u.label == t.label) {
+                    bail!("{}: tool '{}' is listed twice", ctx(), t.label);
+                }
+            }
+            let sweep = match (&sc.sweep, sc.x) {
+                (None, None) => None,
+                (Some(name), Some(x)) if self.sweep.contains_key(name) && x.is_finite() => {
+                    Some((name.clone(), x))
+                }
+                (Some(name), Some(_)) if !self.sweep.contains_key(name) => {
+                    bail!("{}: sweep '{name}' has no [sweep.{name}]", ctx())
+                }
+                _ => bail!(
+                    "{}: a sweep needs both sweep = \"NAME\" and x = NUMBER",
+                    ctx()
+                ),
+            };
+            let background = match &sc.background {
+                None => None,
+                Some(b) => match (b.tcp_flows, b.udp_pps, b.udp_size) {
+                    (Some(0), None, None) => None,
+                    (Some(n @ 1..=64), None, None) => Some(Background::Tcp(n)),
+                    (None, Some(pps @ 1..=1_000_000), size) => {
+                        let size = size.unwrap_or(1250);
+                        if !(16..=1472).contains(&size) {
+                            bail!("{}: background udp_size {size} (16 to 1472)", ctx());
+                        }
+                        Some(Background::Udp { pps, size })
+                    }
+                    (None, Some(0), _) => None,
+                    _ => bail!(
+                        "{}: background is {{ tcp_flows = 0..64 }} or {{ udp_pps = 1..1000000, udp_size = 16..1472 }}",
+                        ctx()
+                    ),
+                },
+            };
+            let tcp_max = match &sc.tcp_max {
+                None => None,
+                Some(t) => match parse_size(t).with_context(ctx)? {
+                    b @ 65_536..=1_073_741_824 => Some(b),
+                    _ => bail!("{}: tcp_max {t} (64KiB to 1GiB)", ctx()),
+                },
+            };
+            let repeat = prof
+                .and_then(|p| p.repeat)
+                .unwrap_or(sc.repeat.unwrap_or(info.repeat));
             if !(1..=100).contains(&repeat) {
                 bail!("{}: repeat {repeat} (1 to 100)", ctx());
             }
             let cap = sc.time_cap.as_ref().unwrap_or(&info.time_cap);
-            let time_cap = parse_duration(cap).with_context(ctx)?;
+            let time_cap = parse_duration(cap)
+                .with_context(ctx)?
+                .mul_f64(time_scale)
+                .max(Duration::from_secs(1));
             let cc = sc.cc.clone().or_else(|| info.cc.clone());
             if let Some(c) = &cc {
                 if !["cubic", "bbr", "reno"].contains(&c.as_str()) {
                     bail!("{}: cc '{c}' (cubic, bbr or reno)", ctx());
                 }
             }
+            seen.push(&sc.name);
+            if !only.is_empty() && !only.iter().any(|g| glob(g, &sc.name)) {
+                continue;
+            }
             plans.push(Plan {
                 name: sc.name.clone(),
-                link: sc.link.clone(),
+                links,
+                dest: sc.dest.unwrap_or(info.dest),
                 files,
                 tools,
+                sweep,
+                tcp_max,
+                background,
                 repeat,
                 time_cap,
                 cc,
             });
+        }
+        if plans.is_empty() {
+            bail!("profile '{profile}' selects no scenario (only = {only:?})");
         }
         Ok(plans)
     }
@@ -299,6 +619,102 @@ mod tests {
             assert_eq!(&s.suite.name, name);
             assert!(!s.plans().unwrap().is_empty());
         }
+    }
+
+    #[test]
+    fn profiles_scale_counts_then_single_files() {
+        assert_eq!(scale_group((10_000, 20_000), 0.02), (10_000, 400));
+        assert_eq!(scale_group((2_000_000_000, 2), 0.02), (80_000_000, 1));
+        assert_eq!(scale_group((5_000_000, 40), 0.02), (4_000_000, 1));
+        assert_eq!(scale_group((1, 1), 0.01), (1, 1));
+        let s = Suite::load("eumetsat").unwrap();
+        let full = s.plans_for("full").unwrap();
+        let quick = s.plans_for("quick").unwrap();
+        assert_eq!((full.len(), quick.len()), (26, 26));
+        assert_eq!(full[0].files, vec![(10_000, 20_000)]);
+        assert_eq!(quick[0].files, vec![(10_000, 400)]);
+        assert_eq!(quick[12].files, vec![(80_000_000, 1)]);
+        assert_eq!(full[0].time_cap, Duration::from_secs(3600));
+        let cap = quick[0].time_cap.as_secs_f64();
+        assert!((cap - 10.0).abs() < 0.01, "{cap}");
+        // Categories 5 and 6: a LAN receiver and one behind the path.
+        let m = &quick[25];
+        assert_eq!(m.name, "26-mcast-2GB-700ms-loss1e-3");
+        assert_eq!(m.links.len(), 2);
+        assert_eq!(m.max_rtt(), Duration::from_millis(700));
+        assert!(quick[..20].iter().all(|p| p.links.len() == 1));
+        assert!(s
+            .plans_for("fast")
+            .unwrap_err()
+            .to_string()
+            .contains("quick, standard or full"));
+    }
+
+    #[test]
+    fn gridftp_parallel_sweeps_streams_and_buffers() {
+        let s = Suite::load("gridftp-parallel").unwrap();
+        let plans = s.plans_for("quick").unwrap();
+        assert_eq!(plans.len(), 32);
+        let lat = &plans[8];
+        assert_eq!(lat.sweep, Some(("latency-4MiB".to_string(), 1.0)));
+        assert_eq!(lat.tcp_max, Some(4 << 20));
+        assert_eq!(lat.files, vec![(107_374_182, 1)]);
+        let labels: Vec<&str> = lat.tools.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(labels.first(), Some(&"gridftp:p=1"));
+        assert_eq!(labels.last(), Some(&"longhaul"));
+        let bs = &plans[16];
+        assert_eq!(bs.tools[0].label, "gridftp:p=4,tcp-bs=256KiB");
+        assert_eq!(bs.tcp_max, Some(16 << 20));
+        let loss = plans.last().unwrap();
+        assert_eq!(loss.sweep, Some(("loss".to_string(), 5.0)));
+        assert!(loss.links[0].contains("loss=5%"));
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob("a*", "abc") && glob("*c", "abc") && glob("a*c", "abc") && glob("*", ""));
+        assert!(glob("1M-*-loss*", "1M-35ms-loss3") && !glob("1M-*-loss*", "10K-35ms-loss3"));
+        assert!(!glob("abc", "abcd") && glob("a**", "a") && glob("é*", "éa"));
+    }
+
+    #[test]
+    fn receivers_and_links() {
+        let base = r#"
+[suite]
+name = "t"
+line_rate = "1G"
+tools = ["uftp"]
+[[scenario]]
+name = "a"
+LINKS
+files = [{ size = "10kB", count = 3 }]
+"#;
+        let plan = |links: &str| {
+            Suite::parse(&base.replace("LINKS", links)).map(|s| s.plans().unwrap()[0].clone())
+        };
+        let p = plan("link = \"delay=5ms\"\nreceivers = 3").unwrap();
+        assert_eq!(p.links, vec!["delay=5ms"; 3]);
+        assert_eq!(p.link_line(), "delay=5ms | delay=5ms | delay=5ms");
+        let p = plan("links = [\"rate=1G\", \"delay=35ms\"]").unwrap();
+        assert_eq!(p.links.len(), 2);
+        assert_eq!(p.dest, Dest::Disk);
+        let err = |l: &str| format!("{:#}", plan(l).unwrap_err());
+        assert!(err("links = [\"a=b\"]").contains("link 'a=b'"));
+        assert!(err("link = \"\"\nlinks = [\"\"]").contains("not both"));
+        assert!(err("links = [\"\"]\nreceivers = 2").contains("receivers = 2 but 1 links"));
+        assert!(err("link = \"\"\nreceivers = 9").contains("9 receivers (1 to 8)"));
+        assert!(err("dest = \"tape\"\nlink = \"\"").contains("unknown variant `tape`"));
+        assert!(err("").contains("no link"));
+        let swept = base.replace("LINKS", "link = \"\"\nsweep = \"lat\"\nx = 3");
+        assert!(format!("{:#}", Suite::parse(&swept).unwrap_err()).contains("has no [sweep.lat]"));
+        let half = base.replace("LINKS", "link = \"\"\nx = 3");
+        assert!(format!("{:#}", Suite::parse(&half).unwrap_err()).contains("needs both"));
+        let twice = base.replace("LINKS", "link = \"\"\ntools = [\"uftp\", \"uftp\"]");
+        assert!(format!("{:#}", Suite::parse(&twice).unwrap_err()).contains("listed twice"));
+        let bad_profile = base
+            .replace("LINKS", "link = \"\"")
+            .replace("[[scenario]]", "[profile.fast]\n[[scenario]]");
+        assert!(format!("{:#}", Suite::parse(&bad_profile).unwrap_err()).contains("profile 'fast'"));
     }
 
     #[test]
