@@ -1,0 +1,23 @@
+//! longhaul-mcast: one-to-many dissemination.
+//!
+//! - [`wire`]: the datagrams (version 1), plain or sealed.
+//! - [`seal`]: ChaCha20-Poly1305 with a per-session key from a shared key file.
+//! - [`layout`]: the manifest and data objects cut into source blocks.
+//! - [`manifest`]: what a session carries (paths, sizes, modes, mtimes, BLAKE3).
+//! - [`fec`]: RaptorQ encoding and decoding of one block.
+//! - [`sender`], [`receiver`]: the sans-IO protocol cores (datagrams and time in;
+//!   datagrams, deadlines and events out).
+//! - [`store`]: the receiver's files (crash-safe: part files, verify, rename) and
+//!   the sender's source over a file set.
+//! - [`udp`]: the thin UDP driver (multicast, or unicast fan-out).
+
+pub mod fec;
+pub mod layout;
+pub mod manifest;
+pub mod receiver;
+pub mod seal;
+pub mod sender;
+pub mod wire;
+
+pub use receiver::{Receiver, ReceiverConfig, ReceiverEvent, SessionReport, Store};
+pub use sender::{Dest, Group, RxReport, RxState, Sender, SenderConfig, SenderEvent, Source};

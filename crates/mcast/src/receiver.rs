@@ -1,0 +1,864 @@
+//! The receiver's protocol core: sans-IO. Input: datagrams and time; output:
+//! datagrams to the sender, the next time it wants to be called, events, and the
+//! session's bytes through a [`Store`].
+//!
+//! Source symbols go to the store as they come (a block is assembled in memory
+//! while it is current and written in one piece); repair symbols are kept in memory
+//! until their block can be rebuilt, then the block's received sources are read
+//! back, RaptorQ fills the gaps, and the whole block is written. Memory is bounded
+//! by the repair symbols of unfinished blocks, not by the session's size.
+
+use crate::fec;
+use crate::layout::{Layout, Object};
+use crate::manifest::Manifest;
+use crate::seal::Key;
+use crate::wire::{self, AckKind, Announce, Complete, EndReason, Msg, Nack, Register};
+use rand::{Rng, SeedableRng};
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Where a session's files go. Offsets are in the data object.
+pub trait Store {
+    /// The manifest is known: prepare (directories, part files).
+    fn begin(&mut self, manifest: &Manifest) -> Result<(), String>;
+    fn write(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Every byte is in: verify each file's BLAKE3 and give it its final name.
+    fn finish(&mut self) -> Result<(), String>;
+    /// The session failed: remove what `begin` and `write` left.
+    fn abort(&mut self);
+}
+
+#[derive(Debug, Clone)]
+pub struct ReceiverConfig {
+    pub name: String,
+    /// Key file contents; with them every datagram must be sealed.
+    pub key_material: Option<Vec<u8>>,
+    /// A session whose sender has been silent this long is failed.
+    pub idle_timeout: Duration,
+    /// Extra symbols asked per block beyond K (decoding at K fails ~1 % of the time).
+    pub margin: u32,
+}
+
+impl ReceiverConfig {
+    pub fn new(name: &str) -> ReceiverConfig {
+        ReceiverConfig {
+            name: name.to_string(),
+            key_material: None,
+            idle_timeout: Duration::from_secs(30),
+            margin: 2,
+        }
+    }
+}
+
+/// What became of one session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionReport {
+    pub session: u64,
+    pub sender: SocketAddr,
+    pub ok: bool,
+    pub error: String,
+    pub files: usize,
+    pub bytes: u64,
+    pub packets: u64,
+    pub lost: u64,
+    pub decoded_blocks: u32,
+    pub elapsed: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReceiverEvent {
+    /// A session's manifest arrived: `files` files of `bytes` bytes in all.
+    Started {
+        session: u64,
+        sender: SocketAddr,
+        files: usize,
+        bytes: u64,
+    },
+    Registered {
+        session: u64,
+    },
+    /// A closed group that does not name us.
+    Rejected {
+        session: u64,
+    },
+    Ended(SessionReport),
+    Dropped {
+        from: SocketAddr,
+        why: String,
+    },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReceiverStats {
+    pub datagrams: u64,
+    pub dropped: u64,
+    pub sessions: u64,
+}
+
+struct Partial {
+    /// Source symbols held (bit per ESI).
+    have: Vec<u64>,
+    n_src: u32,
+    repair: Vec<(u32, Vec<u8>)>,
+    /// Try to decode once this many symbols are held.
+    target: u32,
+    /// The block's bytes while it is being assembled in memory.
+    buf: Option<Vec<u8>>,
+}
+
+enum BlockState {
+    Done,
+    Partial(Box<Partial>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the manifest.
+    Manifest,
+    /// Manifest in, registering / receiving.
+    Receiving,
+    /// Reporting completion until acknowledged.
+    Reporting { next: Instant, tries: u32 },
+}
+
+struct Session {
+    id: u64,
+    sender: SocketAddr,
+    ann: Announce,
+    layout: Layout,
+    key: Option<Key>,
+    start: Instant,
+    last_heard: Instant,
+    /// Newest sender time seen and when (for RTT echoes).
+    echo: (u64, Instant),
+    manifest_buf: Vec<u8>,
+    manifest: Option<Manifest>,
+    blocks: Vec<BlockState>,
+    /// Blocks assembled in memory (the current ones), oldest first.
+    open: VecDeque<u32>,
+    undone: u32,
+    decoded: u32,
+    phase: Phase,
+    registered: bool,
+    next_register: Instant,
+    /// NACK datagrams waiting for their random send time.
+    nacks: Vec<(Instant, Nack)>,
+    complete: Option<Complete>,
+    packets: u64,
+    seq_first: Option<u64>,
+    seq_max: u64,
+    /// Bytes of repair symbols held.
+    held: usize,
+}
+
+const MAX_OPEN: usize = 4;
+/// Entries per NACK datagram: at most 10 bytes each, well inside 1472 bytes.
+const NACK_ENTRIES: usize = 120;
+const COMPLETE_TRIES: u32 = 8;
+/// Remember this many finished sessions, to ignore their stragglers.
+const FINISHED_MEMORY: usize = 64;
+
+pub struct Receiver {
+    cfg: ReceiverConfig,
+    sess: Option<Session>,
+    finished: VecDeque<u64>,
+    out: VecDeque<(SocketAddr, Vec<u8>)>,
+    events: VecDeque<ReceiverEvent>,
+    stats: ReceiverStats,
+    rng: rand::rngs::StdRng,
+}
+
+impl Receiver {
+    pub fn new(cfg: ReceiverConfig) -> Result<Receiver, String> {
+        wire::check_name(&cfg.name)?;
+        if let Some(m) = &cfg.key_material {
+            Key::from_material(m, 0)?;
+        }
+        Ok(Receiver {
+            cfg,
+            sess: None,
+            finished: VecDeque::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: ReceiverStats::default(),
+            rng: rand::rngs::StdRng::from_entropy(),
+        })
+    }
+
+    /// Seed the feedback jitter (deterministic tests).
+    pub fn seed(&mut self, seed: u64) {
+        self.rng = rand::rngs::StdRng::seed_from_u64(seed);
+    }
+
+    pub fn stats(&self) -> &ReceiverStats {
+        &self.stats
+    }
+
+    pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
+        self.events.pop_front()
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
+        self.out.pop_front()
+    }
+
+    /// Is a session under way (manifest known, not yet over)?
+    pub fn busy(&self) -> bool {
+        self.sess.is_some()
+    }
+
+    /// Fraction of the current session's blocks rebuilt, and its data length.
+    pub fn progress(&self) -> Option<(u32, u32, u64)> {
+        self.sess
+            .as_ref()
+            .filter(|s| s.manifest.is_some())
+            .map(|s| {
+                let data = s.layout.data_range().len() as u32;
+                let done = data.saturating_sub(s.undone);
+                (done, data, s.layout.data_len)
+            })
+    }
+
+    fn drop(&mut self, from: SocketAddr, why: String) {
+        self.stats.dropped += 1;
+        self.events.push_back(ReceiverEvent::Dropped { from, why });
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let s = self.sess.as_ref()?;
+        let mut t = s.last_heard + self.cfg.idle_timeout;
+        if s.phase == Phase::Receiving && !s.registered {
+            t = t.min(s.next_register);
+        }
+        if let Phase::Reporting { next, .. } = s.phase {
+            t = t.min(next);
+        }
+        if let Some(n) = s.nacks.iter().map(|n| n.0).min() {
+            t = t.min(n);
+        }
+        Some(t)
+    }
+
+    /// Time-driven work: registrations, delayed feedback, repeated reports, timeouts.
+    pub fn handle_timeout(&mut self, now: Instant, store: &mut dyn Store) {
+        let Some(s) = self.sess.as_mut() else { return };
+        if now >= s.last_heard + self.cfg.idle_timeout {
+            let why = format!(
+                "the sender was silent for {} s",
+                self.cfg.idle_timeout.as_secs_f64()
+            );
+            return self.end(now, store, false, why);
+        }
+        if s.phase == Phase::Receiving && !s.registered && now >= s.next_register {
+            self.send_register(now);
+        }
+        let s = self.sess.as_mut().expect("session");
+        let mut due = Vec::new();
+        s.nacks.retain(|(t, n)| {
+            if *t <= now {
+                due.push(n.clone());
+                false
+            } else {
+                true
+            }
+        });
+        for mut n in due {
+            n.held_us = now.saturating_duration_since(s.echo.1).as_micros() as u32;
+            n.echo_us = s.echo.0;
+            let mut b = Vec::new();
+            wire::encode(s.id, &Msg::Nack(n), s.key.as_ref(), &mut b);
+            self.out.push_back((s.sender, b));
+        }
+        if let Phase::Reporting { next, tries } = s.phase {
+            if now >= next {
+                if tries >= COMPLETE_TRIES {
+                    // Never acknowledged: the report is ours anyway.
+                    let ok = s.complete.as_ref().is_some_and(|c| c.ok);
+                    let err = s
+                        .complete
+                        .as_ref()
+                        .map(|c| c.error.clone())
+                        .unwrap_or_default();
+                    return self.conclude(now, ok, err);
+                }
+                self.send_complete(now, tries + 1);
+            }
+        }
+    }
+
+    fn send_register(&mut self, now: Instant) {
+        let s = self.sess.as_mut().expect("session");
+        let m = Msg::Register(Register {
+            name: self.cfg.name.clone(),
+            echo_us: s.echo.0,
+            held_us: now.saturating_duration_since(s.echo.1).as_micros() as u32,
+        });
+        let mut b = Vec::new();
+        wire::encode(s.id, &m, s.key.as_ref(), &mut b);
+        self.out.push_back((s.sender, b));
+        // Again after about a round trip if no ACK came.
+        let grtt = Duration::from_micros(s.ann.grtt_us as u64).max(Duration::from_millis(50));
+        s.next_register = now + grtt + grtt / 2;
+    }
+
+    fn send_complete(&mut self, now: Instant, tries: u32) {
+        let s = self.sess.as_mut().expect("session");
+        let c = s.complete.clone().expect("complete");
+        let mut b = Vec::new();
+        wire::encode(s.id, &Msg::Complete(c), s.key.as_ref(), &mut b);
+        self.out.push_back((s.sender, b));
+        let grtt = Duration::from_micros(s.ann.grtt_us as u64).max(Duration::from_millis(50));
+        // Back off: 1.5, 3, 6 ... round trips (capped at 8 s).
+        let wait = (grtt + grtt / 2) * (1u32 << tries.min(6));
+        s.phase = Phase::Reporting {
+            next: now + wait.min(Duration::from_secs(8)),
+            tries,
+        };
+    }
+
+    /// A datagram from the network.
+    pub fn handle(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &mut [u8],
+        store: &mut dyn Store,
+    ) {
+        self.stats.datagrams += 1;
+        let h = match wire::header(datagram) {
+            Ok(h) => h,
+            Err(e) => return self.drop(from, e.to_string()),
+        };
+        if self.finished.contains(&h.session) {
+            return; // a finished session's stragglers
+        }
+        let current = self.sess.as_ref().map(|s| (s.id, s.sender));
+        if let Some((id, sender)) = current {
+            if id != h.session {
+                return self.drop(
+                    from,
+                    format!("session {:016x} while {id:016x} runs", h.session),
+                );
+            }
+            if sender != from {
+                return self.drop(
+                    from,
+                    format!("session {id:016x} from {from}, not its sender {sender}"),
+                );
+            }
+        }
+        if let (Some(m), None) = (&self.cfg.key_material, &self.sess) {
+            // Only an ANNOUNCE may open a session; its key derives from the session id.
+            if h.kind != wire::Kind::Announce {
+                return self.drop(from, format!("{:?} before any ANNOUNCE", h.kind));
+            }
+            let k = match Key::from_material(m, h.session) {
+                Ok(k) => k,
+                Err(e) => return self.drop(from, e),
+            };
+            match wire::decode(datagram, Some(&k)) {
+                Ok((_, Msg::Announce(a))) => self.open_session(now, from, h.session, a, Some(k)),
+                Ok(_) => unreachable!("kind checked"),
+                Err(e) => self.drop(from, e.to_string()),
+            }
+            return;
+        }
+        let decoded = {
+            let key = self.sess.as_ref().and_then(|s| s.key.as_ref());
+            wire::decode(datagram, key)
+        };
+        let msg = match decoded {
+            Ok((_, m)) => m,
+            Err(e) => return self.drop(from, e.to_string()),
+        };
+        if !msg.from_sender() {
+            return self.drop(from, format!("{:?} from another receiver", msg.kind()));
+        }
+        if self.sess.is_none() {
+            match msg {
+                Msg::Announce(a) => self.open_session(now, from, h.session, a, None),
+                m => self.drop(from, format!("{:?} before any ANNOUNCE", m.kind())),
+            }
+            return;
+        }
+        let s = self.sess.as_mut().expect("session");
+        s.last_heard = now;
+        match msg {
+            Msg::Announce(a) => {
+                if a.manifest_hash != s.ann.manifest_hash
+                    || a.data_len != s.ann.data_len
+                    || a.symbol_size != s.ann.symbol_size
+                    || a.block_symbols != s.ann.block_symbols
+                {
+                    return self.drop(from, "ANNOUNCE changed the session's parameters".into());
+                }
+                s.echo = (a.time_us, now);
+                s.ann.grtt_us = a.grtt_us;
+            }
+            Msg::Data(h, sym) => self.on_data(now, h, sym, store),
+            Msg::Poll(p) => self.on_poll(now, p),
+            Msg::Ack(a) => {
+                if a.name != self.cfg.name {
+                    return;
+                }
+                match a.kind {
+                    AckKind::Registered => {
+                        if !s.registered {
+                            s.registered = true;
+                            self.events
+                                .push_back(ReceiverEvent::Registered { session: s.id });
+                        }
+                    }
+                    AckKind::Done => {
+                        if let Phase::Reporting { .. } = s.phase {
+                            let c = s.complete.clone().expect("complete");
+                            self.conclude(now, c.ok, c.error);
+                        }
+                    }
+                    AckKind::Rejected => {
+                        let id = s.id;
+                        self.events
+                            .push_back(ReceiverEvent::Rejected { session: id });
+                        self.end(
+                            now,
+                            store,
+                            false,
+                            "not a member of this closed group".into(),
+                        );
+                    }
+                }
+            }
+            Msg::End(e) => {
+                let s = self.sess.as_ref().expect("session");
+                if let Phase::Reporting { .. } = s.phase {
+                    let c = s.complete.clone().expect("complete");
+                    return self.conclude(now, c.ok, c.error);
+                }
+                let why = match e.reason {
+                    EndReason::Finished => {
+                        "the sender ended the session before this receiver completed"
+                    }
+                    EndReason::Aborted => "the sender aborted the session",
+                };
+                self.end(now, store, false, why.into());
+            }
+            _ => unreachable!("receiver messages filtered above"),
+        }
+    }
+
+    fn open_session(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        id: u64,
+        a: Announce,
+        key: Option<Key>,
+    ) {
+        let layout = match Layout::new(a.symbol_size, a.block_symbols, a.manifest_len, a.data_len) {
+            Ok(l) => l,
+            Err(e) => return self.drop(from, format!("ANNOUNCE: {e}")),
+        };
+        let blocks = (0..layout.blocks())
+            .map(|b| {
+                BlockState::Partial(Box::new(Partial::new(
+                    layout.block(b).expect("block").k as u32,
+                )))
+            })
+            .collect();
+        let undone = layout.data_range().len() as u32;
+        self.stats.sessions += 1;
+        self.sess = Some(Session {
+            id,
+            sender: from,
+            echo: (a.time_us, now),
+            manifest_buf: vec![0; layout.manifest_len as usize],
+            layout,
+            ann: a,
+            key,
+            start: now,
+            last_heard: now,
+            manifest: None,
+            blocks,
+            open: VecDeque::new(),
+            undone,
+            decoded: 0,
+            phase: Phase::Manifest,
+            registered: false,
+            next_register: now,
+            nacks: Vec::new(),
+            complete: None,
+            packets: 0,
+            seq_first: None,
+            seq_max: 0,
+            held: 0,
+        });
+    }
+
+    fn on_data(&mut self, now: Instant, h: wire::DataHdr, sym: &[u8], store: &mut dyn Store) {
+        let s = self.sess.as_mut().expect("session");
+        let from = s.sender;
+        let t = s.layout.symbol_size as usize;
+        let Some(blk) = s.layout.block(h.block) else {
+            return self.drop(from, format!("block {} beyond the session", h.block));
+        };
+        if sym.len() != t || h.esi > fec::MAX_ESI {
+            return self.drop(
+                from,
+                format!("symbol of {} bytes, ESI {}", sym.len(), h.esi),
+            );
+        }
+        s.packets += 1;
+        s.seq_first = Some(s.seq_first.map_or(h.seq, |f| f.min(h.seq)));
+        s.seq_max = s.seq_max.max(h.seq);
+        if blk.object == Object::Data && s.manifest.is_none() {
+            return; // cannot place data yet; a later pass brings it again
+        }
+        let b = h.block as usize;
+        let k = blk.k as u32;
+        let BlockState::Partial(p) = &mut s.blocks[b] else {
+            return; // already rebuilt
+        };
+        if h.esi < k {
+            let (w, bit) = ((h.esi / 64) as usize, 1u64 << (h.esi % 64));
+            if p.have[w] & bit != 0 {
+                return;
+            }
+            p.have[w] |= bit;
+            p.n_src += 1;
+            let at = h.esi as usize * t;
+            match blk.object {
+                Object::Manifest => {
+                    let end = (at + t).min(blk.len as usize);
+                    let o = blk.offset as usize;
+                    s.manifest_buf[o + at..o + end].copy_from_slice(&sym[..end - at]);
+                }
+                Object::Data => {
+                    if p.buf.is_none() && p.n_src == 1 && p.repair.is_empty() {
+                        // First sight of this block: assemble it in memory.
+                        p.buf = Some(vec![0; k as usize * t]);
+                        s.open.push_back(h.block);
+                    }
+                    if let Some(buf) = p.buf.as_mut() {
+                        buf[at..at + t].copy_from_slice(sym);
+                    } else {
+                        let end = (at + t).min(blk.len as usize);
+                        if let Err(e) = store.write(blk.offset + at as u64, &sym[..end - at]) {
+                            return self.end(now, store, false, format!("write: {e}"));
+                        }
+                    }
+                }
+            }
+        } else {
+            if p.repair.iter().any(|(e, _)| *e == h.esi) {
+                return;
+            }
+            p.repair.push((h.esi, sym.to_vec()));
+            s.held += t;
+        }
+        let held = p.n_src + p.repair.len() as u32;
+        if held >= p.target {
+            self.try_block(now, h.block, store);
+        }
+        self.evict(now, store);
+    }
+
+    /// Write out the oldest in-memory blocks beyond the bound.
+    fn evict(&mut self, now: Instant, store: &mut dyn Store) {
+        let s = self.sess.as_mut().expect("session");
+        while s.open.len() > MAX_OPEN {
+            let b = s.open.pop_front().expect("open block");
+            let blk = s.layout.block(b).expect("block");
+            let t = s.layout.symbol_size as usize;
+            if let BlockState::Partial(p) = &mut s.blocks[b as usize] {
+                let Some(buf) = p.buf.take() else { continue };
+                // Runs of held source symbols, one write each.
+                let mut i = 0;
+                while i < blk.k as u32 {
+                    if !p.has(i) {
+                        i += 1;
+                        continue;
+                    }
+                    let j = (i..blk.k as u32)
+                        .find(|&j| !p.has(j))
+                        .unwrap_or(blk.k as u32);
+                    let (a, z) = (i as usize * t, (j as usize * t).min(blk.len as usize));
+                    if let Err(e) = store.write(blk.offset + a as u64, &buf[a..z]) {
+                        return self.end(now, store, false, format!("write: {e}"));
+                    }
+                    i = j;
+                }
+            }
+        }
+    }
+
+    /// Enough symbols for block `b`: rebuild it (or note the rare failure).
+    fn try_block(&mut self, now: Instant, b: u32, store: &mut dyn Store) {
+        let s = self.sess.as_mut().expect("session");
+        let blk = s.layout.block(b).expect("block");
+        let t = s.layout.symbol_size as usize;
+        let k = blk.k as u32;
+        let BlockState::Partial(p) = &mut s.blocks[b as usize] else {
+            return;
+        };
+        let whole: Option<Vec<u8>> = if p.n_src == k {
+            // Every source symbol: nothing to decode.
+            match blk.object {
+                Object::Manifest => Some(Vec::new()),
+                Object::Data => p.buf.take().or(Some(Vec::new())),
+            }
+        } else {
+            // Gather the sources held, then decode.
+            let in_memory = p.buf.is_some();
+            let mut src = match (blk.object, p.buf.take()) {
+                (Object::Manifest, _) => {
+                    let o = blk.offset as usize;
+                    let mut v = s.manifest_buf[o..o + blk.len as usize].to_vec();
+                    v.resize(k as usize * t, 0);
+                    v
+                }
+                (Object::Data, Some(buf)) => buf,
+                (Object::Data, None) => {
+                    let mut v = vec![0u8; k as usize * t];
+                    let mut i = 0;
+                    while i < k {
+                        if !p.has(i) {
+                            i += 1;
+                            continue;
+                        }
+                        let j = (i..k).find(|&j| !p.has(j)).unwrap_or(k);
+                        let (a, z) = (i as usize * t, (j as usize * t).min(blk.len as usize));
+                        if let Err(e) = store.read(blk.offset + a as u64, &mut v[a..z]) {
+                            return self.end(now, store, false, format!("read: {e}"));
+                        }
+                        i = j;
+                    }
+                    v
+                }
+            };
+            let syms = (0..k)
+                .filter(|&i| p.has(i))
+                .map(|i| (i, src[i as usize * t..(i as usize + 1) * t].to_vec()))
+                .chain(p.repair.iter().cloned())
+                .collect::<Vec<_>>();
+            match fec::decode(blk.k, t as u16, syms) {
+                Some(d) => {
+                    src = d;
+                    Some(src)
+                }
+                None => {
+                    // Unlucky: wait for one more symbol than now.
+                    p.target = p.n_src + p.repair.len() as u32 + 1;
+                    if in_memory {
+                        p.buf = Some(src);
+                    }
+                    None
+                }
+            }
+        };
+        let Some(data) = whole else { return };
+        s.held -= p.repair.len() * t;
+        s.blocks[b as usize] = BlockState::Done;
+        s.open.retain(|&x| x != b);
+        s.decoded += 1;
+        match blk.object {
+            Object::Manifest => {
+                if !data.is_empty() {
+                    let o = blk.offset as usize;
+                    s.manifest_buf[o..o + blk.len as usize]
+                        .copy_from_slice(&data[..blk.len as usize]);
+                }
+                self.manifest_block_done(now, store);
+            }
+            Object::Data => {
+                if !data.is_empty() {
+                    if let Err(e) = store.write(blk.offset, &data[..blk.len as usize]) {
+                        return self.end(now, store, false, format!("write: {e}"));
+                    }
+                }
+                s.undone -= 1;
+                self.maybe_complete(now, store);
+            }
+        }
+    }
+
+    fn manifest_block_done(&mut self, now: Instant, store: &mut dyn Store) {
+        let s = self.sess.as_mut().expect("session");
+        let m = s.layout.manifest_blocks() as usize;
+        if !s.blocks[..m].iter().all(|b| matches!(b, BlockState::Done)) {
+            return;
+        }
+        let from = s.sender;
+        if *blake3::hash(&s.manifest_buf).as_bytes() != s.ann.manifest_hash {
+            let why = "manifest does not match the announced BLAKE3".to_string();
+            self.drop(from, why.clone());
+            return self.end(now, store, false, why);
+        }
+        let man = match Manifest::decode(&s.manifest_buf, s.ann.data_len) {
+            Ok(m) => m,
+            Err(e) => {
+                self.drop(from, e.clone());
+                return self.end(now, store, false, e);
+            }
+        };
+        if let Err(e) = store.begin(&man) {
+            return self.end(now, store, false, e);
+        }
+        self.events.push_back(ReceiverEvent::Started {
+            session: s.id,
+            sender: s.sender,
+            files: man.files(),
+            bytes: s.ann.data_len,
+        });
+        s.manifest = Some(man);
+        s.manifest_buf = Vec::new();
+        s.phase = Phase::Receiving;
+        self.send_register(now);
+        self.maybe_complete(now, store);
+    }
+
+    fn maybe_complete(&mut self, now: Instant, store: &mut dyn Store) {
+        let s = self.sess.as_mut().expect("session");
+        if s.undone > 0 || s.phase != Phase::Receiving {
+            return;
+        }
+        let (ok, error) = match store.finish() {
+            Ok(()) => (true, String::new()),
+            Err(e) => (false, e),
+        };
+        if !ok {
+            store.abort();
+        }
+        let lost = s.lost();
+        s.complete = Some(Complete {
+            name: self.cfg.name.clone(),
+            ok,
+            bytes: s.layout.data_len,
+            packets: s.packets,
+            lost,
+            elapsed_ms: now.saturating_duration_since(s.start).as_millis() as u64,
+            error,
+        });
+        s.nacks.clear();
+        self.send_complete(now, 0);
+    }
+
+    fn on_poll(&mut self, now: Instant, p: wire::Poll) {
+        let margin = self.cfg.margin;
+        let name = self.cfg.name.clone();
+        let s = self.sess.as_mut().expect("session");
+        s.echo = (p.time_us, now);
+        match s.phase {
+            Phase::Reporting { tries, .. } => {
+                // The sender still polls: it may have missed our report.
+                return self.send_complete(now, tries);
+            }
+            // Answer even before our registration is acknowledged: the
+            // answer registers us if the REGISTER was lost.
+            Phase::Receiving => {}
+            _ => return,
+        }
+        // Ask for enough that, after losing our share of them, K + margin arrive.
+        let loss = (s.lost() as f64 / (s.packets + s.lost()).max(1) as f64).min(0.5);
+        let mut needs: Vec<(u32, u32)> = Vec::new();
+        for (b, st) in s.blocks.iter().enumerate() {
+            if let BlockState::Partial(p) = st {
+                let held = p.n_src + p.repair.len() as u32;
+                let need = (p.target + margin).saturating_sub(held);
+                if need > 0 {
+                    needs.push((b as u32, (need as f64 / (1.0 - loss)).ceil() as u32));
+                }
+            }
+        }
+        let parts: Vec<&[(u32, u32)]> = if needs.is_empty() {
+            vec![&[]]
+        } else {
+            needs.chunks(NACK_ENTRIES).collect()
+        };
+        let n = parts.len().min(u16::MAX as usize) as u16;
+        let loss_ppm = (loss * 1e6) as u32;
+        let window = Duration::from_micros(p.window_us as u64);
+        for (i, part) in parts.into_iter().take(n as usize).enumerate() {
+            // Blocks as deltas; each part's first entry is absolute.
+            let mut prev = None;
+            let entries = part
+                .iter()
+                .map(|&(b, need)| {
+                    let d = prev.map_or(b, |p| b - p);
+                    prev = Some(b);
+                    (d, need)
+                })
+                .collect();
+            let delay = window.mul_f64(self.rng.gen::<f64>());
+            s.nacks.push((
+                now + delay,
+                Nack {
+                    name: name.clone(),
+                    pass: p.pass,
+                    round: p.round,
+                    echo_us: 0,
+                    held_us: 0,
+                    loss_ppm,
+                    part: i as u16,
+                    parts: n,
+                    needs: entries,
+                },
+            ));
+        }
+    }
+
+    /// End the current session as failed (or, from `conclude`, as reported).
+    fn end(&mut self, now: Instant, store: &mut dyn Store, ok: bool, error: String) {
+        if !ok {
+            store.abort();
+        }
+        self.conclude(now, ok, error);
+    }
+
+    fn conclude(&mut self, now: Instant, ok: bool, error: String) {
+        let Some(s) = self.sess.take() else { return };
+        self.finished.push_back(s.id);
+        if self.finished.len() > FINISHED_MEMORY {
+            self.finished.pop_front();
+        }
+        self.events.push_back(ReceiverEvent::Ended(SessionReport {
+            session: s.id,
+            sender: s.sender,
+            ok,
+            error,
+            files: s.manifest.as_ref().map_or(0, |m| m.files()),
+            bytes: s.layout.data_len,
+            packets: s.packets,
+            lost: s.lost(),
+            decoded_blocks: s.decoded,
+            elapsed: now.saturating_duration_since(s.start),
+        }));
+    }
+}
+
+impl Session {
+    fn lost(&self) -> u64 {
+        match self.seq_first {
+            Some(f) => (self.seq_max - f + 1).saturating_sub(self.packets),
+            None => 0,
+        }
+    }
+}
+
+impl Partial {
+    fn new(k: u32) -> Partial {
+        Partial {
+            have: vec![0; (k as usize).div_ceil(64)],
+            n_src: 0,
+            repair: Vec::new(),
+            target: k,
+            buf: None,
+        }
+    }
+
+    fn has(&self, i: u32) -> bool {
+        self.have[(i / 64) as usize] & (1 << (i % 64)) != 0
+    }
+}

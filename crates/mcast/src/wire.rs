@@ -1,0 +1,568 @@
+//! The datagrams of a multicast session (version 1), see docs/PROTOCOL.md.
+//!
+//! Every datagram starts with a 16-byte header:
+//! ```text
+//! 0   2  magic "LM"
+//! 2   1  version (1)
+//! 3   1  type
+//! 4   1  flags: bit 0 = sealed (body encrypted and authenticated)
+//! 5   3  zero
+//! 8   8  session id (big endian)
+//! ```
+//! An unsealed body follows directly. A sealed datagram carries a 12-byte nonce and
+//! then the body encrypted with ChaCha20-Poly1305 (16-byte tag), the header as
+//! associated data. DATA bodies are fixed fields followed by the symbol; every other
+//! body is a postcard-encoded struct. Decoding never trusts a length it has not
+//! checked against the datagram: a malformed datagram is an error, never a panic.
+
+use crate::seal::Key;
+use serde::{Deserialize, Serialize};
+
+pub const MAGIC: [u8; 2] = *b"LM";
+pub const VERSION: u8 = 1;
+pub const HEADER_LEN: usize = 16;
+/// Fixed fields of a DATA body before the symbol: seq u64, block u32, esi u32.
+pub const DATA_FIELDS: usize = 16;
+/// Longest receiver name.
+pub const MAX_NAME: usize = 64;
+/// Largest datagram either side sends or accepts.
+pub const MAX_DATAGRAM: usize = 9000;
+
+const FLAG_SEALED: u8 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Announce = 1,
+    Data = 2,
+    Poll = 3,
+    Ack = 4,
+    End = 5,
+    Register = 16,
+    Nack = 17,
+    Complete = 18,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Announce,
+            2 => Kind::Data,
+            3 => Kind::Poll,
+            4 => Kind::Ack,
+            5 => Kind::End,
+            16 => Kind::Register,
+            17 => Kind::Nack,
+            18 => Kind::Complete,
+            _ => return None,
+        })
+    }
+}
+
+/// A session's parameters, repeated by the sender until the session ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Announce {
+    /// Bytes per symbol (every DATA symbol has exactly this length).
+    pub symbol_size: u16,
+    /// Source symbols of a full block.
+    pub block_symbols: u16,
+    pub rate_bps: u64,
+    /// Length and BLAKE3 of the manifest object (blocks before the data object's).
+    pub manifest_len: u64,
+    pub manifest_hash: [u8; 32],
+    /// Length of the data object: every file's bytes, back to back.
+    pub data_len: u64,
+    /// An open group takes whoever registers; a closed one only the names it expects.
+    pub open: bool,
+    /// Sender clock (µs since the sender started), echoed for round-trip times.
+    pub time_us: u64,
+    /// The group round-trip time the sender works with (µs).
+    pub grtt_us: u32,
+}
+
+/// "Report what you still need": sent at the end of each pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Poll {
+    pub pass: u32,
+    pub round: u32,
+    pub time_us: u64,
+    /// Receivers spread their answers uniformly over this many µs.
+    pub window_us: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AckKind {
+    /// The receiver is in the session.
+    Registered,
+    /// The sender has the receiver's completion report; it may stop repeating it.
+    Done,
+    /// A closed group that does not name this receiver.
+    Rejected,
+}
+
+/// The sender's answer to one receiver (sent to its address only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    pub kind: AckKind,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndReason {
+    /// Every receiver completed or was given up on.
+    Finished,
+    /// The sender stopped early (interrupted, or an error).
+    Aborted,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct End {
+    pub reason: EndReason,
+}
+
+/// A receiver joins (repeated until acknowledged; sent once it holds the manifest).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Register {
+    pub name: String,
+    /// `time_us` of the newest ANNOUNCE or POLL, and how long the receiver held it.
+    pub echo_us: u64,
+    pub held_us: u32,
+}
+
+/// What a receiver still lacks after a pass: `(block, symbols)` pairs, blocks as
+/// deltas from the previous entry (postcard writes them as varints).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nack {
+    pub name: String,
+    pub pass: u32,
+    pub round: u32,
+    pub echo_us: u64,
+    pub held_us: u32,
+    /// Packets lost so far, parts per million (from sequence-number gaps).
+    pub loss_ppm: u32,
+    /// This datagram is `part` of `parts` of the answer.
+    pub part: u16,
+    pub parts: u16,
+    pub needs: Vec<(u32, u32)>,
+}
+
+/// A receiver's result for the session (repeated until acknowledged).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Complete {
+    pub name: String,
+    /// Every file arrived and matched its BLAKE3.
+    pub ok: bool,
+    pub bytes: u64,
+    pub packets: u64,
+    pub lost: u64,
+    pub elapsed_ms: u64,
+    pub error: String,
+}
+
+/// The fixed fields of a DATA datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataHdr {
+    /// Sender's packet counter: gaps tell a receiver how much it lost.
+    pub seq: u64,
+    pub block: u32,
+    /// RaptorQ encoding symbol id: below the block's K a source symbol, else repair.
+    pub esi: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Msg<'a> {
+    Announce(Announce),
+    Data(DataHdr, &'a [u8]),
+    Poll(Poll),
+    Ack(Ack),
+    End(End),
+    Register(Register),
+    Nack(Nack),
+    Complete(Complete),
+}
+
+impl Msg<'_> {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Msg::Announce(_) => Kind::Announce,
+            Msg::Data(..) => Kind::Data,
+            Msg::Poll(_) => Kind::Poll,
+            Msg::Ack(_) => Kind::Ack,
+            Msg::End(_) => Kind::End,
+            Msg::Register(_) => Kind::Register,
+            Msg::Nack(_) => Kind::Nack,
+            Msg::Complete(_) => Kind::Complete,
+        }
+    }
+
+    /// Sent by the sender (else by a receiver).
+    pub fn from_sender(&self) -> bool {
+        (self.kind() as u8) < 16
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("datagram of {0} bytes is shorter than the {HEADER_LEN}-byte header")]
+    Short(usize),
+    #[error("not a longhaul multicast datagram (magic {0:02x?})")]
+    Magic([u8; 2]),
+    #[error("protocol version {0}, this build speaks {VERSION}")]
+    Version(u8),
+    #[error("unknown datagram type {0}")]
+    Type(u8),
+    #[error("reserved header bits set")]
+    Reserved,
+    #[error("sealed datagram, but no key is configured")]
+    Sealed,
+    #[error("unsealed datagram, but the session requires a key")]
+    Unsealed,
+    #[error("authentication failed (wrong key or forged datagram)")]
+    Auth,
+    #[error("malformed {0:?} body")]
+    Body(Kind),
+    #[error("name of {0} bytes exceeds {MAX_NAME}")]
+    Name(usize),
+    #[error("datagram of {0} bytes exceeds {MAX_DATAGRAM}")]
+    Long(usize),
+}
+
+/// Header fields of a datagram, read without decrypting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub sealed: bool,
+    pub session: u64,
+}
+
+pub fn header(d: &[u8]) -> Result<Header, WireError> {
+    if d.len() < HEADER_LEN {
+        return Err(WireError::Short(d.len()));
+    }
+    if d.len() > MAX_DATAGRAM {
+        return Err(WireError::Long(d.len()));
+    }
+    if d[0..2] != MAGIC {
+        return Err(WireError::Magic([d[0], d[1]]));
+    }
+    if d[2] != VERSION {
+        return Err(WireError::Version(d[2]));
+    }
+    let kind = Kind::from_u8(d[3]).ok_or(WireError::Type(d[3]))?;
+    if d[4] & !FLAG_SEALED != 0 || d[5..8] != [0, 0, 0] {
+        return Err(WireError::Reserved);
+    }
+    Ok(Header {
+        kind,
+        sealed: d[4] & FLAG_SEALED != 0,
+        session: u64::from_be_bytes(d[8..16].try_into().unwrap()),
+    })
+}
+
+/// Overhead of a sealed datagram over an unsealed one.
+pub const SEAL_OVERHEAD: usize = crate::seal::NONCE_LEN + crate::seal::TAG_LEN;
+
+/// Encode `msg` into `out` (cleared first), sealed when a key is given.
+pub fn encode(session: u64, msg: &Msg<'_>, key: Option<&Key>, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.push(msg.kind() as u8);
+    out.push(if key.is_some() { FLAG_SEALED } else { 0 });
+    out.extend_from_slice(&[0, 0, 0]);
+    out.extend_from_slice(&session.to_be_bytes());
+    let body_at = out.len();
+    if key.is_some() {
+        out.extend_from_slice(&[0u8; crate::seal::NONCE_LEN]);
+    }
+    let plain_at = out.len();
+    match msg {
+        Msg::Data(h, sym) => {
+            out.extend_from_slice(&h.seq.to_be_bytes());
+            out.extend_from_slice(&h.block.to_be_bytes());
+            out.extend_from_slice(&h.esi.to_be_bytes());
+            out.extend_from_slice(sym);
+        }
+        Msg::Announce(b) => ser(b, out),
+        Msg::Poll(b) => ser(b, out),
+        Msg::Ack(b) => ser(b, out),
+        Msg::End(b) => ser(b, out),
+        Msg::Register(b) => ser(b, out),
+        Msg::Nack(b) => ser(b, out),
+        Msg::Complete(b) => ser(b, out),
+    }
+    if let Some(k) = key {
+        let (head, rest) = out.split_at_mut(body_at);
+        let (nonce, _) = rest.split_at_mut(crate::seal::NONCE_LEN);
+        k.fill_nonce(nonce);
+        let nonce: [u8; crate::seal::NONCE_LEN] = nonce.try_into().unwrap();
+        let aad: [u8; HEADER_LEN] = head.try_into().unwrap();
+        k.seal_in_place(&nonce, &aad, out, plain_at);
+    }
+}
+
+fn ser<T: Serialize>(v: &T, out: &mut Vec<u8>) {
+    // Writing into a Vec cannot fail for these plain structs.
+    let bytes = postcard::to_allocvec(v).expect("postcard encode");
+    out.extend_from_slice(&bytes);
+}
+
+/// Decode a datagram. With a key, the datagram must be sealed under it and is
+/// decrypted in place (hence `&mut`); without one, sealed datagrams are refused.
+pub fn decode<'a>(d: &'a mut [u8], key: Option<&Key>) -> Result<(Header, Msg<'a>), WireError> {
+    let h = header(d)?;
+    let body: &'a [u8] = match (key, h.sealed) {
+        (None, true) => return Err(WireError::Sealed),
+        (Some(_), false) => return Err(WireError::Unsealed),
+        (None, false) => &d[HEADER_LEN..],
+        (Some(k), true) => {
+            let (head, rest) = d.split_at_mut(HEADER_LEN);
+            if rest.len() < SEAL_OVERHEAD {
+                return Err(WireError::Auth);
+            }
+            let (nonce, ct) = rest.split_at_mut(crate::seal::NONCE_LEN);
+            let nonce: [u8; crate::seal::NONCE_LEN] = (&*nonce).try_into().unwrap();
+            let aad: [u8; HEADER_LEN] = (&*head).try_into().unwrap();
+            k.open_in_place(&nonce, &aad, ct).ok_or(WireError::Auth)?
+        }
+    };
+    let msg = match h.kind {
+        Kind::Data => {
+            if body.len() < DATA_FIELDS + 1 {
+                return Err(WireError::Body(Kind::Data));
+            }
+            let hdr = DataHdr {
+                seq: u64::from_be_bytes(body[0..8].try_into().unwrap()),
+                block: u32::from_be_bytes(body[8..12].try_into().unwrap()),
+                esi: u32::from_be_bytes(body[12..16].try_into().unwrap()),
+            };
+            Msg::Data(hdr, &body[DATA_FIELDS..])
+        }
+        Kind::Announce => Msg::Announce(de(body, h.kind)?),
+        Kind::Poll => Msg::Poll(de(body, h.kind)?),
+        Kind::Ack => Msg::Ack(named(de::<Ack>(body, h.kind)?, |a| &a.name)?),
+        Kind::End => Msg::End(de(body, h.kind)?),
+        Kind::Register => Msg::Register(named(de::<Register>(body, h.kind)?, |r| &r.name)?),
+        Kind::Nack => Msg::Nack(named(de::<Nack>(body, h.kind)?, |n| &n.name)?),
+        Kind::Complete => Msg::Complete(named(de::<Complete>(body, h.kind)?, |c| &c.name)?),
+    };
+    Ok((h, msg))
+}
+
+fn de<'a, T: Deserialize<'a>>(body: &'a [u8], kind: Kind) -> Result<T, WireError> {
+    match postcard::take_from_bytes::<T>(body) {
+        Ok((v, [])) => Ok(v),
+        _ => Err(WireError::Body(kind)),
+    }
+}
+
+fn named<T>(v: T, name: impl Fn(&T) -> &String) -> Result<T, WireError> {
+    let n = name(&v).len();
+    if n == 0 || n > MAX_NAME {
+        return Err(WireError::Name(n));
+    }
+    Ok(v)
+}
+
+/// A receiver name must be 1..=64 bytes of printable ASCII without spaces.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(format!("a receiver name must be 1 to {MAX_NAME} bytes"));
+    }
+    if !name.bytes().all(|b| b.is_ascii_graphic() && b != b',') {
+        return Err(format!(
+            "receiver name {name:?}: use printable ASCII without spaces or commas"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(msg: Msg<'_>, key: Option<&Key>) {
+        let mut out = Vec::new();
+        encode(42, &msg, key, &mut out);
+        let mut buf = out.clone();
+        let (h, got) = decode(&mut buf, key).unwrap();
+        assert_eq!(h.session, 42);
+        assert_eq!(h.sealed, key.is_some());
+        assert_eq!(got, msg);
+    }
+
+    fn all() -> Vec<Msg<'static>> {
+        vec![
+            Msg::Announce(Announce {
+                symbol_size: 1400,
+                block_symbols: 1024,
+                rate_bps: 400_000_000,
+                manifest_len: 77,
+                manifest_hash: [7; 32],
+                data_len: 1 << 30,
+                open: false,
+                time_us: 123,
+                grtt_us: 700_000,
+            }),
+            Msg::Data(
+                DataHdr {
+                    seq: 9,
+                    block: 3,
+                    esi: 1030,
+                },
+                b"symbol bytes",
+            ),
+            Msg::Poll(Poll {
+                pass: 2,
+                round: 1,
+                time_us: 5,
+                window_us: 100_000,
+            }),
+            Msg::Ack(Ack {
+                kind: AckKind::Done,
+                name: "rx1".into(),
+            }),
+            Msg::End(End {
+                reason: EndReason::Finished,
+            }),
+            Msg::Register(Register {
+                name: "rx1".into(),
+                echo_us: 5,
+                held_us: 3,
+            }),
+            Msg::Nack(Nack {
+                name: "rx1".into(),
+                pass: 1,
+                round: 0,
+                echo_us: 1,
+                held_us: 2,
+                loss_ppm: 1000,
+                part: 0,
+                parts: 1,
+                needs: vec![(0, 3), (5, 1000)],
+            }),
+            Msg::Complete(Complete {
+                name: "rx1".into(),
+                ok: true,
+                bytes: 10,
+                packets: 20,
+                lost: 1,
+                elapsed_ms: 30,
+                error: String::new(),
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_message_roundtrips_plain_and_sealed() {
+        let key = Key::from_material(b"a key file with enough bytes", 42).unwrap();
+        for m in all() {
+            roundtrip(m.clone(), None);
+            roundtrip(m, Some(&key));
+        }
+    }
+
+    #[test]
+    fn malformed_datagrams_are_precise_errors() {
+        let mut out = Vec::new();
+        encode(1, &all()[2], None, &mut out);
+        assert_eq!(
+            decode(&mut out[..5].to_vec(), None),
+            Err(WireError::Short(5))
+        );
+        let mut bad = out.clone();
+        bad[0] = b'X';
+        assert!(matches!(decode(&mut bad, None), Err(WireError::Magic(_))));
+        let mut bad = out.clone();
+        bad[2] = 9;
+        assert_eq!(decode(&mut bad, None), Err(WireError::Version(9)));
+        let mut bad = out.clone();
+        bad[3] = 99;
+        assert_eq!(decode(&mut bad, None), Err(WireError::Type(99)));
+        let mut bad = out.clone();
+        bad[5] = 1;
+        assert_eq!(decode(&mut bad, None), Err(WireError::Reserved));
+        // A truncated or padded body.
+        let mut bad = out[..out.len() - 1].to_vec();
+        assert_eq!(decode(&mut bad, None), Err(WireError::Body(Kind::Poll)));
+        let mut bad = out.clone();
+        bad.push(0);
+        assert_eq!(decode(&mut bad, None), Err(WireError::Body(Kind::Poll)));
+        // A DATA datagram without a symbol.
+        let mut d = Vec::new();
+        encode(
+            1,
+            &Msg::Data(
+                DataHdr {
+                    seq: 0,
+                    block: 0,
+                    esi: 0,
+                },
+                b"",
+            ),
+            None,
+            &mut d,
+        );
+        assert_eq!(decode(&mut d, None), Err(WireError::Body(Kind::Data)));
+        // An oversized name.
+        let mut d = Vec::new();
+        encode(
+            1,
+            &Msg::Register(Register {
+                name: "x".repeat(65),
+                echo_us: 0,
+                held_us: 0,
+            }),
+            None,
+            &mut d,
+        );
+        assert_eq!(decode(&mut d, None), Err(WireError::Name(65)));
+        // Longer than any datagram we send.
+        let mut big = out.clone();
+        big.resize(MAX_DATAGRAM + 1, 0);
+        assert_eq!(
+            decode(&mut big, None),
+            Err(WireError::Long(MAX_DATAGRAM + 1))
+        );
+    }
+
+    #[test]
+    fn keys_are_enforced_and_forgeries_fail() {
+        let key = Key::from_material(b"a key file with enough bytes", 1).unwrap();
+        let other = Key::from_material(b"another key file, also long", 1).unwrap();
+        let mut plain = Vec::new();
+        encode(1, &all()[0], None, &mut plain);
+        assert_eq!(
+            decode(&mut plain.clone(), Some(&key)),
+            Err(WireError::Unsealed)
+        );
+        let mut sealed = Vec::new();
+        encode(1, &all()[0], Some(&key), &mut sealed);
+        assert_eq!(decode(&mut sealed.clone(), None), Err(WireError::Sealed));
+        assert_eq!(
+            decode(&mut sealed.clone(), Some(&other)),
+            Err(WireError::Auth)
+        );
+        // Every flipped bit anywhere (header included, as associated data) fails.
+        for i in 0..sealed.len() {
+            let mut bad = sealed.clone();
+            bad[i] ^= 0x10;
+            assert!(
+                decode(&mut bad, Some(&key)).is_err(),
+                "bit flip at {i} passed"
+            );
+        }
+        // The same key material for another session gives another key.
+        let k2 = Key::from_material(b"a key file with enough bytes", 2).unwrap();
+        assert_eq!(decode(&mut sealed.clone(), Some(&k2)), Err(WireError::Auth));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("site-7.example").is_ok());
+        assert!(check_name("").is_err());
+        assert!(check_name("a b").is_err());
+        assert!(check_name("a,b").is_err());
+        assert!(check_name(&"x".repeat(65)).is_err());
+    }
+}
