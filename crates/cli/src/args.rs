@@ -45,6 +45,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// The WAN lab: emulated paths between network namespaces (root).
     Lab(crate::lab_args::LabArgs),
+    /// One-to-many: send files to many receivers at once over UDP multicast, RaptorQ repair.
+    Multicast(crate::multicast::McArgs),
 }
 
 const GET_HELP: &str = "\

@@ -4,6 +4,7 @@ mod args;
 mod demo;
 mod lab;
 mod lab_args;
+mod multicast;
 mod progress;
 
 use anyhow::{Context, Result};
@@ -24,7 +25,7 @@ use std::sync::Arc;
 /// Exit status for usage errors found after parsing (clap uses 2 as well).
 const EXIT_USAGE: i32 = 2;
 /// Exit status after Ctrl-C (128 + SIGINT, as shells report it).
-const EXIT_INTERRUPTED: i32 = 130;
+pub(crate) const EXIT_INTERRUPTED: i32 = 130;
 
 fn main() {
     // Keep 1 MiB chunk buffers on the heap instead of fresh mmaps: no page faults,
@@ -39,19 +40,16 @@ fn main() {
     // before they block signals).
     let cli = match cli.command {
         Command::Lab(a) => std::process::exit(finish(lab::run(a.command))),
+        Command::Multicast(a) => {
+            init_logging("warn");
+            std::process::exit(finish(multicast::run(a.command)))
+        }
         c => Cli { command: c },
     };
-    let default_level = match &cli.command {
+    init_logging(match &cli.command {
         Command::Serve(_) => "info",
         _ => "warn",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LONGHAUL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -63,13 +61,26 @@ fn main() {
     std::process::exit(code);
 }
 
+/// Logs on stderr at `default_level` unless LONGHAUL_LOG says otherwise.
+fn init_logging(default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LONGHAUL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
 async fn run(cli: Cli) -> i32 {
     let r = match cli.command {
         Command::Serve(a) => serve(a).await,
         Command::Get(a) => get(a).await,
         Command::Put(a) => put(a).await,
         Command::Demo(a) => demo::run(a).await,
-        Command::Lab(_) => unreachable!("dispatched before the runtime starts"),
+        Command::Lab(_) | Command::Multicast(_) => {
+            unreachable!("dispatched before the runtime starts")
+        }
     };
     finish(r)
 }
@@ -91,7 +102,7 @@ fn finish(r: Result<i32>) -> i32 {
 
 /// A usage error discovered after parsing.
 #[derive(Debug)]
-struct Usage(String);
+pub(crate) struct Usage(pub(crate) String);
 impl std::fmt::Display for Usage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)

@@ -17,6 +17,8 @@ pub mod manifest;
 pub mod receiver;
 pub mod seal;
 pub mod sender;
+pub mod store;
+pub mod udp;
 pub mod wire;
 
 pub use receiver::{Receiver, ReceiverConfig, ReceiverEvent, SessionReport, Store};

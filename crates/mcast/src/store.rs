@@ -1,0 +1,436 @@
+//! Files on both ends: the sender's manifest and data source over a set of local
+//! paths, and the receiver's crash-safe store.
+//!
+//! The receiver writes each file to a hidden part file beside its target
+//! (`.NAME.lh-part`, as unicast does), confined beneath `--dest` by cap-std. When
+//! every byte is in, the file system is synced once, each file's BLAKE3 is checked
+//! against the manifest, and only then does it get its mode, mtime and final name.
+//! Nothing partial ever stands under a final name; a failed session removes its
+//! part files.
+
+use crate::manifest::{FileSpan, Item, Manifest};
+use crate::receiver::Store;
+use crate::sender::Source;
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
+use cap_std::fs::{Dir, OpenOptions};
+use longhaul_transfer::place::{sibling_name, Dest, PART};
+use longhaul_transfer::walk::Walker;
+use longhaul_transfer::{EntryKind, RelPath};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn os(b: &[u8]) -> &Path {
+    Path::new(std::ffi::OsStr::from_bytes(b))
+}
+
+/// Open at most this many part or source files at once.
+const MAX_FDS: usize = 64;
+
+/// One local file of the sender's data object.
+struct SrcFile {
+    root: Arc<Dir>,
+    path: RelPath,
+    offset: u64,
+    len: u64,
+}
+
+/// The sender's view of its paths: manifest plus a [`Source`] over the files.
+pub struct FileSet {
+    pub manifest: Manifest,
+    files: Vec<SrcFile>,
+    open: HashMap<usize, File>,
+    /// Problems met while walking (unreadable entries are left out and reported).
+    pub skipped: Vec<String>,
+}
+
+impl FileSet {
+    /// Walk `paths` like rsync: `dir` is sent as `dir/...`, `dir/` as its contents.
+    /// Every file is hashed (BLAKE3) here; `progress` gets the bytes hashed so far.
+    pub fn build(paths: &[PathBuf], mut progress: impl FnMut(u64)) -> io::Result<FileSet> {
+        let mut items: Vec<Item> = Vec::new();
+        let mut files = Vec::new();
+        let mut skipped = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut offset = 0u64;
+        let mut hashed = 0u64;
+        for p in paths {
+            let s = p.as_os_str().as_bytes();
+            let contents = s.ends_with(b"/") && s.len() > 1;
+            let (root, start, prefix) = if contents {
+                let root = Dir::open_ambient_dir(p, cap_std::ambient_authority())
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+                (root, RelPath::root(), None)
+            } else {
+                let name = p.file_name().ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "{}: name a file or directory (or dir/ for its contents)",
+                            p.display()
+                        ),
+                    )
+                })?;
+                let parent = match p.parent() {
+                    Some(x) if !x.as_os_str().is_empty() => x.to_path_buf(),
+                    _ => PathBuf::from("."),
+                };
+                let root = Dir::open_ambient_dir(&parent, cap_std::ambient_authority())
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", parent.display())))?;
+                let rel = RelPath::from_wire(name.as_bytes())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+                (root, rel.clone(), Some(rel))
+            };
+            let root = Arc::new(root);
+            let walker = Walker::new(&root, &start)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+            for it in walker {
+                let it = match it {
+                    Ok(it) => it,
+                    Err(e) => {
+                        skipped.push(e.to_string());
+                        continue;
+                    }
+                };
+                let rel = match &prefix {
+                    Some(pre) if it.path.is_root() => pre.clone(),
+                    Some(pre) => pre.join(&it.path).expect("joined path"),
+                    None if it.path.is_root() => continue, // the directory itself
+                    None => it.path.clone(),
+                };
+                if !seen.insert(rel.as_bytes().to_vec()) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{} is named twice by the paths given", rel.display()),
+                    ));
+                }
+                let mut hash = [0u8; 32];
+                if it.kind == EntryKind::File {
+                    let full = start.join(&it.path).expect("joined path");
+                    match hash_file(&root, &full, &mut |n| progress(hashed + n)) {
+                        Ok((h, n)) if n == it.size => {
+                            hash = h;
+                            hashed += n;
+                        }
+                        Ok((_, n)) => {
+                            return Err(io::Error::other(format!(
+                                "{}: changed while being read ({} bytes, then {n})",
+                                rel.display(),
+                                it.size
+                            )))
+                        }
+                        Err(e) => {
+                            skipped.push(format!("{}: {e}", rel.display()));
+                            continue;
+                        }
+                    }
+                    files.push(SrcFile {
+                        root: root.clone(),
+                        path: full,
+                        offset,
+                        len: it.size,
+                    });
+                    offset += it.size;
+                }
+                items.push(Item {
+                    path: rel.as_bytes().to_vec(),
+                    kind: it.kind,
+                    size: if it.kind == EntryKind::File {
+                        it.size
+                    } else {
+                        0
+                    },
+                    mode: it.mode,
+                    mtime_ns: it.mtime_ns,
+                    link: it.link,
+                    hash,
+                });
+            }
+        }
+        Ok(FileSet {
+            manifest: Manifest { items },
+            files,
+            open: HashMap::new(),
+            skipped,
+        })
+    }
+
+    fn file(&mut self, i: usize) -> io::Result<&File> {
+        if !self.open.contains_key(&i) {
+            if self.open.len() >= MAX_FDS {
+                self.open.clear();
+            }
+            let f = &self.files[i];
+            let fd = f
+                .root
+                .open_with(
+                    f.path.as_path(),
+                    OpenOptions::new().read(true).follow(FollowSymlinks::No),
+                )?
+                .into_std();
+            self.open.insert(i, fd);
+        }
+        Ok(&self.open[&i])
+    }
+}
+
+fn hash_file(
+    root: &Dir,
+    path: &RelPath,
+    progress: &mut dyn FnMut(u64),
+) -> io::Result<([u8; 32], u64)> {
+    let mut f = root
+        .open_with(
+            path.as_path(),
+            OpenOptions::new().read(true).follow(FollowSymlinks::No),
+        )?
+        .into_std();
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let r = f.read(&mut buf)?;
+        if r == 0 {
+            break;
+        }
+        h.update(&buf[..r]);
+        n += r as u64;
+        progress(n);
+    }
+    Ok((*h.finalize().as_bytes(), n))
+}
+
+/// Index of the file holding `offset` (files sorted by offset; empty files skipped).
+fn locate<T>(files: &[T], offset: u64, at: impl Fn(&T) -> (u64, u64)) -> usize {
+    files.partition_point(|f| {
+        let (o, l) = at(f);
+        o + l <= offset
+    })
+}
+
+impl Source for FileSet {
+    fn read_data(&mut self, mut offset: u64, mut buf: &mut [u8]) -> io::Result<()> {
+        let mut i = locate(&self.files, offset, |f| (f.offset, f.len));
+        while !buf.is_empty() {
+            let (fo, fl) = match self.files.get(i) {
+                Some(f) => (f.offset, f.len),
+                None => return Err(io::Error::other("read beyond the data object")),
+            };
+            let n = ((fo + fl - offset) as usize).min(buf.len());
+            let (now, rest) = buf.split_at_mut(n);
+            self.file(i)?.read_exact_at(now, offset - fo).map_err(|e| {
+                let p = self.files[i].path.display();
+                io::Error::new(e.kind(), format!("{p}: {e} (did it shrink?)"))
+            })?;
+            offset += n as u64;
+            buf = rest;
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A part file being received.
+struct Part {
+    dir: Arc<Dir>,
+    name: Vec<u8>,
+    span: FileSpan,
+}
+
+/// The receiver's files beneath a destination directory.
+pub struct FileStore {
+    dest_dir: PathBuf,
+    dest: Option<Dest>,
+    manifest: Option<Manifest>,
+    parts: Vec<Part>,
+    open: HashMap<usize, File>,
+}
+
+impl FileStore {
+    /// A store writing beneath `dest` (created if missing).
+    pub fn new(dest: &Path) -> io::Result<FileStore> {
+        std::fs::create_dir_all(dest)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dest.display())))?;
+        Ok(FileStore {
+            dest_dir: dest.to_path_buf(),
+            dest: None,
+            manifest: None,
+            parts: Vec::new(),
+            open: HashMap::new(),
+        })
+    }
+
+    fn file(&mut self, i: usize) -> io::Result<&File> {
+        if !self.open.contains_key(&i) {
+            if self.open.len() >= MAX_FDS {
+                self.open.clear();
+            }
+            let p = &self.parts[i];
+            let fd = p
+                .dir
+                .open_with(
+                    os(&sibling_name(&p.name, PART)),
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .follow(FollowSymlinks::No),
+                )?
+                .into_std();
+            self.open.insert(i, fd);
+        }
+        Ok(&self.open[&i])
+    }
+
+    fn each_piece(
+        &mut self,
+        mut offset: u64,
+        len: usize,
+        mut f: impl FnMut(&File, u64, std::ops::Range<usize>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut i = locate(&self.parts, offset, |p| (p.span.offset, p.span.len));
+        let mut done = 0usize;
+        while done < len {
+            let (fo, fl) = match self.parts.get(i) {
+                Some(p) => (p.span.offset, p.span.len),
+                None => return Err(io::Error::other("offset beyond the session's files")),
+            };
+            let n = ((fo + fl - offset) as usize).min(len - done);
+            let file = self.file(i)?;
+            f(file, offset - fo, done..done + n)?;
+            done += n;
+            offset += n as u64;
+            i += 1;
+        }
+        Ok(())
+    }
+
+    fn place_all(&mut self) -> Result<(), String> {
+        let m = self.manifest.take().expect("begun");
+        let dest = self.dest.as_mut().expect("begun");
+        // One sync for every part file before any takes its final name (a
+        // directory opened for reading: cap-std's own descriptors are O_PATH).
+        let d =
+            File::open(&self.dest_dir).map_err(|e| format!("{}: {e}", self.dest_dir.display()))?;
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: syncfs on a descriptor we own for the duration of the call.
+            if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+                return Err(format!("sync: {}", io::Error::last_os_error()));
+            }
+        }
+        self.open.clear();
+        for p in &self.parts {
+            let it = &m.items[p.span.item];
+            let f = p
+                .dir
+                .open_with(
+                    os(&sibling_name(&p.name, PART)),
+                    OpenOptions::new().read(true).follow(FollowSymlinks::No),
+                )
+                .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(&it.path)))?
+                .into_std();
+            let mut h = blake3::Hasher::new();
+            h.update_reader(&f)
+                .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(&it.path)))?;
+            if *h.finalize().as_bytes() != it.hash {
+                return Err(format!(
+                    "{} does not verify (BLAKE3 differs from the manifest)",
+                    String::from_utf8_lossy(&it.path)
+                ));
+            }
+            f.set_permissions(std::fs::Permissions::from_mode(it.mode & 0o7777))
+                .and_then(|_| {
+                    f.set_times(
+                        std::fs::FileTimes::new().set_modified(
+                            longhaul_transfer::manifest::ns_to_system_time(it.mtime_ns),
+                        ),
+                    )
+                })
+                .and_then(|_| {
+                    p.dir
+                        .rename(os(&sibling_name(&p.name, PART)), &p.dir, os(&p.name))
+                })
+                .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(&it.path)))?;
+        }
+        self.parts.clear();
+        for it in &m.items {
+            if it.kind == EntryKind::Symlink {
+                let rel = RelPath::from_wire(&it.path).expect("validated");
+                dest.make_symlink(&rel, &it.link, it.mtime_ns)
+                    .map_err(|e| format!("{}: {e}", rel.display()))?;
+            }
+        }
+        dest.finish_dirs().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+impl Store for FileStore {
+    fn begin(&mut self, m: &Manifest) -> Result<(), String> {
+        self.abort();
+        let base = Dir::open_ambient_dir(&self.dest_dir, cap_std::ambient_authority())
+            .map_err(|e| format!("{}: {e}", self.dest_dir.display()))?;
+        let mut dest = Dest::new(base);
+        let spans = m.spans();
+        let mut parts = Vec::with_capacity(spans.len());
+        for it in &m.items {
+            let rel = RelPath::from_wire(&it.path).map_err(|e| e.to_string())?;
+            if it.kind == EntryKind::Dir {
+                dest.make_dir(&rel, it.mode, it.mtime_ns)
+                    .map_err(|e| format!("{}: {e}", rel.display()))?;
+            }
+        }
+        for s in spans {
+            let it = &m.items[s.item];
+            let rel = RelPath::from_wire(&it.path).map_err(|e| e.to_string())?;
+            let (dir, name) = dest
+                .parent_of(&rel)
+                .map_err(|e| format!("{}: {e}", rel.display()))?;
+            let mut o = OpenOptions::new();
+            o.write(true)
+                .create(true)
+                .truncate(true)
+                .follow(FollowSymlinks::No);
+            {
+                use cap_std::fs::OpenOptionsExt;
+                o.mode(0o600);
+            }
+            let f = dir
+                .open_with(os(&sibling_name(&name, PART)), &o)
+                .and_then(|f| f.set_len(s.len).map(|_| f))
+                .map_err(|e| format!("{}: {e}", rel.display()))?;
+            drop(f);
+            parts.push(Part { dir, name, span: s });
+        }
+        self.dest = Some(dest);
+        self.manifest = Some(m.clone());
+        self.parts = parts;
+        Ok(())
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.each_piece(offset, data.len(), |f, at, r| f.write_all_at(&data[r], at))
+    }
+
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let len = buf.len();
+        self.each_piece(offset, len, |f, at, r| f.read_exact_at(&mut buf[r], at))
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        self.place_all()
+    }
+
+    fn abort(&mut self) {
+        self.open.clear();
+        for p in self.parts.drain(..) {
+            let _ = p.dir.remove_file(os(&sibling_name(&p.name, PART)));
+        }
+        self.manifest = None;
+        self.dest = None;
+    }
+}
