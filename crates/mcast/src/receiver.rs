@@ -143,6 +143,9 @@ struct Session {
     decoded: u32,
     phase: Phase,
     registered: bool,
+    /// The store has begun (after registration: a receiver the group refuses
+    /// writes nothing).
+    begun: bool,
     next_register: Instant,
     /// NACK datagrams waiting for their random send time.
     nacks: Vec<(Instant, Nack)>,
@@ -410,6 +413,7 @@ impl Receiver {
                             s.registered = true;
                             self.events
                                 .push_back(ReceiverEvent::Registered { session: s.id });
+                            self.begin(now, store);
                         }
                     }
                     AckKind::Done => {
@@ -487,6 +491,7 @@ impl Receiver {
             decoded: 0,
             phase: Phase::Manifest,
             registered: false,
+            begun: false,
             next_register: now,
             nacks: Vec::new(),
             complete: None,
@@ -513,7 +518,7 @@ impl Receiver {
         s.packets += 1;
         s.seq_first = Some(s.seq_first.map_or(h.seq, |f| f.min(h.seq)));
         s.seq_max = s.seq_max.max(h.seq);
-        if blk.object == Object::Data && s.manifest.is_none() {
+        if blk.object == Object::Data && !s.begun {
             return; // cannot place data yet; a later pass brings it again
         }
         let b = h.block as usize;
@@ -703,25 +708,34 @@ impl Receiver {
                 return self.end(now, store, false, e);
             }
         };
-        if let Err(e) = store.begin(&man) {
+        s.manifest = Some(man);
+        s.manifest_buf = Vec::new();
+        s.phase = Phase::Receiving;
+        self.send_register(now);
+    }
+
+    /// Registered: open the store and take data from now on.
+    fn begin(&mut self, now: Instant, store: &mut dyn Store) {
+        let s = self.sess.as_mut().expect("session");
+        let Some(man) = s.manifest.as_ref() else {
+            return;
+        };
+        if let Err(e) = store.begin(man) {
             return self.end(now, store, false, e);
         }
+        s.begun = true;
         self.events.push_back(ReceiverEvent::Started {
             session: s.id,
             sender: s.sender,
             files: man.files(),
             bytes: s.ann.data_len,
         });
-        s.manifest = Some(man);
-        s.manifest_buf = Vec::new();
-        s.phase = Phase::Receiving;
-        self.send_register(now);
         self.maybe_complete(now, store);
     }
 
     fn maybe_complete(&mut self, now: Instant, store: &mut dyn Store) {
         let s = self.sess.as_mut().expect("session");
-        if s.undone > 0 || s.phase != Phase::Receiving {
+        if s.undone > 0 || s.phase != Phase::Receiving || !s.begun {
             return;
         }
         let (ok, error) = match store.finish() {

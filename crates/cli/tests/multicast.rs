@@ -1,0 +1,266 @@
+//! `longhaul multicast send / receive` end to end on loopback (unicast fan-out:
+//! multicast itself is tested in the lab, where it cannot leak out of the machine).
+//! Trees must arrive identical, names, modes, mtimes and links included; a wrong
+//! key or a receiver outside a closed group must fail precisely and leave nothing.
+
+mod common;
+
+use common::*;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn tree(base: &Path) -> PathBuf {
+    let t = base.join("products");
+    let files: Vec<(PathBuf, Vec<u8>)> = vec![
+        (t.join("with space.txt"), b"spaces".to_vec()),
+        (
+            t.join("\u{fc}n\u{ef}c\u{f8}d\u{e9} \u{1f600}"),
+            b"unicode".to_vec(),
+        ),
+        (
+            t.join(std::ffi::OsStr::from_bytes(b"new\nline")),
+            b"nl".to_vec(),
+        ),
+        (t.join("-leading-dash"), b"--help".to_vec()),
+        (t.join("empty"), Vec::new()),
+        (t.join("one"), b"1".to_vec()),
+        (t.join("big.bin"), gen_bytes(1, 3 * MIB as usize + 12345)),
+        (t.join("ro-dir/inside"), b"in a 0555 dir".to_vec()),
+        (t.join("a/b/c/deep.txt"), b"deep".to_vec()),
+    ];
+    for (p, d) in &files {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, d).unwrap();
+    }
+    for i in 0..300 {
+        std::fs::create_dir_all(t.join("small")).unwrap();
+        std::fs::write(
+            t.join(format!("small/f{i:04}")),
+            gen_bytes(100 + i, 1000 + i as usize * 37),
+        )
+        .unwrap();
+    }
+    std::fs::create_dir_all(t.join("empty-dir")).unwrap();
+    symlink("one", t.join("link-rel")).unwrap();
+    symlink("/etc/passwd", t.join("link-abs")).unwrap();
+    let mut ns = 1_600_000_000_123_456_789i64;
+    for p in list_tree(&t).iter().rev() {
+        set_mtime_ns(p, ns);
+        ns += 1_000_000_007;
+    }
+    set_mode(&t.join("one"), 0o600);
+    set_mode(&t.join("big.bin"), 0o640);
+    set_mode(&t.join("ro-dir"), 0o555);
+    set_mode(&t.join("empty-dir"), 0o751);
+    set_mtime_ns(&t, 1_500_000_000_987_654_321);
+    t
+}
+
+fn receiver(port: u16, dest: &Path, id: &str, extra: &[&str]) -> Child {
+    let mut c = longhaul();
+    c.args([
+        "multicast",
+        "receive",
+        "--once",
+        "--idle-timeout",
+        "5s",
+        "--listen",
+    ])
+    .arg(format!("127.0.0.1:{port}"))
+    .arg("--dest")
+    .arg(dest)
+    .args(["--id", id])
+    .args(extra)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c.spawn().expect("receiver")
+}
+
+fn wait(c: Child) -> Out {
+    let o = c.wait_with_output().unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        elapsed: Duration::ZERO,
+    }
+}
+
+fn sender(ports: &[u16], args: &[&str], paths: &[&Path]) -> Command {
+    let mut c = longhaul();
+    let to: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    c.args([
+        "multicast",
+        "send",
+        "--json",
+        "--rate",
+        "200M",
+        "--to",
+        &to.join(","),
+    ])
+    .args(args)
+    .args(paths);
+    c
+}
+
+#[test]
+fn a_tree_reaches_two_receivers_identically() {
+    let tmp = Tmp::new("mc-tree");
+    let src = tree(tmp.path());
+    let (d1, d2) = (tmp.join("d1"), tmp.join("d2"));
+    let r1 = receiver(47311, &d1, "site-1", &[]);
+    let r2 = receiver(47312, &d2, "site-2", &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = run_timeout(
+        sender(&[47311, 47312], &["--receivers", "site-1,site-2"], &[&src]),
+        Duration::from_secs(60),
+    );
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(j["ok"], true);
+    assert_eq!(j["receivers"].as_array().unwrap().len(), 2);
+    for r in j["receivers"].as_array().unwrap() {
+        assert_eq!(r["state"], "completed", "{r}");
+    }
+    for (r, d) in [(r1, &d1), (r2, &d2)] {
+        let o = wait(r);
+        o.expect_code(0);
+        assert!(o.stderr.contains(": ok,"), "{}", o.stderr);
+        assert_same_tree(&src, &d.join("products"), Compare::ALL);
+        // Nothing but the tree: no part files left behind.
+        let names: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("products")]);
+    }
+}
+
+#[test]
+fn contents_of_a_directory_with_a_trailing_slash_and_a_key() {
+    let tmp = Tmp::new("mc-key");
+    let src = tree(tmp.path());
+    let key = tmp.join("k");
+    std::fs::write(&key, gen_bytes(7, 32)).unwrap();
+    let d = tmp.join("d");
+    let k = key.to_str().unwrap();
+    let r = receiver(47321, &d, "rx", &["--key-file", k]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut slash = src.clone().into_os_string();
+    slash.push("/");
+    let out = run_timeout(
+        sender(
+            &[47321],
+            &["--open", "--announce-window", "1s", "--key-file", k],
+            &[Path::new(&slash)],
+        ),
+        Duration::from_secs(60),
+    );
+    out.expect_code(0);
+    wait(r).expect_code(0);
+    assert_same_tree(&src, &d, Compare::CONTENT);
+}
+
+#[test]
+fn a_wrong_key_or_a_stranger_gets_nothing() {
+    let tmp = Tmp::new("mc-wrong");
+    let src = tree(tmp.path());
+    let (k1, k2) = (tmp.join("k1"), tmp.join("k2"));
+    std::fs::write(&k1, gen_bytes(1, 32)).unwrap();
+    std::fs::write(&k2, gen_bytes(2, 32)).unwrap();
+    let (d1, d2) = (tmp.join("d1"), tmp.join("d2"));
+    // Receiver 1 holds another key; receiver 2 is not in the closed group.
+    let mut r1 = receiver(47331, &d1, "site-1", &["--key-file", k2.to_str().unwrap()]);
+    let r2 = receiver(
+        47332,
+        &d2,
+        "stranger",
+        &["--key-file", k1.to_str().unwrap()],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let out = run_timeout(
+        sender(
+            &[47331, 47332],
+            &[
+                "--receivers",
+                "site-1",
+                "--announce-window",
+                "1s",
+                "--key-file",
+                k1.to_str().unwrap(),
+            ],
+            &[&src],
+        ),
+        Duration::from_secs(60),
+    );
+    out.expect_code(4);
+    let j = out.json();
+    assert_eq!(j["ok"], false);
+    let site1 = &j["receivers"][0];
+    assert_eq!(site1["name"], "site-1");
+    assert_eq!(site1["state"], "given up");
+    assert_eq!(site1["reason"], "never registered");
+    // Receiver 1 never opened a session (every datagram failed to authenticate):
+    // it is still waiting for one.
+    assert!(r1.try_wait().unwrap().is_none(), "receiver 1 exited");
+    r1.kill().unwrap();
+    let o1 = wait(r1);
+    assert!(!o1.stderr.contains("session"), "{}", o1.stderr);
+    let o2 = wait(r2);
+    o2.expect_code(3);
+    assert!(
+        o2.stderr.contains("not in its closed group"),
+        "{}",
+        o2.stderr
+    );
+    for d in [&d1, &d2] {
+        assert_eq!(
+            std::fs::read_dir(d).unwrap().count(),
+            0,
+            "{} is not empty",
+            d.display()
+        );
+    }
+}
+
+#[test]
+fn usage_errors_are_precise() {
+    let tmp = Tmp::new("mc-usage");
+    let p = tmp.path();
+    let o = run(sender(&[47341], &[], &[p]));
+    o.expect_code(2);
+    assert!(
+        o.stderr.contains("--receivers") && o.stderr.contains("--open"),
+        "{}",
+        o.stderr
+    );
+    let mut c = longhaul();
+    c.args([
+        "multicast",
+        "send",
+        "--group",
+        "10.0.0.1:7000",
+        "--rate",
+        "1M",
+        "--open",
+    ])
+    .arg(p);
+    let o = run(c);
+    o.expect_code(2);
+    assert!(o.stderr.contains("not a multicast address"), "{}", o.stderr);
+    let o = run(sender(&[47341], &["--open", "--rate", "fast"], &[p]));
+    o.expect_code(2);
+    let short = tmp.join("short.key");
+    std::fs::write(&short, b"tiny").unwrap();
+    let o = run(sender(
+        &[47341],
+        &["--open", "--key-file", short.to_str().unwrap()],
+        &[p],
+    ));
+    assert!(o.stderr.contains("at least 16 bytes"), "{}", o.stderr);
+    assert_ne!(o.code, 0);
+}
