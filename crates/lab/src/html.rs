@@ -14,11 +14,14 @@ const COLORS: [&str; 8] = [
 ];
 
 /// Escapes text for HTML and SVG.
+/// HTML-escaped text. The reports' time-cap mark (an emoji, fine in markdown)
+/// becomes a dagger: a browser without an emoji font draws the emoji as a box.
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+        .replace('\u{23f1}', "\u{2020}")
 }
 
 fn color(tools: &[String], tool: &str) -> &'static str {
@@ -456,7 +459,7 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
     s.push_str("</table>");
     if info.target_mbps.is_some() {
         s.push_str(
-            "<p class=meta>Green: at or above the target; red: below it, or no verified run. ⏱: stopped at the time cap; the rate of what it had delivered by then.</p>",
+            "<p class=meta>Green: at or above the target; red: below it, or no verified run. †: stopped at the time cap; the rate of what it had delivered by then.</p>",
         );
     }
     for (name, sw) in &r.suite.sweep {
