@@ -338,10 +338,15 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
                 Some(format!("{name} at {addr} refused: not in the group"))
             }
             SenderEvent::PassStarted {
+                pass: 1,
+                blocks,
+                symbols,
+            } => Some(format!("pass 1: {symbols} symbols of {blocks} blocks")),
+            SenderEvent::PassStarted {
                 pass,
                 blocks,
                 symbols,
-            } if *pass > 1 => Some(format!(
+            } => Some(format!(
                 "pass {pass}: {symbols} repair symbols for {blocks} blocks"
             )),
             SenderEvent::Completed { name, ok: true, .. } => Some(format!("{name} completed")),
@@ -350,6 +355,7 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
             _ => None,
         };
         if let Some(l) = line {
+            let l = format!("{:7.2} s  {l}", start.elapsed().as_secs_f64());
             if !quiet {
                 bar.println(&l);
             }
@@ -530,6 +536,10 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
                         json!({"event": "ended", "session": format!("{:016x}", r.session),
                     "sender": r.sender.to_string(), "ok": r.ok, "error": r.error, "files": r.files,
                     "bytes": r.bytes, "packets": r.packets, "lost": r.lost,
+                    "decoded_blocks": r.decoded_blocks, "decode_failures": r.decode_failures,
+                    "first_data_seconds": r.first_data.map(|d| d.as_secs_f64()),
+                    "data_done_seconds": r.data_done.map(|d| d.as_secs_f64()),
+                    "verify_seconds": r.verify_time.as_secs_f64(),
                     "seconds": r.elapsed.as_secs_f64()})
                     );
                 } else if r.ok {
@@ -546,6 +556,9 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
                     eprintln!("session {:016x}: FAILED: {}", r.session, r.error);
                 }
                 last = Some(r);
+            }
+            ReceiverEvent::Dropped { from, why } => {
+                tracing::debug!("dropped a datagram from {from}: {why}");
             }
             _ => {}
         },

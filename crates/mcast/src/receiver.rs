@@ -27,6 +27,10 @@ pub trait Store {
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Every byte is in: verify each file's BLAKE3 and give it its final name.
     fn finish(&mut self) -> Result<(), String>;
+    /// How long the last `finish` took (for reports; zero if not measured).
+    fn finish_time(&self) -> Duration {
+        Duration::ZERO
+    }
     /// The session failed: remove what `begin` and `write` left.
     fn abort(&mut self);
 }
@@ -65,6 +69,13 @@ pub struct SessionReport {
     pub packets: u64,
     pub lost: u64,
     pub decoded_blocks: u32,
+    /// Decodes that failed (too few independent symbols) and waited for more.
+    pub decode_failures: u32,
+    /// Since the session began: the first data symbol, and every block in (the
+    /// store's verification follows), and how long the store took to verify.
+    pub first_data: Option<Duration>,
+    pub data_done: Option<Duration>,
+    pub verify_time: Duration,
     pub elapsed: Duration,
 }
 
@@ -105,6 +116,8 @@ struct Partial {
     repair: Vec<(u32, Vec<u8>)>,
     /// Try to decode once this many symbols are held.
     target: u32,
+    /// Waiting in the session's decode queue.
+    queued: bool,
     /// The block's bytes while it is being assembled in memory.
     buf: Option<Vec<u8>>,
 }
@@ -139,6 +152,9 @@ struct Session {
     blocks: Vec<BlockState>,
     /// Blocks assembled in memory (the current ones), oldest first.
     open: VecDeque<u32>,
+    /// Blocks with enough symbols to decode, waiting for `handle_timeout`: decoding
+    /// is the receiver's heavy work, and the network (polls above all) goes first.
+    ready: VecDeque<u32>,
     undone: u32,
     decoded: u32,
     phase: Phase,
@@ -155,6 +171,10 @@ struct Session {
     seq_max: u64,
     /// Bytes of repair symbols held.
     held: usize,
+    decode_failures: u32,
+    first_data: Option<Instant>,
+    data_done: Option<Instant>,
+    verify_time: Duration,
 }
 
 const MAX_OPEN: usize = 4;
@@ -232,6 +252,9 @@ impl Receiver {
 
     pub fn poll_timeout(&self) -> Option<Instant> {
         let s = self.sess.as_ref()?;
+        if !s.ready.is_empty() {
+            return Some(s.start); // in the past: a block to decode
+        }
         let mut t = s.last_heard + self.cfg.idle_timeout;
         if s.phase == Phase::Receiving && !s.registered {
             t = t.min(s.next_register);
@@ -245,8 +268,17 @@ impl Receiver {
         Some(t)
     }
 
-    /// Time-driven work: registrations, delayed feedback, repeated reports, timeouts.
+    /// Time-driven work: registrations, delayed feedback, repeated reports,
+    /// timeouts, and one waiting block decoded (call again while `poll_timeout`
+    /// says so, reading the network in between).
     pub fn handle_timeout(&mut self, now: Instant, store: &mut dyn Store) {
+        let Some(s) = self.sess.as_mut() else { return };
+        if let Some(b) = s.ready.pop_front() {
+            if let BlockState::Partial(p) = &mut s.blocks[b as usize] {
+                p.queued = false;
+            }
+            self.try_block(now, b, store);
+        }
         let Some(s) = self.sess.as_mut() else { return };
         if now >= s.last_heard + self.cfg.idle_timeout {
             let why = format!(
@@ -487,6 +519,7 @@ impl Receiver {
             manifest: None,
             blocks,
             open: VecDeque::new(),
+            ready: VecDeque::new(),
             undone,
             decoded: 0,
             phase: Phase::Manifest,
@@ -499,6 +532,10 @@ impl Receiver {
             seq_first: None,
             seq_max: 0,
             held: 0,
+            decode_failures: 0,
+            first_data: None,
+            data_done: None,
+            verify_time: Duration::ZERO,
         });
     }
 
@@ -518,8 +555,11 @@ impl Receiver {
         s.packets += 1;
         s.seq_first = Some(s.seq_first.map_or(h.seq, |f| f.min(h.seq)));
         s.seq_max = s.seq_max.max(h.seq);
-        if blk.object == Object::Data && !s.begun {
-            return; // cannot place data yet; a later pass brings it again
+        if blk.object == Object::Data {
+            if !s.begun {
+                return; // cannot place data yet; a later pass brings it again
+            }
+            s.first_data.get_or_insert(now);
         }
         let b = h.block as usize;
         let k = blk.k as u32;
@@ -564,8 +604,12 @@ impl Receiver {
             s.held += t;
         }
         let held = p.n_src + p.repair.len() as u32;
-        if held >= p.target {
+        if p.n_src == k {
+            // Nothing to decode: done at once.
             self.try_block(now, h.block, store);
+        } else if held >= p.target && !p.queued {
+            p.queued = true;
+            s.ready.push_back(h.block);
         }
         self.evict(now, store);
     }
@@ -654,6 +698,7 @@ impl Receiver {
                     Some(src)
                 }
                 None => {
+                    s.decode_failures += 1;
                     // Unlucky: wait for one more symbol than now.
                     p.target = p.n_src + p.repair.len() as u32 + 1;
                     if in_memory {
@@ -738,10 +783,12 @@ impl Receiver {
         if s.undone > 0 || s.phase != Phase::Receiving || !s.begun {
             return;
         }
+        s.data_done = Some(now);
         let (ok, error) = match store.finish() {
             Ok(()) => (true, String::new()),
             Err(e) => (false, e),
         };
+        s.verify_time = store.finish_time();
         if !ok {
             store.abort();
         }
@@ -779,6 +826,9 @@ impl Receiver {
         let mut needs: Vec<(u32, u32)> = Vec::new();
         for (b, st) in s.blocks.iter().enumerate() {
             if let BlockState::Partial(p) = st {
+                if p.queued {
+                    continue; // about to be decoded
+                }
                 let held = p.n_src + p.repair.len() as u32;
                 let need = (p.target + margin).saturating_sub(held);
                 if need > 0 {
@@ -847,6 +897,10 @@ impl Receiver {
             packets: s.packets,
             lost: s.lost(),
             decoded_blocks: s.decoded,
+            decode_failures: s.decode_failures,
+            first_data: s.first_data.map(|t| t.saturating_duration_since(s.start)),
+            data_done: s.data_done.map(|t| t.saturating_duration_since(s.start)),
+            verify_time: s.verify_time,
             elapsed: now.saturating_duration_since(s.start),
         }));
     }
@@ -868,6 +922,7 @@ impl Partial {
             n_src: 0,
             repair: Vec::new(),
             target: k,
+            queued: false,
             buf: None,
         }
     }

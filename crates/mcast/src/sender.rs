@@ -54,6 +54,8 @@ pub struct SenderConfig {
     pub silent_time: Duration,
     /// Bytes below UDP a datagram costs on the wire (IPv4 + UDP headers).
     pub wire_overhead: usize,
+    /// How much sending a stalled sender may make up in one burst (see pacing).
+    pub catch_up: Duration,
 }
 
 impl Default for SenderConfig {
@@ -71,6 +73,7 @@ impl Default for SenderConfig {
             silent_polls: 4,
             silent_time: Duration::from_secs(5),
             wire_overhead: 28,
+            catch_up: Duration::from_millis(10),
         }
     }
 }
@@ -105,7 +108,8 @@ pub struct RxReport {
     pub lost: u64,
     /// Loss it reported last (parts per million).
     pub loss_ppm: u32,
-    /// Pass during which it completed (or was given up on).
+    /// Passes it took to complete: 1 if pass 1 sufficed, else one more than the
+    /// last pass after which it asked for repair (or the pass it was given up in).
     pub passes: u32,
     /// From the session's start to its completion report reaching the sender.
     pub time: Option<Duration>,
@@ -170,6 +174,8 @@ struct Rx {
     lost: u64,
     loss_ppm: u32,
     passes: u32,
+    /// The last pass after which it asked for symbols.
+    asked: u32,
     time: Option<Duration>,
     late: bool,
 }
@@ -189,6 +195,7 @@ impl Rx {
             lost: 0,
             loss_ppm: 0,
             passes: 0,
+            asked: 0,
             time: None,
             late: false,
         }
@@ -586,6 +593,9 @@ impl Sender {
         if std::mem::replace(&mut r.parts_seen[n.part as usize], true) {
             return; // a duplicate part
         }
+        if !n.needs.is_empty() {
+            r.asked = r.asked.max(n.pass);
+        }
         let mut b: u64 = 0;
         for (i, &(delta, need)) in n.needs.iter().enumerate() {
             b = if i == 0 {
@@ -626,7 +636,8 @@ impl Sender {
             if c.packets + c.lost > 0 {
                 r.loss_ppm = (c.lost as f64 / (c.packets + c.lost) as f64 * 1e6) as u32;
             }
-            r.passes = pass.max(1);
+            // The passes it took: one more than the last it asked repair after.
+            r.passes = (r.asked + 1).min(pass.max(1));
             r.time = Some(elapsed);
             self.events.push_back(SenderEvent::Completed {
                 name: c.name.clone(),
@@ -930,8 +941,14 @@ impl Sender {
         self.count(out.len());
         let cost = (out.len() + self.cfg.wire_overhead) as u64 * 8;
         let step = Duration::from_nanos(cost * 1_000_000_000 / self.cfg.rate_bps);
-        // Never bank more than 2 ms of sending after an idle spell.
-        let floor = now - Duration::from_millis(2).min(now.saturating_duration_since(self.start));
+        // A sender that fell behind within a pass (preempted, or encoding a block)
+        // catches up, but by at most `catch_up` of sending in one burst. Idle
+        // spells bank nothing: a pass starts on the clock.
+        let floor = now
+            - self
+                .cfg
+                .catch_up
+                .min(now.saturating_duration_since(self.start));
         self.next_send = self.next_send.max(floor) + step;
         Ok(Some(Dest::Group))
     }

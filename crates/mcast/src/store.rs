@@ -248,6 +248,8 @@ pub struct FileStore {
     manifest: Option<Manifest>,
     parts: Vec<Part>,
     open: HashMap<usize, File>,
+    /// How long the last `finish` (sync, verify, rename) took.
+    finish_time: std::time::Duration,
 }
 
 impl FileStore {
@@ -261,6 +263,7 @@ impl FileStore {
             manifest: None,
             parts: Vec::new(),
             open: HashMap::new(),
+            finish_time: std::time::Duration::ZERO,
         })
     }
 
@@ -422,7 +425,14 @@ impl Store for FileStore {
     }
 
     fn finish(&mut self) -> Result<(), String> {
-        self.place_all()
+        let t = std::time::Instant::now();
+        let r = self.place_all();
+        self.finish_time = t.elapsed();
+        r
+    }
+
+    fn finish_time(&self) -> std::time::Duration {
+        self.finish_time
     }
 
     fn abort(&mut self) {

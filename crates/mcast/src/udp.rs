@@ -5,12 +5,19 @@
 //! hands every datagram and deadline to its core. Multicast when the group address
 //! is multicast; otherwise unicast fan-out: each group datagram goes to every
 //! address given.
+//!
+//! Datagrams move in batches where the kernel allows (quinn-udp): the sender wakes
+//! about once a millisecond and hands the kernel that millisecond's datagrams as
+//! one UDP GSO send; receivers take GRO aggregates. Per-packet costs (system calls,
+//! and in the lab the emulator's reads) drop by the batch size; pacing stays the
+//! core's, at millisecond grain.
 
 use crate::receiver::{Receiver, ReceiverEvent, Store};
 use crate::sender::{Dest, Sender, SenderEvent, Source};
 use crate::wire::MAX_DATAGRAM;
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -18,6 +25,16 @@ use std::time::{Duration, Instant};
 /// Socket buffers asked for (forced as root): rides out a receiver's pauses while
 /// it decodes or verifies.
 const SOCKET_BUFFER: usize = 32 << 20;
+
+/// The sender sleeps at least this long between bursts: the datagrams due in it go
+/// out as one GSO batch (the core banks at most 2 ms, so this stays below that).
+const BURST: Duration = Duration::from_millis(1);
+/// A GSO batch: at most this many datagrams, and this many bytes (UDP's limit).
+const GSO_SEGMENTS: usize = 64;
+const GSO_BYTES: usize = 65_000;
+/// Receive buffers per system call, each big enough for a GRO aggregate.
+const RECV_BUFS: usize = 8;
+const RECV_BUF: usize = 65_536;
 
 /// Where the sender's group datagrams go.
 #[derive(Debug, Clone)]
@@ -119,21 +136,130 @@ fn wait(sock: &UdpSocket, until: Option<Instant>, cap: Duration) -> io::Result<(
     Ok(())
 }
 
-fn recv(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
-    match sock.recv_from(buf) {
-        Ok(x) => Ok(Some(x)),
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            Ok(None)
+/// Datagrams in, several per system call (GRO aggregates cut at their stride).
+struct Inbox {
+    bufs: Vec<Vec<u8>>,
+    meta: Vec<RecvMeta>,
+}
+
+impl Inbox {
+    fn new() -> Inbox {
+        Inbox {
+            bufs: vec![vec![0u8; RECV_BUF]; RECV_BUFS],
+            meta: vec![RecvMeta::default(); RECV_BUFS],
         }
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
-        // An ICMP port unreachable from a receiver that went away.
-        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(None),
-        Err(e) => Err(e),
+    }
+
+    /// One system call's worth of datagrams, each handed to `f`; false when none
+    /// was waiting.
+    fn recv(
+        &mut self,
+        state: &UdpSocketState,
+        sock: &UdpSocket,
+        f: &mut dyn FnMut(SocketAddr, &mut [u8]),
+    ) -> io::Result<bool> {
+        let n = {
+            let mut slices: Vec<IoSliceMut> =
+                self.bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+            match state.recv(sock.into(), &mut slices, &mut self.meta) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                            // An ICMP port unreachable from a receiver that went away.
+                            | io::ErrorKind::ConnectionRefused
+                    ) =>
+                {
+                    return Ok(false)
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        for (m, b) in self.meta[..n].iter().zip(self.bufs.iter_mut()) {
+            let stride = m.stride.max(1);
+            for d in b[..m.len].chunks_mut(stride) {
+                if d.len() <= MAX_DATAGRAM {
+                    f(m.addr, d);
+                }
+            }
+        }
+        Ok(n > 0)
+    }
+}
+
+/// Datagrams out: runs of equal-sized datagrams to one place go as one GSO send.
+struct Outbox {
+    batch: Vec<u8>,
+    seg: usize,
+    count: usize,
+    dest: Option<Dest>,
+    max_segments: usize,
+}
+
+impl Outbox {
+    fn new(state: &UdpSocketState) -> Outbox {
+        Outbox {
+            batch: Vec::with_capacity(GSO_BYTES + MAX_DATAGRAM),
+            seg: 0,
+            count: 0,
+            dest: None,
+            max_segments: state.max_gso_segments().clamp(1, GSO_SEGMENTS),
+        }
+    }
+
+    fn push(
+        &mut self,
+        state: &UdpSocketState,
+        sock: &UdpSocket,
+        targets: &Targets,
+        dest: Dest,
+        d: &[u8],
+    ) -> io::Result<()> {
+        // GSO: every segment the same size, except a shorter last one.
+        let fits = self.dest == Some(dest)
+            && d.len() <= self.seg
+            && self.count < self.max_segments
+            && self.batch.len() + d.len() <= GSO_BYTES;
+        if !fits {
+            self.flush(state, sock, targets)?;
+        }
+        if self.count == 0 {
+            self.seg = d.len();
+            self.dest = Some(dest);
+        }
+        self.batch.extend_from_slice(d);
+        self.count += 1;
+        if d.len() < self.seg {
+            self.flush(state, sock, targets)?; // a short one ends its batch
+        }
+        Ok(())
+    }
+
+    fn flush(
+        &mut self,
+        state: &UdpSocketState,
+        sock: &UdpSocket,
+        targets: &Targets,
+    ) -> io::Result<()> {
+        let Some(dest) = self.dest.take() else {
+            return Ok(());
+        };
+        let segment_size = (self.count > 1).then_some(self.seg);
+        let r = match (dest, targets) {
+            (Dest::To(a), _) => send(state, sock, a, &self.batch, segment_size),
+            (Dest::Group, Targets::Multicast(g)) => {
+                send(state, sock, SocketAddr::V4(*g), &self.batch, segment_size)
+            }
+            (Dest::Group, Targets::Fanout(list)) => list
+                .iter()
+                .try_for_each(|&a| send(state, sock, a, &self.batch, segment_size)),
+        };
+        self.batch.clear();
+        self.count = 0;
+        r
     }
 }
 
@@ -147,8 +273,10 @@ pub fn run_sender(
     stop: &AtomicBool,
     on_event: &mut dyn FnMut(&Sender, SenderEvent),
 ) -> io::Result<()> {
+    let state = UdpSocketState::new(sock.into())?;
+    let mut outbox = Outbox::new(&state);
+    let mut inbox = Inbox::new();
     let mut out = Vec::with_capacity(MAX_DATAGRAM);
-    let mut buf = vec![0u8; MAX_DATAGRAM + 1];
     let mut aborted = false;
     loop {
         let now = Instant::now();
@@ -166,27 +294,35 @@ pub fn run_sender(
                     while let Some(e) = core.poll_event() {
                         on_event(core, e);
                     }
-                    let _ = flush(sock, targets, core, src, &mut out);
+                    let _ = outbox.flush(&state, sock, targets);
+                    let _ = flush(&state, sock, targets, core, src, &mut out);
                     return Err(e);
                 }
             };
-            send(sock, targets, dest, &out)?;
+            outbox.push(&state, sock, targets, dest, &out)?;
         }
+        outbox.flush(&state, sock, targets)?;
         while let Some(e) = core.poll_event() {
             on_event(core, e);
         }
         if core.is_done() {
             return Ok(());
         }
-        wait(sock, core.poll_timeout(), Duration::from_millis(100))?;
-        while let Some((n, from)) = recv(sock, &mut buf)? {
-            core.handle(Instant::now(), from, &mut buf[..n]);
-        }
+        // Sleep until the core's next deadline, but at least a burst's time, so
+        // that the next wake finds a batch due (feedback still wakes us at once).
+        let until = core
+            .poll_timeout()
+            .map(|t| if t > now { t.max(now + BURST) } else { t });
+        wait(sock, until, Duration::from_millis(100))?;
+        while inbox.recv(&state, sock, &mut |from, d| {
+            core.handle(Instant::now(), from, d)
+        })? {}
     }
 }
 
 /// After an abort: get the END datagrams out.
 fn flush(
+    state: &UdpSocketState,
     sock: &UdpSocket,
     targets: &Targets,
     core: &mut Sender,
@@ -194,10 +330,11 @@ fn flush(
     out: &mut Vec<u8>,
 ) -> io::Result<()> {
     let now = Instant::now();
+    let mut outbox = Outbox::new(state);
     while let Ok(Some(d)) = core.poll_transmit(now, src, out) {
-        send(sock, targets, d, out)?;
+        outbox.push(state, sock, targets, d, out)?;
     }
-    Ok(())
+    outbox.flush(state, sock, targets)
 }
 
 fn writable(sock: &UdpSocket) -> io::Result<()> {
@@ -217,22 +354,42 @@ fn writable(sock: &UdpSocket) -> io::Result<()> {
     Ok(())
 }
 
-fn send(sock: &UdpSocket, targets: &Targets, dest: Dest, bytes: &[u8]) -> io::Result<()> {
-    let one = |to: SocketAddr| loop {
-        match sock.send_to(bytes, to) {
-            Ok(_) => return Ok(()),
+/// One send (a GSO batch when `segment_size` is set), waiting while the socket
+/// buffer is full.
+fn send(
+    state: &UdpSocketState,
+    sock: &UdpSocket,
+    to: SocketAddr,
+    bytes: &[u8],
+    segment_size: Option<usize>,
+) -> io::Result<()> {
+    let t = Transmit {
+        destination: to,
+        ecn: None,
+        contents: bytes,
+        segment_size,
+        src_ip: None,
+    };
+    loop {
+        match state.try_send(sock.into(), &t) {
+            Ok(()) => return Ok(()),
             // The socket buffer is full: wait until it drains (nonblocking socket).
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => writable(sock)?,
             // A receiver that went away (ICMP unreachable on a fan-out target).
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // No GSO here after all: quinn-udp has noted it; send them one by one.
+            Err(e)
+                if segment_size.is_some()
+                    && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) =>
+            {
+                for d in bytes.chunks(segment_size.unwrap_or(bytes.len())) {
+                    send(state, sock, to, d, None)?;
+                }
+                return Ok(());
+            }
             Err(e) => return Err(io::Error::new(e.kind(), format!("send to {to}: {e}"))),
         }
-    };
-    match (dest, targets) {
-        (Dest::To(a), _) => one(a),
-        (Dest::Group, Targets::Multicast(g)) => one(SocketAddr::V4(*g)),
-        (Dest::Group, Targets::Fanout(list)) => list.iter().try_for_each(|&a| one(a)),
     }
 }
 
@@ -246,18 +403,21 @@ pub fn run_receiver(
     once: bool,
     on_event: &mut dyn FnMut(&Receiver, ReceiverEvent),
 ) -> io::Result<()> {
-    let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+    let state = UdpSocketState::new(sock.into())?;
+    let mut inbox = Inbox::new();
     loop {
         if stop.load(Ordering::Relaxed) {
             store.abort();
             return Ok(());
         }
         wait(sock, core.poll_timeout(), Duration::from_millis(200))?;
-        // Up to a batch of datagrams, then deadlines and answers.
-        for _ in 0..64 {
-            match recv(sock, &mut buf)? {
-                Some((n, from)) => core.handle(Instant::now(), from, &mut buf[..n], store),
-                None => break,
+        // Up to a few system calls' worth of datagrams, then deadlines and answers.
+        for _ in 0..8 {
+            let got = inbox.recv(&state, sock, &mut |from, d| {
+                core.handle(Instant::now(), from, d, store)
+            })?;
+            if !got {
+                break;
             }
         }
         let now = Instant::now();

@@ -592,3 +592,70 @@ fn hostile_datagrams_are_dropped_never_fatal() {
         rx.stats().dropped
     );
 }
+
+#[test]
+fn a_held_up_sender_keeps_its_rate_in_bounded_bursts() {
+    use longhaul_mcast::wire::{self, Msg, Register};
+    // The driver calls the sender once a millisecond, but every 25 ms it is held
+    // up for 6 ms (a block's encoding, or another process on the core).
+    let (manifest, data) = dataset(4, &[3_000_000]);
+    let t0 = Instant::now();
+    let rx: SocketAddr = "10.0.0.2:6000".parse().unwrap();
+    let mut c = cfg(&["a"]);
+    c.rate_bps = 100_000_000;
+    let catch_up = c.catch_up;
+    let mut s = Sender::new(c, 5, None, manifest.encode(), data.len() as u64, t0).unwrap();
+    let mut src = MemSource(data);
+    let mut out = Vec::new();
+    let mut reg = Vec::new();
+    let m = Msg::Register(Register {
+        name: "a".into(),
+        echo_us: 0,
+        held_us: 0,
+    });
+    wire::encode(5, &m, None, &mut reg);
+    s.handle(t0 + Duration::from_millis(5), rx, &mut reg);
+    let mut now = t0 + Duration::from_millis(5);
+    let (mut planned, mut sent, mut wire_bits) = (None, 0u64, 0u64);
+    let (mut first, mut last, mut biggest) = (None, now, 0u64);
+    let mut tick = 0u32;
+    while planned.is_none_or(|p| sent < p) {
+        assert!(now < t0 + Duration::from_secs(10), "pass 1 never ended");
+        let mut burst = 0u64;
+        while let Some(_d) = s.poll_transmit(now, &mut src, &mut out).unwrap() {
+            let st = s.stats();
+            if st.data_packets + st.repair_packets > sent {
+                sent = st.data_packets + st.repair_packets;
+                wire_bits += (out.len() as u64 + 28) * 8;
+                burst += (out.len() as u64 + 28) * 8;
+                first.get_or_insert(now);
+                last = now;
+            }
+        }
+        biggest = biggest.max(burst);
+        while let Some(e) = s.poll_event() {
+            if let SenderEvent::PassStarted {
+                pass: 1, symbols, ..
+            } = e
+            {
+                planned = Some(symbols);
+            }
+        }
+        tick += 1;
+        now += Duration::from_millis(if tick.is_multiple_of(25) { 7 } else { 1 });
+    }
+    let took = (last - first.unwrap()).as_secs_f64();
+    let ideal = wire_bits as f64 / 100e6;
+    // The average rate holds: the stalls were made up...
+    assert!(
+        took < ideal * 1.02 + 0.002,
+        "pass 1 took {took:.4} s, {ideal:.4} s at the rate"
+    );
+    // ...but no burst exceeds what the catch-up allows plus one tick's worth.
+    let cap = (catch_up.as_secs_f64() + 0.001) * 100e6 + 12_000.0;
+    assert!(
+        (biggest as f64) <= cap,
+        "a burst of {biggest} bits, cap {cap}"
+    );
+    assert!(biggest as f64 > 6e-3 * 100e6, "the stalls were not made up");
+}
