@@ -213,10 +213,13 @@ Suites:
             at RTT 0.8 and 60 ms, loss 0-25 %
   bigdata   seed 004: throughput against RTT 0-200 ms, background TCP flows
             and background UDP at 75 ms (the study's 10 Gbit/s scaled to 1)
+  multicast one sender, three receivers on 700 ms paths with loss 1e-3, 1e-2
+            and 5e-2: 1 GiB + 1000 x 10 kB at 400 Mbit/s, longhaul-mc and uftp
   FILE      your own suite; the built-in ones are in crates/lab/suites/
 
-Tools: longhaul, rsync, ftp (vsftpd + lftp), gridftp (globus), tarnc (tar + nc),
-scp, uftp (multicast to several receivers), iperf3 (memory to memory).
+Tools: longhaul, longhaul-mc (longhaul multicast), rsync, ftp (vsftpd + lftp),
+gridftp (globus), tarnc (tar + nc), scp, uftp (multicast to several receivers),
+iperf3 (memory to memory).
 
 Profiles scale a suite to a time budget (the suite file says how; a suite
 without profiles runs as written under each): quick, standard (default), full.
@@ -233,7 +236,7 @@ A suite file (TOML):
   dest = \"disk\"               # or tmpfs: receivers write to memory
   # A tool may carry settings, which then label its runs:
   #   ftp:parallel=N  gridftp:p=N,cc=N,pp=yes|no,fast=yes|no,tcp-bs=SIZE
-  #   uftp:rate=RATE  iperf3:streams=N
+  #   uftp:rate=RATE  longhaul-mc:rate=RATE  iperf3:streams=N
   background = { tcp_flows = 3 }   # or { udp_pps = 20000, udp_size = 1250 }:
                                    # iperf3 from srv to the first receiver
   [profile.quick]
@@ -262,7 +265,8 @@ A suite file (TOML):
 Each scenario gets a lab (host srv at the hub, receivers cli, cli2, ... behind
 their links) and a generated data set (cached in OUT/data). Each tool moves it
 from srv to every receiver: daemons started and waited for, clients timed
-(unicast tools run one client per receiver at once; uftp multicasts), all
+(unicast tools run one client per receiver at once; uftp and longhaul-mc
+multicast), all
 stopped by PID, every delivered tree verified by BLAKE3. A run that reaches its
 time cap is stopped and reported as a timeout with the bytes it delivered.
 Results: OUT/results.json (every number, saved after each run), results.csv,

@@ -312,6 +312,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "gridftp-parallel",
         include_str!("../suites/gridftp-parallel.toml"),
     ),
+    ("multicast", include_str!("../suites/multicast.toml")),
     ("qos-ttp", include_str!("../suites/qos-ttp.toml")),
     (
         "sctp-multifile",

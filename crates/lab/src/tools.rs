@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 #[serde(rename_all = "lowercase")]
 pub enum Tool {
     Longhaul,
+    /// longhaul multicast send / receive.
+    LonghaulMc,
     Rsync,
     Ftp,
     Gridftp,
@@ -188,13 +190,18 @@ pub enum Proto {
     Udp,
 }
 
+/// The group and port longhaul multicast uses in the lab.
+const LONGHAUL_GROUP: &str = "239.7.7.7";
+const LONGHAUL_PORT: u16 = 7000;
+
 /// The multicast group UFTP announces on and the one its data goes to.
 const UFTP_PUBLIC: &str = "230.4.4.1";
 const UFTP_PRIVATE: &str = "230.5.5.1";
 
 impl Tool {
-    pub const ALL: [Tool; 8] = [
+    pub const ALL: [Tool; 9] = [
         Tool::Longhaul,
+        Tool::LonghaulMc,
         Tool::Rsync,
         Tool::Ftp,
         Tool::Gridftp,
@@ -207,6 +214,7 @@ impl Tool {
     pub fn name(self) -> &'static str {
         match self {
             Tool::Longhaul => "longhaul",
+            Tool::LonghaulMc => "longhaul-mc",
             Tool::Rsync => "rsync",
             Tool::Ftp => "ftp",
             Tool::Gridftp => "gridftp",
@@ -221,6 +229,9 @@ impl Tool {
     pub fn describe(self) -> &'static str {
         match self {
             Tool::Longhaul => "longhaul serve + get (QUIC); one get per receiver",
+            Tool::LonghaulMc => {
+                "longhaul multicast send → receive (RaptorQ), closed group, at 90% of the line rate; IP multicast to every receiver"
+            }
             Tool::Rsync => "rsync daemon, rsync -a",
             Tool::Ftp => "vsftpd (anonymous), lftp mirror --parallel=4 (MDTM off: one round trip less per file)",
             Tool::Gridftp => {
@@ -251,6 +262,11 @@ impl Tool {
                 ),
             ],
             Tool::Uftp => &[("rate", "uftp -R: sending rate, default 90% of the line rate", rate)],
+            Tool::LonghaulMc => &[(
+                "rate",
+                "longhaul multicast send --rate, default 90% of the line rate",
+                rate,
+            )],
             Tool::Iperf3 => &[("streams", "iperf3 -P: parallel streams, default 1", count_1_to_64)],
             _ => &[],
         }
@@ -259,7 +275,7 @@ impl Tool {
     /// Programs it needs (besides longhaul itself).
     pub fn programs(self) -> &'static [&'static str] {
         match self {
-            Tool::Longhaul => &[],
+            Tool::Longhaul | Tool::LonghaulMc => &[],
             Tool::Rsync => &["rsync"],
             Tool::Ftp => &["vsftpd", "lftp"],
             Tool::Gridftp => &["globus-gridftp-server", "globus-url-copy"],
@@ -273,7 +289,7 @@ impl Tool {
     /// Debian packages that provide them.
     pub fn packages(self) -> &'static [&'static str] {
         match self {
-            Tool::Longhaul => &[],
+            Tool::Longhaul | Tool::LonghaulMc => &[],
             Tool::Rsync => &["rsync"],
             Tool::Ftp => &["vsftpd", "lftp"],
             Tool::Gridftp => &["globus-gridftp-server-progs", "globus-gass-copy-progs"],
@@ -305,13 +321,13 @@ impl Tool {
 
     /// Sends one stream that every receiver takes (IP multicast).
     pub fn multicasts(self) -> bool {
-        self == Tool::Uftp
+        matches!(self, Tool::Uftp | Tool::LonghaulMc)
     }
 
     /// The command line that prints its version (first line kept).
     pub fn version_command(self) -> Vec<&'static str> {
         match self {
-            Tool::Longhaul => vec![],
+            Tool::Longhaul | Tool::LonghaulMc => vec![],
             Tool::Rsync => vec!["rsync", "--version"],
             Tool::Ftp => vec!["lftp", "--version"],
             Tool::Gridftp => vec!["globus-url-copy", "-version"],
@@ -381,6 +397,62 @@ impl Tool {
                             &p(&r.dst),
                         ])
                     }),
+                }
+            }
+            Tool::LonghaulMc => {
+                // A push like UFTP's: a receive daemon in every receiver, joined
+                // to the group; the sender exits 0 once every one has completed
+                // and verified.
+                let exe = p(s.exe);
+                let group = format!("{LONGHAUL_GROUP}:{LONGHAUL_PORT}");
+                let daemons = s
+                    .receivers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| Daemon {
+                        proc: Proc {
+                            host: Host::Receiver(i),
+                            argv: v(&[
+                                &exe,
+                                "multicast",
+                                "receive",
+                                "--group",
+                                &group,
+                                "--dest",
+                                &p(&r.dst),
+                                "--id",
+                                &format!("rx{i}"),
+                            ]),
+                            cwd: None,
+                        },
+                        ready: (Proto::Udp, LONGHAUL_PORT),
+                    })
+                    .collect();
+                let bps = match s.settings.get("rate") {
+                    Some(r) => crate::scenario::parse_rate(r)?,
+                    None => s.line_rate_bps / 10 * 9,
+                };
+                let ids: Vec<String> = (0..s.receivers.len()).map(|i| format!("rx{i}")).collect();
+                Commands {
+                    daemons,
+                    actors: vec![Proc {
+                        host: Host::Server,
+                        argv: v(&[
+                            &exe,
+                            "multicast",
+                            "send",
+                            "--group",
+                            &group,
+                            "--rate",
+                            &bps.to_string(),
+                            "--receivers",
+                            &ids.join(","),
+                            "--quiet",
+                            // The directory's contents, not the directory.
+                            &format!("{}/", p(s.src)),
+                        ]),
+                        cwd: None,
+                    }],
                 }
             }
             Tool::Rsync => {
@@ -873,7 +945,16 @@ mod tests {
                         );
                     }
                 }
-                if tool.multicasts() {
+                if tool == Tool::LonghaulMc {
+                    assert_eq!(c.actors.len(), 1, "one sender");
+                    let ids = if n == 1 { "rx0" } else { "rx0,rx1" };
+                    assert!(
+                        all.contains(&format!("\"--receivers\", \"{ids}\"")),
+                        "{all}"
+                    );
+                    assert!(all.contains("\"239.7.7.7:7000\"") && all.contains("\"900000000\""));
+                    assert!(all.contains(&format!("\"{}/\"", src.display())), "{all}");
+                } else if tool.multicasts() {
                     assert_eq!(c.actors.len(), 1, "one sender");
                     assert_eq!(all.contains("230.4.4.1"), n > 1, "{all}");
                     assert!(
