@@ -765,7 +765,7 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
             // the others once per receiver.
             assert_eq!(x["receivers"], 2, "{x}");
             let copies = f(&x["wire_bytes"]) / f(&x["bytes"]);
-            if x["tool"] == "uftp" {
+            if x["tool"] == "uftp" || x["tool"] == "longhaul-mc" {
                 assert!(copies < 1.5, "{copies} copies: {x}");
             } else {
                 assert!(copies >= 2.0, "{copies} copies: {x}");
@@ -780,7 +780,7 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
         serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
     assert_eq!(saved["runs"], r["runs"]);
     let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 17);
+    assert_eq!(csv.lines().count(), 1 + 2 * 9);
     let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
     assert!(
         md.contains("| small-files-10ms |") && md.contains("| one-file-two-receivers |"),

@@ -366,6 +366,24 @@ impl Tool {
                 })
                 .collect()
         };
+        // Push tools: a daemon in every receiver, ready once `port` is bound.
+        let receiver_daemons =
+            |port: u16, f: &dyn Fn(usize, &Receiver) -> Vec<String>| -> Vec<Daemon> {
+                per_receiver(f)
+                    .into_iter()
+                    .map(|proc| Daemon {
+                        proc,
+                        ready: (Proto::Udp, port),
+                    })
+                    .collect()
+            };
+        // Push tools send at a set rate: the suite's, or 90% of the line rate.
+        let push_rate = || -> Result<u64> {
+            match s.settings.get("rate") {
+                Some(r) => crate::scenario::parse_rate(r),
+                None => Ok(s.line_rate_bps / 10 * 9),
+            }
+        };
         Ok(match self {
             Tool::Longhaul => {
                 let exe = p(s.exe);
@@ -405,33 +423,20 @@ impl Tool {
                 // and verified.
                 let exe = p(s.exe);
                 let group = format!("{LONGHAUL_GROUP}:{LONGHAUL_PORT}");
-                let daemons = s
-                    .receivers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| Daemon {
-                        proc: Proc {
-                            host: Host::Receiver(i),
-                            argv: v(&[
-                                &exe,
-                                "multicast",
-                                "receive",
-                                "--group",
-                                &group,
-                                "--dest",
-                                &p(&r.dst),
-                                "--id",
-                                &format!("rx{i}"),
-                            ]),
-                            cwd: None,
-                        },
-                        ready: (Proto::Udp, LONGHAUL_PORT),
-                    })
-                    .collect();
-                let bps = match s.settings.get("rate") {
-                    Some(r) => crate::scenario::parse_rate(r)?,
-                    None => s.line_rate_bps / 10 * 9,
-                };
+                let daemons = receiver_daemons(LONGHAUL_PORT, &|i, r| {
+                    v(&[
+                        &exe,
+                        "multicast",
+                        "receive",
+                        "--group",
+                        &group,
+                        "--dest",
+                        &p(&r.dst),
+                        "--id",
+                        &format!("rx{i}"),
+                    ])
+                });
+                let bps = push_rate()?;
                 let ids: Vec<String> = (0..s.receivers.len()).map(|i| format!("rx{i}")).collect();
                 Commands {
                     daemons,
@@ -679,33 +684,23 @@ impl Tool {
                 // A push: uftpd waits in every receiver, uftp in the server
                 // sends the tree's top-level entries once (multicast) or to
                 // the one receiver (unicast), and exits when all are complete.
-                let daemons = s
-                    .receivers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| Daemon {
-                        proc: Proc {
-                            host: Host::Receiver(i),
-                            argv: v(&[
-                                "uftpd",
-                                "-d",
-                                "-q",
-                                "-x",
-                                "1",
-                                "-I",
-                                crate::topology::PORT_NAME,
-                                "-B",
-                                "8388608",
-                                "-D",
-                                &p(&r.dst),
-                                "-F",
-                                &p(&s.run.join(format!("uftpd-{i}.status"))),
-                            ]),
-                            cwd: None,
-                        },
-                        ready: (Proto::Udp, 1044),
-                    })
-                    .collect();
+                let daemons = receiver_daemons(1044, &|i, r| {
+                    v(&[
+                        "uftpd",
+                        "-d",
+                        "-q",
+                        "-x",
+                        "1",
+                        "-I",
+                        crate::topology::PORT_NAME,
+                        "-B",
+                        "8388608",
+                        "-D",
+                        &p(&r.dst),
+                        "-F",
+                        &p(&s.run.join(format!("uftpd-{i}.status"))),
+                    ])
+                });
                 let ids: Vec<String> = s
                     .receivers
                     .iter()
@@ -716,10 +711,7 @@ impl Tool {
                 } else {
                     UFTP_PUBLIC.to_string()
                 };
-                let bps = match s.settings.get("rate") {
-                    Some(r) => crate::scenario::parse_rate(r)?,
-                    None => s.line_rate_bps / 10 * 9,
-                };
+                let bps = push_rate()?;
                 let kbps = (bps / 1000).max(1).to_string();
                 // The first group round-trip estimate must cover the path, or
                 // the announce phase ends before a far receiver registers.
