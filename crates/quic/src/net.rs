@@ -32,8 +32,12 @@ impl Default for NetOpts {
     }
 }
 
-/// Largest UDP payload longhaul sends (an IPv6 packet on a 1500-byte link).
-pub const MAX_UDP_PAYLOAD: u16 = 1452;
+/// Largest UDP payload longhaul sends where the path allows (loopback, jumbo
+/// frames); a 1500-byte link gets its MTU less IP and UDP headers (1472 over IPv4).
+/// The cap is quinn's: it batches up to 10 datagrams in one GSO send, and a batch
+/// must fit one 64 KiB UDP datagram (10 × 6,500 = 65,000 ≤ 65,507); a larger
+/// batch fails with EMSGSIZE, which quinn-udp drops without a word.
+pub const MAX_UDP_PAYLOAD: u16 = 6500;
 
 /// Smallest window ever used: enough for 1 Gbit/s at 100 ms.
 pub const MIN_WINDOW: u64 = 16 << 20;
@@ -60,10 +64,10 @@ impl NetOpts {
             .keep_alive_interval(Some(Duration::from_secs(5)))
             .initial_rtt(Duration::from_millis(100))
             .congestion_controller_factory(factory);
-        // Probe up to what the outgoing interface allows, at most 1452 bytes (IPv6 on
-        // a 1500-byte link). Larger payloads were tried on loopback (9000 and 16000):
-        // quinn then lost most large datagrams on this kernel and its black-hole
-        // detection fell back to 1200 bytes; see docs/PERFORMANCE.md.
+        // Probe up to what the outgoing interface allows, at most MAX_UDP_PAYLOAD.
+        // (9000 and 16000 were tried on loopback: ten of them make a GSO batch
+        // over 64 KiB, the kernel refuses it, quinn-udp drops it silently, and
+        // black-hole detection fell back to 1200 bytes; see docs/PERFORMANCE.md.)
         let mut mtu = MtuDiscoveryConfig::default();
         mtu.upper_bound(
             path_payload(peer)
