@@ -519,7 +519,7 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
     for (t, v) in &r.versions {
         let _ = write!(s, "<li>{}: {}</li>", esc(t), esc(v));
     }
-    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver, from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / line rate) / wall time; G = payload bytes / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. The time series is what the emulator delivered per receiver per 100 ms. CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included.</p></body></html>\n");
+    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver, from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / line rate) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. The time series is what the emulator delivered per receiver per 100 ms. CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included.</p></body></html>\n");
     s
 }
 

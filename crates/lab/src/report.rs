@@ -237,7 +237,7 @@ pub fn summary(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\nTTP = (payload bytes / line rate) / wall time; G = payload bytes / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
+        "\nTTP = (payload bytes / line rate) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
     );
     s
 }

@@ -523,7 +523,6 @@ fn run_tool(
     let (s0, s1) = (host(&before, SERVER), host(&after, SERVER));
     run.wire_bytes = (s1.up.counters.offered_bytes - s0.up.counters.offered_bytes)
         .saturating_sub(background_bytes(&before, &after, |c| c.offered_bytes));
-    run.goodput = data.bytes as f64 / run.wire_bytes.max(1) as f64;
     let (from, to) = (before.uptime_ms / 100, after.uptime_ms / 100);
     let mut series = vec![0.0; (to - from + 1) as usize];
     for i in 0..n {
@@ -556,6 +555,9 @@ fn run_tool(
     } else {
         data.bytes
     };
+    // Of what was delivered: a run stopped at its cap counts its partial bytes
+    // against the wire bytes it sent, never the whole data set.
+    run.goodput = goodput(run.delivered_bytes, run.wire_bytes);
     run.mbps = run.delivered_bytes as f64 * 8.0 / wall / 1e6;
     run.ttp = (run.delivered_bytes as f64 * 8.0 / results.line_rate_bps as f64) / wall;
     if timed_out {
@@ -956,4 +958,23 @@ pub fn save_json(out: &Path, results: &Results) -> Result<()> {
     std::fs::write(&tmp, serde_json::to_vec_pretty(results)?)?;
     std::fs::rename(&tmp, out.join("results.json"))?;
     Ok(())
+}
+
+/// G as seed 003 defines it: payload bytes delivered (one copy) / bytes the
+/// server sent on the wire.
+fn goodput(delivered: u64, wire: u64) -> f64 {
+    delivered as f64 / wire.max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn goodput_is_what_was_delivered_over_what_was_sent() {
+        // A run stopped at its cap after delivering 30 MB of 80 for 33 MB on
+        // the wire: G is 0.91, not 80 / 33.
+        let g = super::goodput(30_000_000, 33_000_000);
+        assert!((g - 0.909).abs() < 0.001, "{g}");
+        assert_eq!(super::goodput(0, 0), 0.0);
+        assert_eq!(super::goodput(5, 10), 0.5);
+    }
 }
