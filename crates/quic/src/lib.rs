@@ -15,6 +15,7 @@ pub mod receiver;
 pub mod report;
 pub mod sender;
 pub mod server;
+pub mod wan;
 
 pub use client::{get, put, ClientOpts, ClientReport};
 pub use report::{Kind, Problem, Progress};

@@ -1,0 +1,306 @@
+//! longhaul's own congestion controller for long, lossy paths: a sans-IO state
+//! machine (times and byte counts in, a window and a pacing rate out). The
+//! quinn adapter lives in `cc`; tests drive this core against a simulated
+//! bottleneck (`tests/wan_sim.rs`).
+//!
+//! The model, in the spirit of BBR but with loss read differently:
+//! - **Bandwidth**: the delivery rate over each round trip (bytes acknowledged /
+//!   time), the largest of the last [`BW_ROUNDS`] rounds.
+//! - **Path RTT**: the smallest RTT sample of the last [`MIN_RTT_WINDOW`].
+//! - **Window** = gain × bandwidth × path RTT + headroom (ACK aggregation); the
+//!   driver paces at about window / RTT.
+//! - **Random loss is not congestion.** A round with losses is read as
+//!   congestion only when the same round also saw a queue: its smallest RTT stood
+//!   above the path RTT by more than [`QUEUE_TARGET`] (a full bottleneck queue is
+//!   what drops packets under a paced sender; a lossy link drops them with the
+//!   queue empty). Then the bandwidth estimate falls to what was delivered.
+//! - **Queue**: once started, a round whose smallest RTT exceeds the path RTT by
+//!   more than [`QUEUE_TARGET`] makes the next round a drain round, so the
+//!   standing queue stays under the target.
+//! - **Probing**: a cycle of eight rounds: one probe above the estimate finds new
+//!   capacity, a drain below it removes what the probe queued, six cruise at the
+//!   estimate. The probe is a quarter up, or less on long paths: at most
+//!   [`PROBE_QUEUE`] of queue (at 700 ms, +3.6 %); the drain removes that and the
+//!   headroom (at most a quarter).
+//! - **Start**: with a hint (a rate remembered for this peer, or `--max-rate`)
+//!   it begins at the hint and verifies it within a few rounds (the bandwidth
+//!   filter replaces the hint with measurements, and a queue or congested loss
+//!   cuts it); without one, it doubles the rate each round (gain 2.89) until the
+//!   bandwidth stops growing by a quarter for three rounds, then drains.
+
+use std::time::{Duration, Instant};
+
+/// Rounds the bandwidth filter remembers.
+pub const BW_ROUNDS: usize = 10;
+/// The path RTT is the smallest sample of the last one to two of these: long
+/// enough to span a probe cycle's drain round even at 1 s RTT, short enough to
+/// follow a route change.
+pub const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+/// Standing queue allowed at the bottleneck.
+pub const QUEUE_TARGET: Duration = Duration::from_millis(10);
+const STARTUP_GAIN: f64 = 2.885;
+const DRAIN_GAIN: f64 = 1.0 / STARTUP_GAIN;
+/// Rounds of a probe cycle: probe up, drain, cruise six.
+const CYCLE_ROUNDS: usize = 8;
+/// A probe raises the rate by a quarter, or by less on long paths, so that it
+/// queues at most this much; the drain that follows removes that and the headroom.
+const PROBE_QUEUE: Duration = Duration::from_millis(25);
+/// Window headroom beyond the BDP: ACKs come in bursts, and the pacer needs
+/// room to keep sending while they are on their way.
+const HEADROOM: Duration = Duration::from_millis(5);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Startup,
+    Drain,
+    Cruise,
+}
+
+#[derive(Debug, Clone)]
+pub struct Wan {
+    mtu: u64,
+    mode: Mode,
+    /// Bytes per second: the filter's samples, newest last, and its maximum.
+    bw_samples: Vec<f64>,
+    bw: f64,
+    /// Windowed minimum in two buckets: the previous window's and this one's
+    /// (since `bucket_start`). Taking a fresh sample when the window expired
+    /// would take one with the standing queue in it, and the queue would ratchet.
+    min_prev: Option<Duration>,
+    min_cur: Option<Duration>,
+    bucket_start: Option<Instant>,
+    /// The round under way: when it began, bytes acknowledged and lost in it,
+    /// its smallest RTT sample, and the bytes sent when it began (it ends when
+    /// a packet sent after its start is acknowledged).
+    round_start: Option<Instant>,
+    round_acked: u64,
+    round_lost: u64,
+    round_min_rtt: Option<Duration>,
+    rounds: u64,
+    cycle: usize,
+    /// Startup: the bandwidth at the last growth, and rounds since.
+    full_bw: f64,
+    full_bw_rounds: u32,
+    /// Drain the next round (a queue was seen).
+    drain_next: bool,
+    gain: f64,
+}
+
+impl Wan {
+    /// `hint`: a starting rate in bits per second (0: none).
+    pub fn new(mtu: u16, hint: u64) -> Wan {
+        let mut w = Wan {
+            mtu: mtu as u64,
+            mode: Mode::Startup,
+            bw_samples: Vec::new(),
+            bw: 0.0,
+            min_prev: None,
+            min_cur: None,
+            bucket_start: None,
+            round_start: None,
+            round_acked: 0,
+            round_lost: 0,
+            round_min_rtt: None,
+            rounds: 0,
+            cycle: 0,
+            full_bw: 0.0,
+            full_bw_rounds: 0,
+            drain_next: false,
+            gain: STARTUP_GAIN,
+        };
+        if hint > 0 {
+            w.bw = hint as f64 / 8.0;
+            w.bw_samples.push(w.bw);
+            w.mode = Mode::Cruise;
+            w.gain = 1.0;
+            w.cycle = 2; // start at gain 1, not with a probe
+        }
+        w
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The bandwidth estimate in bits per second.
+    pub fn bandwidth(&self) -> u64 {
+        (self.bw * 8.0) as u64
+    }
+
+    pub fn min_rtt(&self) -> Option<Duration> {
+        match (self.min_prev, self.min_cur) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn gain(&self) -> f64 {
+        self.gain
+    }
+
+    /// The rate to pace at, bits per second (0 before any estimate).
+    pub fn pacing_rate(&self) -> u64 {
+        (self.gain * self.bw * 8.0) as u64
+    }
+
+    /// Bytes allowed in flight. Before any RTT is known: the initial window.
+    pub fn window(&self) -> u64 {
+        let initial = 32 * self.mtu;
+        let Some(rtt) = self.min_rtt() else {
+            return if self.bw > 0.0 {
+                // A hint, no RTT yet: a round of 100 ms at the hinted rate.
+                ((self.bw * 0.1) as u64).max(initial)
+            } else {
+                initial
+            };
+        };
+        let bdp = self.bw * rtt.as_secs_f64();
+        let head = self.bw * HEADROOM.min(rtt / 8).as_secs_f64();
+        let w = (self.gain * bdp + head) as u64;
+        if self.mode == Mode::Startup {
+            w.max(initial)
+        } else {
+            w.max(4 * self.mtu)
+        }
+    }
+
+    /// A packet of `bytes` was acknowledged; `rtt` is this ACK's sample.
+    pub fn on_ack(&mut self, now: Instant, bytes: u64, rtt: Duration) {
+        let bucket = *self.bucket_start.get_or_insert(now);
+        if now.saturating_duration_since(bucket) >= MIN_RTT_WINDOW {
+            self.min_prev = self.min_cur.take();
+            self.bucket_start = Some(now);
+        }
+        self.min_cur = Some(self.min_cur.map_or(rtt, |m| m.min(rtt)));
+        self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
+        self.round_acked += bytes;
+        let start = *self.round_start.get_or_insert(now);
+        // A round lasts one path RTT (at least 1 ms).
+        let len = self.min_rtt().unwrap_or(rtt).max(Duration::from_millis(1));
+        if now.saturating_duration_since(start) >= len {
+            self.end_round(now.saturating_duration_since(start));
+        }
+    }
+
+    /// `bytes` were declared lost.
+    pub fn on_loss(&mut self, _now: Instant, bytes: u64) {
+        self.round_lost += bytes;
+    }
+
+    /// Gain of round `i` of the probe cycle.
+    fn cycle_gain(&self, i: usize) -> f64 {
+        let rtt = self.min_rtt().unwrap_or(Duration::from_millis(100));
+        let step = |q: Duration| (q.as_secs_f64() / rtt.as_secs_f64().max(1e-3)).min(0.25);
+        match i {
+            0 => 1.0 + step(PROBE_QUEUE),
+            1 => 1.0 - step(PROBE_QUEUE + HEADROOM),
+            _ => 1.0,
+        }
+    }
+
+    fn end_round(&mut self, len: Duration) {
+        self.rounds += 1;
+        let rate = self.round_acked as f64 / len.as_secs_f64().max(1e-6);
+        let path = self.min_rtt().unwrap_or(len);
+        let queued = self
+            .round_min_rtt
+            .is_some_and(|r| r > path + QUEUE_TARGET.max(path / 20));
+        let congested = queued && self.round_lost > 0;
+        self.bw_samples.push(rate);
+        if self.bw_samples.len() > BW_ROUNDS {
+            self.bw_samples.remove(0);
+        }
+        if congested {
+            // The queue overflowed: believe only what was delivered.
+            self.bw_samples.clear();
+            self.bw_samples.push(rate);
+        }
+        self.bw = self.bw_samples.iter().copied().fold(0.0, f64::max);
+        match self.mode {
+            Mode::Startup => {
+                if self.bw > self.full_bw * 1.25 {
+                    self.full_bw = self.bw;
+                    self.full_bw_rounds = 0;
+                } else {
+                    self.full_bw_rounds += 1;
+                }
+                if self.full_bw_rounds >= 3 || congested {
+                    self.mode = Mode::Drain;
+                    self.gain = DRAIN_GAIN;
+                }
+            }
+            Mode::Drain => {
+                self.mode = Mode::Cruise;
+                self.cycle = 2;
+                self.gain = 1.0;
+            }
+            Mode::Cruise => {
+                self.cycle = (self.cycle + 1) % CYCLE_ROUNDS;
+                self.gain = self.cycle_gain(self.cycle);
+                // A queue seen outside the probe: drain it next round.
+                if queued && self.cycle != 1 {
+                    self.drain_next = true;
+                }
+                if self.drain_next && self.gain >= 1.0 {
+                    self.gain = self.cycle_gain(1);
+                    self.drain_next = false;
+                }
+            }
+        }
+        self.round_start = None;
+        self.round_acked = 0;
+        self.round_lost = 0;
+        self.round_min_rtt = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hint_starts_at_its_rate_and_the_window_follows_the_bdp() {
+        let w = Wan::new(1452, 800_000_000);
+        assert_eq!(w.mode(), Mode::Cruise);
+        assert_eq!(w.pacing_rate(), 800_000_000);
+        // No RTT yet: 100 ms at the hint.
+        assert_eq!(w.window(), 10_000_000);
+        let t = Instant::now();
+        let mut w = w;
+        w.on_ack(t, 1452, Duration::from_millis(700));
+        // 100 MB/s x 0.7 s + 5 ms of headroom.
+        assert_eq!(w.window(), 70_000_000 + 500_000);
+    }
+
+    #[test]
+    fn losses_without_a_queue_keep_the_rate_losses_with_one_cut_it() {
+        let t0 = Instant::now();
+        let rtt = Duration::from_millis(100);
+        for (queue, cut) in [(Duration::ZERO, false), (Duration::from_millis(40), true)] {
+            let mut w = Wan::new(1452, 1_000_000_000);
+            // Two rounds of 100 ms: 1 Gbit/s delivered at the path RTT, then
+            // 500 Mbit/s with losses, at the path RTT or 40 ms above it.
+            let mut t = t0;
+            for _ in 0..1000 {
+                t += Duration::from_micros(100);
+                w.on_ack(t, 12_500, rtt);
+            }
+            for _ in 0..1000 {
+                t += Duration::from_micros(100);
+                w.on_loss(t, 100);
+                w.on_ack(t, 6_250, rtt + queue);
+            }
+            // The ACK that closes the second round.
+            w.on_ack(t + Duration::from_millis(1), 6_250, rtt + queue);
+            let bw = w.bandwidth();
+            if cut {
+                assert!(bw < 700_000_000, "congested loss kept {bw} bit/s");
+            } else {
+                assert!(
+                    bw >= 1_000_000_000,
+                    "random loss cut the rate to {bw} bit/s"
+                );
+            }
+        }
+    }
+}
