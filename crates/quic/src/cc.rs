@@ -48,6 +48,9 @@ pub enum CcChoice {
     NewReno,
     /// Send at this many bits per second whatever the loss.
     Fixed(u64),
+    /// longhaul's controller for long lossy paths ([`crate::wan`]), starting at
+    /// this hint (bits/s; 0: measure from scratch).
+    Wan(u64),
 }
 
 impl CcChoice {
@@ -56,8 +59,12 @@ impl CcChoice {
             "bbr" => CcChoice::Bbr,
             "cubic" => CcChoice::Cubic,
             "reno" | "newreno" => CcChoice::NewReno,
+            "wan" => CcChoice::Wan(0),
+            f if f.starts_with("wan:") => CcChoice::Wan(parse_rate(&f[4..])?),
             f if f.starts_with("fixed:") => CcChoice::Fixed(parse_rate(&f[6..])?),
-            _ => bail!("unknown congestion controller {s:?}: use bbr, cubic, reno or fixed:RATE"),
+            _ => bail!(
+                "unknown congestion controller {s:?}: use wan, wan:HINT, bbr, cubic, reno or fixed:RATE"
+            ),
         })
     }
 
@@ -67,6 +74,8 @@ impl CcChoice {
             CcChoice::Cubic => "cubic".into(),
             CcChoice::NewReno => "reno".into(),
             CcChoice::Fixed(r) => format!("fixed:{r}"),
+            CcChoice::Wan(0) => "wan".into(),
+            CcChoice::Wan(h) => format!("wan:{h}"),
         }
     }
 
@@ -76,6 +85,7 @@ impl CcChoice {
             CcChoice::Cubic => Arc::new(CubicConfig::default()).build(now, mtu),
             CcChoice::NewReno => Arc::new(NewRenoConfig::default()).build(now, mtu),
             CcChoice::Fixed(rate) => Box::new(FixedRate::new(rate, mtu)),
+            CcChoice::Wan(hint) => Box::new(WanController::new(mtu, hint)),
         }
     }
 }
@@ -133,6 +143,52 @@ impl Controller for FixedRate {
     }
     fn initial_window(&self) -> u64 {
         rate_window(self.rate, Duration::from_millis(100), self.mtu)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// [`crate::wan::Wan`] behind quinn's controller interface. RTT samples are
+/// taken per acknowledged packet (ACK time less send time); losses are counted
+/// per congestion event quinn reports.
+#[derive(Debug, Clone)]
+pub struct WanController {
+    core: crate::wan::Wan,
+}
+
+impl WanController {
+    pub fn new(mtu: u16, hint: u64) -> Self {
+        WanController {
+            core: crate::wan::Wan::new(mtu, hint),
+        }
+    }
+}
+
+impl Controller for WanController {
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        bytes: u64,
+        _app_limited: bool,
+        _rtt: &quinn_proto::RttEstimator,
+    ) {
+        self.core
+            .on_ack(now, bytes, now.saturating_duration_since(sent));
+    }
+    fn on_congestion_event(&mut self, now: Instant, _sent: Instant, _persistent: bool, lost: u64) {
+        self.core.on_loss(now, lost);
+    }
+    fn on_mtu_update(&mut self, _mtu: u16) {}
+    fn window(&self) -> u64 {
+        self.core.window()
+    }
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(self.clone())
+    }
+    fn initial_window(&self) -> u64 {
+        self.core.window()
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
         self
@@ -296,6 +352,10 @@ mod tests {
             CcChoice::Fixed(1_000_000_000)
         );
         assert!(CcChoice::parse("vegas").is_err());
+        assert_eq!(CcChoice::parse("wan").unwrap(), CcChoice::Wan(0));
+        let hinted = CcChoice::parse("wan:900M").unwrap();
+        assert_eq!(hinted, CcChoice::Wan(900_000_000));
+        assert_eq!(CcChoice::parse(&hinted.name()).unwrap(), hinted);
     }
 
     #[test]
