@@ -56,3 +56,60 @@ fn max_rate_is_honoured() {
         report.join("\n")
     );
 }
+
+/// Every controller a user can name moves a file intact, and the report says
+/// which one ran (the server sends a get, with the client's choice).
+#[test]
+fn each_congestion_controller_delivers() {
+    let t = Tmp::new("ccs");
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    gen_file(&root.join("f.bin"), 5, 8 * MIB);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    for cc in ["wan", "wan:500M", "bbr", "cubic", "reno", "fixed:300M"] {
+        eprintln!("--cc {cc}");
+        let _ = std::fs::remove_file(dest.join("f.bin"));
+        let out = c.run(
+            "get",
+            [
+                OsString::from("--accept-new"),
+                "--json".into(),
+                "--cc".into(),
+                cc.into(),
+                srv.remote("f.bin"),
+                dest.clone().into(),
+            ],
+        );
+        out.expect_code(0);
+        assert_eq!(
+            hash_file(&dest.join("f.bin")),
+            hash_file(&root.join("f.bin")),
+            "{cc}"
+        );
+        let want = match cc {
+            "wan:500M" => "wan:500000000".to_string(),
+            "fixed:300M" => "fixed:300000000".to_string(),
+            c => c.to_string(),
+        };
+        assert_eq!(out.json()["cc"], want.as_str(), "{cc}");
+    }
+    let out = c.run(
+        "get",
+        [
+            OsString::from("--accept-new"),
+            "--cc".into(),
+            "vegas".into(),
+            srv.remote("f.bin"),
+            dest.clone().into(),
+        ],
+    );
+    assert!(
+        out.stderr
+            .contains("unknown congestion controller \"vegas\""),
+        "{}",
+        out.stderr
+    );
+}

@@ -180,7 +180,9 @@ impl Controller for WanController {
     fn on_congestion_event(&mut self, now: Instant, _sent: Instant, _persistent: bool, lost: u64) {
         self.core.on_loss(now, lost);
     }
-    fn on_mtu_update(&mut self, _mtu: u16) {}
+    fn on_mtu_update(&mut self, mtu: u16) {
+        self.core.set_mtu(mtu);
+    }
     fn window(&self) -> u64 {
         self.core.window()
     }

@@ -118,6 +118,12 @@ impl Wan {
         w
     }
 
+    /// The path's datagram size changed (MTU discovery): the window's floor
+    /// follows, or a window below one datagram would stall the sender.
+    pub fn set_mtu(&mut self, mtu: u16) {
+        self.mtu = mtu as u64;
+    }
+
     pub fn mode(&self) -> Mode {
         self.mode
     }
@@ -270,6 +276,17 @@ mod tests {
         w.on_ack(t, 1452, Duration::from_millis(700));
         // 100 MB/s x 0.7 s + 5 ms of headroom.
         assert_eq!(w.window(), 70_000_000 + 500_000);
+    }
+
+    #[test]
+    fn the_window_always_holds_a_few_datagrams_of_the_current_size() {
+        // A tiny path (loopback: 100 µs, a slow hint) after MTU discovery grew
+        // datagrams from 1200 to 6500 bytes: below one datagram it would stall.
+        let mut w = Wan::new(1200, 1000);
+        w.on_ack(Instant::now(), 1200, Duration::from_micros(100));
+        assert_eq!(w.window(), 4 * 1200);
+        w.set_mtu(6500);
+        assert_eq!(w.window(), 4 * 6500);
     }
 
     #[test]
