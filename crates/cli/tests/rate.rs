@@ -5,6 +5,22 @@ mod common;
 use common::*;
 use std::ffi::OsString;
 
+/// `get --json OPT VALUE` of the server's f.bin into `dest`, afresh.
+fn get_json(c: &Client, srv: &Server, dest: &std::path::Path, opt: &str, value: &str) -> Out {
+    let _ = std::fs::remove_file(dest.join("f.bin"));
+    c.run(
+        "get",
+        [
+            OsString::from("--accept-new"),
+            "--json".into(),
+            opt.into(),
+            value.into(),
+            srv.remote("f.bin"),
+            dest.into(),
+        ],
+    )
+}
+
 #[test]
 fn max_rate_is_honoured() {
     let t = Tmp::new("rate");
@@ -18,18 +34,7 @@ fn max_rate_is_honoured() {
     std::fs::create_dir(&dest).unwrap();
     let mut report = Vec::new();
     for rate in [100u64, 200] {
-        let _ = std::fs::remove_file(dest.join("f.bin"));
-        let out = c.run(
-            "get",
-            [
-                OsString::from("--accept-new"),
-                "--json".into(),
-                "--max-rate".into(),
-                format!("{rate}M").into(),
-                srv.remote("f.bin"),
-                dest.clone().into(),
-            ],
-        );
+        let out = get_json(&c, &srv, &dest, "--max-rate", &format!("{rate}M"));
         out.expect_code(0);
         let j = out.json();
         assert_eq!(
@@ -71,18 +76,7 @@ fn each_congestion_controller_delivers() {
     std::fs::create_dir(&dest).unwrap();
     for cc in ["wan", "wan:500M", "bbr", "cubic", "reno", "fixed:300M"] {
         eprintln!("--cc {cc}");
-        let _ = std::fs::remove_file(dest.join("f.bin"));
-        let out = c.run(
-            "get",
-            [
-                OsString::from("--accept-new"),
-                "--json".into(),
-                "--cc".into(),
-                cc.into(),
-                srv.remote("f.bin"),
-                dest.clone().into(),
-            ],
-        );
+        let out = get_json(&c, &srv, &dest, "--cc", cc);
         out.expect_code(0);
         assert_eq!(
             hash_file(&dest.join("f.bin")),
