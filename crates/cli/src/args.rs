@@ -111,8 +111,9 @@ pub struct NetArgs {
     #[arg(long, value_name = "N")]
     pub streams: Option<usize>,
     /// Congestion control when sending: bbr, cubic, reno, fixed:RATE, or wan /
-    /// wan:HINT (longhaul's controller for long lossy paths, experimental; HINT a
-    /// starting rate). For `get` the server sends, and applies the client's choice.
+    /// wan:HINT (longhaul's controller for long lossy paths, experimental; it
+    /// starts at HINT, else at --max-rate, else measures from scratch). For `get`
+    /// the server sends, and applies the client's choice.
     #[arg(long, value_name = "CC")]
     pub cc: Option<String>,
     /// Cap the sending rate (bits/s: 400M, 1G); a server caps every session.

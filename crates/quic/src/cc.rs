@@ -79,6 +79,16 @@ impl CcChoice {
         }
     }
 
+    /// `wan` without a hint starts at the session's `--max-rate` if it has one:
+    /// the user said what the path carries (and the controller cuts a wrong
+    /// hint within a few round trips, see `wan`).
+    fn hinted(self, max_rate: u64) -> CcChoice {
+        match self {
+            CcChoice::Wan(0) if max_rate > 0 => CcChoice::Wan(max_rate),
+            c => c,
+        }
+    }
+
     fn build(self, now: Instant, mtu: u16) -> Box<dyn Controller> {
         match self {
             CcChoice::Bbr => Arc::new(BbrConfig::default()).build(now, mtu),
@@ -230,7 +240,7 @@ impl Switchable {
         }
         if let Some((choice, max_rate)) = self.handle.pending.lock().unwrap().take() {
             if let Some(c) = choice {
-                self.inner = c.build(self.created, self.mtu);
+                self.inner = c.hinted(max_rate).build(self.created, self.mtu);
             }
             self.max_rate = max_rate;
         }
@@ -327,7 +337,7 @@ impl ControllerFactory for CcFactory {
         let handle = Arc::new(CcHandle::default());
         *self.last.lock().unwrap() = Some(handle.clone());
         Box::new(Switchable {
-            inner: self.default.build(now, mtu),
+            inner: self.default.hinted(self.max_rate).build(now, mtu),
             handle,
             max_rate: self.max_rate,
             rtt: Duration::from_millis(100),
@@ -381,5 +391,13 @@ mod tests {
             "cubic starts small, got {}",
             c.window()
         );
+        // wan with a cap and no hint of its own starts at the cap: 100 ms of
+        // 400 Mbit/s before any RTT is known (without it: 32 datagrams).
+        h.set(Some(CcChoice::Wan(0)), 400_000_000);
+        c.on_sent(now, 1200, 3);
+        assert_eq!(c.window(), 5_000_000);
+        h.set(Some(CcChoice::Wan(0)), 0);
+        c.on_sent(now, 1200, 4);
+        assert_eq!(c.window(), 32 * 1200);
     }
 }
