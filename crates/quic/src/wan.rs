@@ -11,7 +11,8 @@
 //!   driver paces at about window / RTT.
 //! - **Random loss is not congestion.** A round with losses is read as
 //!   congestion only when the same round also saw a queue: its smallest RTT stood
-//!   above the path RTT by more than [`QUEUE_TARGET`] (a full bottleneck queue is
+//!   above the path RTT by more than [`QUEUE_TARGET`] or 5 % of the path RTT,
+//!   whichever is more (ACK delay and jitter stay below that; a full bottleneck queue is
 //!   what drops packets under a paced sender; a lossy link drops them with the
 //!   queue empty). Then the bandwidth estimate falls to what was delivered.
 //! - **Queue**: once started, a round whose smallest RTT exceeds the path RTT by
