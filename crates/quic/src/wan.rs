@@ -70,14 +70,13 @@ pub struct Wan {
     min_prev: Option<Duration>,
     min_cur: Option<Duration>,
     bucket_start: Option<Instant>,
-    /// The round under way: when it began, bytes acknowledged and lost in it,
-    /// its smallest RTT sample, and the bytes sent when it began (it ends when
-    /// a packet sent after its start is acknowledged).
+    /// The round under way: when its first ACK came, bytes acknowledged and
+    /// lost in it, and its smallest RTT sample. A round ends with the first ACK
+    /// one path RTT after its start.
     round_start: Option<Instant>,
     round_acked: u64,
     round_lost: u64,
     round_min_rtt: Option<Duration>,
-    rounds: u64,
     cycle: usize,
     /// Startup: the bandwidth at the last growth, and rounds since.
     full_bw: f64,
@@ -102,7 +101,6 @@ impl Wan {
             round_acked: 0,
             round_lost: 0,
             round_min_rtt: None,
-            rounds: 0,
             cycle: 0,
             full_bw: 0.0,
             full_bw_rounds: 0,
@@ -206,7 +204,6 @@ impl Wan {
     }
 
     fn end_round(&mut self, len: Duration) {
-        self.rounds += 1;
         let rate = self.round_acked as f64 / len.as_secs_f64().max(1e-6);
         let path = self.min_rtt().unwrap_or(len);
         let queued = self
