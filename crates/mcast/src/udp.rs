@@ -138,15 +138,15 @@ fn wait(sock: &UdpSocket, until: Option<Instant>, cap: Duration) -> io::Result<(
 
 /// Datagrams in, several per system call (GRO aggregates cut at their stride).
 struct Inbox {
-    bufs: Vec<Vec<u8>>,
-    meta: Vec<RecvMeta>,
+    bufs: [Vec<u8>; RECV_BUFS],
+    meta: [RecvMeta; RECV_BUFS],
 }
 
 impl Inbox {
     fn new() -> Inbox {
         Inbox {
-            bufs: vec![vec![0u8; RECV_BUF]; RECV_BUFS],
-            meta: vec![RecvMeta::default(); RECV_BUFS],
+            bufs: std::array::from_fn(|_| vec![0u8; RECV_BUF]),
+            meta: [RecvMeta::default(); RECV_BUFS],
         }
     }
 
@@ -159,8 +159,7 @@ impl Inbox {
         f: &mut dyn FnMut(SocketAddr, &mut [u8]),
     ) -> io::Result<bool> {
         let n = {
-            let mut slices: Vec<IoSliceMut> =
-                self.bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+            let mut slices = self.bufs.each_mut().map(|b| IoSliceMut::new(b));
             match state.recv(sock.into(), &mut slices, &mut self.meta) {
                 Ok(n) => n,
                 Err(e)
@@ -191,7 +190,10 @@ impl Inbox {
 }
 
 /// Datagrams out: runs of equal-sized datagrams to one place go as one GSO send.
-struct Outbox {
+struct Outbox<'a> {
+    state: &'a UdpSocketState,
+    sock: &'a UdpSocket,
+    targets: &'a Targets,
     batch: Vec<u8>,
     seg: usize,
     count: usize,
@@ -199,9 +201,12 @@ struct Outbox {
     max_segments: usize,
 }
 
-impl Outbox {
-    fn new(state: &UdpSocketState) -> Outbox {
+impl<'a> Outbox<'a> {
+    fn new(state: &'a UdpSocketState, sock: &'a UdpSocket, targets: &'a Targets) -> Outbox<'a> {
         Outbox {
+            state,
+            sock,
+            targets,
             batch: Vec::with_capacity(GSO_BYTES + MAX_DATAGRAM),
             seg: 0,
             count: 0,
@@ -210,21 +215,14 @@ impl Outbox {
         }
     }
 
-    fn push(
-        &mut self,
-        state: &UdpSocketState,
-        sock: &UdpSocket,
-        targets: &Targets,
-        dest: Dest,
-        d: &[u8],
-    ) -> io::Result<()> {
+    fn push(&mut self, dest: Dest, d: &[u8]) -> io::Result<()> {
         // GSO: every segment the same size, except a shorter last one.
         let fits = self.dest == Some(dest)
             && d.len() <= self.seg
             && self.count < self.max_segments
             && self.batch.len() + d.len() <= GSO_BYTES;
         if !fits {
-            self.flush(state, sock, targets)?;
+            self.flush()?;
         }
         if self.count == 0 {
             self.seg = d.len();
@@ -233,29 +231,21 @@ impl Outbox {
         self.batch.extend_from_slice(d);
         self.count += 1;
         if d.len() < self.seg {
-            self.flush(state, sock, targets)?; // a short one ends its batch
+            self.flush()?; // a short one ends its batch
         }
         Ok(())
     }
 
-    fn flush(
-        &mut self,
-        state: &UdpSocketState,
-        sock: &UdpSocket,
-        targets: &Targets,
-    ) -> io::Result<()> {
+    fn flush(&mut self) -> io::Result<()> {
         let Some(dest) = self.dest.take() else {
             return Ok(());
         };
         let segment_size = (self.count > 1).then_some(self.seg);
-        let r = match (dest, targets) {
-            (Dest::To(a), _) => send(state, sock, a, &self.batch, segment_size),
-            (Dest::Group, Targets::Multicast(g)) => {
-                send(state, sock, SocketAddr::V4(*g), &self.batch, segment_size)
-            }
-            (Dest::Group, Targets::Fanout(list)) => list
-                .iter()
-                .try_for_each(|&a| send(state, sock, a, &self.batch, segment_size)),
+        let send = |to| send(self.state, self.sock, to, &self.batch, segment_size);
+        let r = match (dest, self.targets) {
+            (Dest::To(a), _) => send(a),
+            (Dest::Group, Targets::Multicast(g)) => send(SocketAddr::V4(*g)),
+            (Dest::Group, Targets::Fanout(list)) => list.iter().try_for_each(|&a| send(a)),
         };
         self.batch.clear();
         self.count = 0;
@@ -274,7 +264,7 @@ pub fn run_sender(
     on_event: &mut dyn FnMut(&Sender, SenderEvent),
 ) -> io::Result<()> {
     let state = UdpSocketState::new(sock.into())?;
-    let mut outbox = Outbox::new(&state);
+    let mut outbox = Outbox::new(&state, sock, targets);
     let mut inbox = Inbox::new();
     let mut out = Vec::with_capacity(MAX_DATAGRAM);
     let mut aborted = false;
@@ -294,14 +284,18 @@ pub fn run_sender(
                     while let Some(e) = core.poll_event() {
                         on_event(core, e);
                     }
-                    let _ = outbox.flush(&state, sock, targets);
-                    let _ = flush(&state, sock, targets, core, src, &mut out);
+                    // Get the END datagrams out.
+                    let t = Instant::now();
+                    while let Ok(Some(d)) = core.poll_transmit(t, src, &mut out) {
+                        let _ = outbox.push(d, &out);
+                    }
+                    let _ = outbox.flush();
                     return Err(e);
                 }
             };
-            outbox.push(&state, sock, targets, dest, &out)?;
+            outbox.push(dest, &out)?;
         }
-        outbox.flush(&state, sock, targets)?;
+        outbox.flush()?;
         while let Some(e) = core.poll_event() {
             on_event(core, e);
         }
@@ -318,23 +312,6 @@ pub fn run_sender(
             core.handle(Instant::now(), from, d)
         })? {}
     }
-}
-
-/// After an abort: get the END datagrams out.
-fn flush(
-    state: &UdpSocketState,
-    sock: &UdpSocket,
-    targets: &Targets,
-    core: &mut Sender,
-    src: &mut dyn Source,
-    out: &mut Vec<u8>,
-) -> io::Result<()> {
-    let now = Instant::now();
-    let mut outbox = Outbox::new(state);
-    while let Ok(Some(d)) = core.poll_transmit(now, src, out) {
-        outbox.push(state, sock, targets, d, out)?;
-    }
-    outbox.flush(state, sock, targets)
 }
 
 fn writable(sock: &UdpSocket) -> io::Result<()> {
