@@ -13,7 +13,7 @@ use crate::receiver::Store;
 use crate::sender::Source;
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
 use cap_std::fs::{Dir, OpenOptions};
-use longhaul_transfer::place::{sibling_name, Dest, PART};
+use longhaul_transfer::place::{open_read, sibling_name, Dest, PART};
 use longhaul_transfer::walk::Walker;
 use longhaul_transfer::{EntryKind, RelPath};
 use std::collections::HashMap;
@@ -43,7 +43,7 @@ struct SrcFile {
 pub struct FileSet {
     pub manifest: Manifest,
     files: Vec<SrcFile>,
-    open: HashMap<usize, File>,
+    open: FdCache,
     /// Problems met while walking (unreadable entries are left out and reported).
     pub skipped: Vec<String>,
 }
@@ -154,27 +154,14 @@ impl FileSet {
         Ok(FileSet {
             manifest: Manifest { items },
             files,
-            open: HashMap::new(),
+            open: FdCache::default(),
             skipped,
         })
     }
 
     fn file(&mut self, i: usize) -> io::Result<&File> {
-        if !self.open.contains_key(&i) {
-            if self.open.len() >= MAX_FDS {
-                self.open.clear();
-            }
-            let f = &self.files[i];
-            let fd = f
-                .root
-                .open_with(
-                    f.path.as_path(),
-                    OpenOptions::new().read(true).follow(FollowSymlinks::No),
-                )?
-                .into_std();
-            self.open.insert(i, fd);
-        }
-        Ok(&self.open[&i])
+        let f = &self.files[i];
+        self.open.get(i, || open_read(&f.root, f.path.as_path()))
     }
 }
 
@@ -183,12 +170,7 @@ fn hash_file(
     path: &RelPath,
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<([u8; 32], u64)> {
-    let mut f = root
-        .open_with(
-            path.as_path(),
-            OpenOptions::new().read(true).follow(FollowSymlinks::No),
-        )?
-        .into_std();
+    let mut f = open_read(root, path.as_path())?;
     let mut h = blake3::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;
@@ -204,31 +186,63 @@ fn hash_file(
     Ok((*h.finalize().as_bytes(), n))
 }
 
-/// Index of the file holding `offset` (files sorted by offset; empty files skipped).
-fn locate<T>(files: &[T], offset: u64, at: impl Fn(&T) -> (u64, u64)) -> usize {
-    files.partition_point(|f| {
-        let (o, l) = at(f);
+/// The pieces of `offset..offset + len` of the data object, file by file: (file
+/// index, offset in that file, range of the caller's buffer). `span` gives a
+/// file's (offset, length) in the object; files are sorted by offset. None if
+/// the range runs past the last file.
+fn pieces<T>(
+    files: &[T],
+    mut offset: u64,
+    len: usize,
+    span: impl Fn(&T) -> (u64, u64),
+) -> Option<Vec<(usize, u64, std::ops::Range<usize>)>> {
+    // The file holding `offset` (empty files skipped).
+    let mut i = files.partition_point(|f| {
+        let (o, l) = span(f);
         o + l <= offset
-    })
+    });
+    let mut out = Vec::new();
+    let mut done = 0usize;
+    while done < len {
+        let (fo, fl) = span(files.get(i)?);
+        let n = ((fo + fl - offset) as usize).min(len - done);
+        out.push((i, offset - fo, done..done + n));
+        done += n;
+        offset += n as u64;
+        i += 1;
+    }
+    Some(out)
+}
+
+/// Open files by index, at most [`MAX_FDS`] at once (all are closed when full).
+#[derive(Default)]
+struct FdCache(HashMap<usize, File>);
+
+impl FdCache {
+    fn get(&mut self, i: usize, open: impl FnOnce() -> io::Result<File>) -> io::Result<&File> {
+        if !self.0.contains_key(&i) {
+            if self.0.len() >= MAX_FDS {
+                self.0.clear();
+            }
+            self.0.insert(i, open()?);
+        }
+        Ok(&self.0[&i])
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 impl Source for FileSet {
-    fn read_data(&mut self, mut offset: u64, mut buf: &mut [u8]) -> io::Result<()> {
-        let mut i = locate(&self.files, offset, |f| (f.offset, f.len));
-        while !buf.is_empty() {
-            let (fo, fl) = match self.files.get(i) {
-                Some(f) => (f.offset, f.len),
-                None => return Err(io::Error::other("read beyond the data object")),
-            };
-            let n = ((fo + fl - offset) as usize).min(buf.len());
-            let (now, rest) = buf.split_at_mut(n);
-            self.file(i)?.read_exact_at(now, offset - fo).map_err(|e| {
+    fn read_data(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let pieces = pieces(&self.files, offset, buf.len(), |f| (f.offset, f.len))
+            .ok_or_else(|| io::Error::other("read beyond the data object"))?;
+        for (i, at, r) in pieces {
+            self.file(i)?.read_exact_at(&mut buf[r], at).map_err(|e| {
                 let p = self.files[i].path.display();
                 io::Error::new(e.kind(), format!("{p}: {e} (did it shrink?)"))
             })?;
-            offset += n as u64;
-            buf = rest;
-            i += 1;
         }
         Ok(())
     }
@@ -247,7 +261,7 @@ pub struct FileStore {
     dest: Option<Dest>,
     manifest: Option<Manifest>,
     parts: Vec<Part>,
-    open: HashMap<usize, File>,
+    open: FdCache,
     /// How long the last `finish` (sync, verify, rename) took.
     finish_time: std::time::Duration,
 }
@@ -262,51 +276,32 @@ impl FileStore {
             dest: None,
             manifest: None,
             parts: Vec::new(),
-            open: HashMap::new(),
+            open: FdCache::default(),
             finish_time: std::time::Duration::ZERO,
         })
     }
 
     fn file(&mut self, i: usize) -> io::Result<&File> {
-        if !self.open.contains_key(&i) {
-            if self.open.len() >= MAX_FDS {
-                self.open.clear();
-            }
-            let p = &self.parts[i];
-            let fd = p
-                .dir
-                .open_with(
-                    os(&sibling_name(&p.name, PART)),
-                    OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .follow(FollowSymlinks::No),
-                )?
-                .into_std();
-            self.open.insert(i, fd);
-        }
-        Ok(&self.open[&i])
+        let p = &self.parts[i];
+        self.open.get(i, || {
+            let mut o = OpenOptions::new();
+            o.read(true).write(true).follow(FollowSymlinks::No);
+            Ok(p.dir
+                .open_with(os(&sibling_name(&p.name, PART)), &o)?
+                .into_std())
+        })
     }
 
     fn each_piece(
         &mut self,
-        mut offset: u64,
+        offset: u64,
         len: usize,
         mut f: impl FnMut(&File, u64, std::ops::Range<usize>) -> io::Result<()>,
     ) -> io::Result<()> {
-        let mut i = locate(&self.parts, offset, |p| (p.span.offset, p.span.len));
-        let mut done = 0usize;
-        while done < len {
-            let (fo, fl) = match self.parts.get(i) {
-                Some(p) => (p.span.offset, p.span.len),
-                None => return Err(io::Error::other("offset beyond the session's files")),
-            };
-            let n = ((fo + fl - offset) as usize).min(len - done);
-            let file = self.file(i)?;
-            f(file, offset - fo, done..done + n)?;
-            done += n;
-            offset += n as u64;
-            i += 1;
+        let pieces = pieces(&self.parts, offset, len, |p| (p.span.offset, p.span.len))
+            .ok_or_else(|| io::Error::other("offset beyond the session's files"))?;
+        for (i, at, r) in pieces {
+            f(self.file(i)?, at, r)?;
         }
         Ok(())
     }
@@ -328,14 +323,8 @@ impl FileStore {
         self.open.clear();
         for p in &self.parts {
             let it = &m.items[p.span.item];
-            let f = p
-                .dir
-                .open_with(
-                    os(&sibling_name(&p.name, PART)),
-                    OpenOptions::new().read(true).follow(FollowSymlinks::No),
-                )
-                .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(&it.path)))?
-                .into_std();
+            let f = open_read(&p.dir, os(&sibling_name(&p.name, PART)))
+                .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(&it.path)))?;
             let mut h = blake3::Hasher::new();
             h.update_reader(&f)
                 .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(&it.path)))?;

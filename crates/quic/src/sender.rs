@@ -10,9 +10,9 @@ use crate::control::{CtlRx, CtlTx};
 use crate::proto::{ErrorCode, Frame, Outcome, RecordHeader, Want, DATA_PRELUDE};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use bytes::Bytes;
-use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
-use cap_std::fs::{Dir, OpenOptions};
+use cap_std::fs::Dir;
 use longhaul_transfer::chunk::{hex, Digest};
+use longhaul_transfer::place::open_read;
 use longhaul_transfer::walk::Walker;
 use longhaul_transfer::{ChunkPlan, Entry, EntryKind, RelPath};
 use std::collections::{HashMap, VecDeque};
@@ -434,14 +434,7 @@ fn open_source(f: &SendFile) -> std::io::Result<Arc<File>> {
     if let Some(file) = &st.file {
         return Ok(file.clone());
     }
-    let file = f
-        .dir
-        .open_with(
-            f.path.as_path(),
-            OpenOptions::new().read(true).follow(FollowSymlinks::No),
-        )?
-        .into_std();
-    let file = Arc::new(file);
+    let file = Arc::new(open_read(&f.dir, f.path.as_path())?);
     st.file = Some(file.clone());
     Ok(file)
 }

@@ -27,6 +27,13 @@ fn os(b: &[u8]) -> &Path {
     Path::new(std::ffi::OsStr::from_bytes(b))
 }
 
+/// Opens `path` beneath `dir` for reading, never following a symlink at its end.
+pub fn open_read(dir: &Dir, path: &Path) -> io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true).follow(FollowSymlinks::No);
+    Ok(dir.open_with(path, &o)?.into_std())
+}
+
 /// Hidden sibling name `.NAME.SUFFIX`, or a hashed name when that would be too long.
 pub fn sibling_name(name: &[u8], suffix: &str) -> Vec<u8> {
     if name.len() + suffix.len() + 2 <= crate::path::MAX_NAME_LEN {
@@ -95,13 +102,7 @@ impl Dest {
 
     /// BLAKE3 of the regular file at `path` (for `--checksum`).
     pub fn hash_file(&self, path: &RelPath) -> io::Result<Digest> {
-        let f = self
-            .base
-            .open_with(
-                path.as_path(),
-                OpenOptions::new().read(true).follow(FollowSymlinks::No),
-            )?
-            .into_std();
+        let f = open_read(&self.base, path.as_path())?;
         let mut h = blake3::Hasher::new();
         h.update_reader(f)?;
         Ok(*h.finalize().as_bytes())
@@ -261,11 +262,8 @@ impl Incoming {
         let mut digests = BTreeMap::new();
         let mut kept = false;
         if resume && journaled {
-            if let Ok(j) = dir.open_with(
-                os(&jname),
-                OpenOptions::new().read(true).follow(FollowSymlinks::No),
-            ) {
-                if let Ok(Some((h, recs))) = journal::read(j.into_std(), plan.count()) {
+            if let Ok(j) = open_read(&dir, os(&jname)) {
+                if let Ok(Some((h, recs))) = journal::read(j, plan.count()) {
                     if h == header {
                         for (i, d) in recs {
                             digests.insert(i, d);
