@@ -110,10 +110,13 @@ pub struct NetArgs {
     /// Concurrent data streams when sending [default: 4].
     #[arg(long, value_name = "N")]
     pub streams: Option<usize>,
-    /// Congestion control when sending: bbr, cubic, reno, fixed:RATE, or wan /
-    /// wan:HINT (longhaul's controller for long lossy paths, experimental; it
-    /// starts at HINT, else at --max-rate, else measures from scratch). For `get`
-    /// the server sends, and applies the client's choice.
+    /// Congestion control when sending: wan / wan:HINT (longhaul's controller
+    /// for long lossy paths: random loss is not read as congestion; it starts
+    /// at HINT, else at --max-rate, else measures from scratch; beside TCP flows
+    /// that keep a queue it shares the way CUBIC does), fair (that CUBIC mode
+    /// always: a fair share beside TCP), bbr, cubic, reno (quinn's), or
+    /// fixed:RATE (dedicated links: RATE whatever the loss). For `get` the
+    /// server sends, and applies the client's choice.
     #[arg(long, value_name = "CC")]
     pub cc: Option<String>,
     /// Cap the sending rate (bits/s: 400M, 1G); a server caps every session.

@@ -74,7 +74,15 @@ fn each_congestion_controller_delivers() {
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
-    for cc in ["wan", "wan:500M", "bbr", "cubic", "reno", "fixed:300M"] {
+    for cc in [
+        "wan",
+        "wan:500M",
+        "fair",
+        "bbr",
+        "cubic",
+        "reno",
+        "fixed:300M",
+    ] {
         eprintln!("--cc {cc}");
         let out = get_json(&c, &srv, &dest, "--cc", cc);
         out.expect_code(0);

@@ -117,6 +117,25 @@ fn rate(v: &str) -> Result<()> {
     crate::scenario::parse_rate(v).map(|_| ())
 }
 
+/// `longhaul get --cc`: checked by the CLI itself, which says what it takes;
+/// here only the form, so a typo fails when the suite loads, not mid-run.
+fn longhaul_cc(v: &str) -> Result<()> {
+    let (name, arg) = v.split_once(':').unwrap_or((v, ""));
+    match (name, arg) {
+        ("wan" | "fair" | "bbr" | "cubic" | "reno", "") => Ok(()),
+        ("wan" | "fixed", r) if !r.is_empty() => rate(r),
+        _ => bail!("wan, wan:HINT, fair, bbr, cubic, reno or fixed:RATE"),
+    }
+}
+
+/// A kernel TCP congestion control iperf3 may ask for (`-C`).
+fn kernel_cc(v: &str) -> Result<()> {
+    match v {
+        "cubic" | "bbr" | "reno" => Ok(()),
+        _ => bail!("cubic, bbr or reno"),
+    }
+}
+
 /// A setting's value, or the default.
 fn get<'a>(s: &'a Settings, k: &str, default: &'a str) -> &'a str {
     s.get(k).map_or(default, |v| v.as_str())
@@ -267,7 +286,22 @@ impl Tool {
                 "longhaul multicast send --rate, default 90% of the line rate",
                 rate,
             )],
-            Tool::Iperf3 => &[("streams", "iperf3 -P: parallel streams, default 1", count_1_to_64)],
+            Tool::Iperf3 => &[
+                ("streams", "iperf3 -P: parallel streams, default 1", count_1_to_64),
+                (
+                    "cc",
+                    "iperf3 -C: the sender's TCP congestion control, default the suite's (or the kernel's)",
+                    kernel_cc,
+                ),
+            ],
+            Tool::Longhaul => &[
+                (
+                    "cc",
+                    "longhaul get --cc: the server's congestion controller for the data, default longhaul's",
+                    longhaul_cc,
+                ),
+                ("max-rate", "longhaul get --max-rate: a rate cap and wan's start hint", rate),
+            ],
             _ => &[],
         }
     }
@@ -404,16 +438,21 @@ impl Tool {
                         7878,
                     )],
                     actors: per_receiver(&|i, r| {
-                        v(&[
+                        let mut argv = v(&[
                             &exe,
                             "get",
                             "--accept-new",
                             "--known-hosts",
                             &p(&s.run.join(format!("known_hosts-{i}"))),
                             "--quiet",
-                            &format!("{a}:./"),
-                            &p(&r.dst),
-                        ])
+                        ]);
+                        for k in ["cc", "max-rate"] {
+                            if let Some(x) = s.settings.get(k) {
+                                argv.extend([format!("--{k}"), x.clone()]);
+                            }
+                        }
+                        argv.extend([format!("{a}:./"), p(&r.dst)]);
+                        argv
                     }),
                 }
             }
@@ -766,7 +805,7 @@ impl Tool {
                 Commands {
                     daemons,
                     actors: per_receiver(&|i, _| {
-                        v(&[
+                        let mut argv = v(&[
                             "iperf3",
                             "-c",
                             &a,
@@ -777,7 +816,12 @@ impl Tool {
                             "-R",
                             "-n",
                             &s.bytes.max(1).to_string(),
-                        ])
+                        ]);
+                        // With -R the server sends; iperf3 hands it -C.
+                        if let Some(cc) = s.settings.get("cc") {
+                            argv.extend(["-C".to_string(), cc.clone()]);
+                        }
+                        argv
                     }),
                 }
             }
@@ -835,6 +879,27 @@ mod tests {
         );
     }
 
+    /// The first client command `tool` runs for one receiver, as Debug text.
+    fn first_client(tool: Tool, settings: &Settings) -> String {
+        let t = tempfile::tempdir().unwrap();
+        let rx = [Receiver {
+            addr: Ipv4Addr::new(10, 77, 0, 2),
+            dst: PathBuf::from("/d"),
+        }];
+        let s = Setup {
+            exe: Path::new("/x/longhaul"),
+            src: t.path(),
+            run: t.path(),
+            server: Ipv4Addr::new(10, 77, 0, 1),
+            receivers: &rx,
+            bytes: 1,
+            line_rate_bps: 1_000_000_000,
+            rtt: std::time::Duration::ZERO,
+            settings,
+        };
+        format!("{:?}", tool.commands(&s).unwrap().actors[0].argv)
+    }
+
     #[test]
     fn settings_are_checked_and_reach_the_command() {
         let spec: ToolSpec = "gridftp:tcp-bs=4MB,p=8,pp=no".parse().unwrap();
@@ -848,25 +913,7 @@ mod tests {
         assert!(err("rsync:p=1").contains("it has none"));
         assert!(err("gridftp:p=2,p=3").contains("given twice"));
         assert!(err("uftp:rate=fast").contains("rate=fast"));
-        let t = tempfile::tempdir().unwrap();
-        let rx = [Receiver {
-            addr: Ipv4Addr::new(10, 77, 0, 2),
-            dst: PathBuf::from("/d"),
-        }];
-        let setup = |settings: &Settings| {
-            let s = Setup {
-                exe: Path::new("/x/longhaul"),
-                src: t.path(),
-                run: t.path(),
-                server: Ipv4Addr::new(10, 77, 0, 1),
-                receivers: &rx,
-                bytes: 1,
-                line_rate_bps: 1_000_000_000,
-                rtt: std::time::Duration::ZERO,
-                settings,
-            };
-            format!("{:?}", spec.tool.commands(&s).unwrap().actors[0].argv)
-        };
+        let setup = |settings: &Settings| first_client(spec.tool, settings);
         let argv = setup(&spec.settings);
         assert!(
             argv.contains("\"-fast\", \"-cc\", \"4\", \"-p\", \"8\", \"-tcp-bs\", \"4000000\""),
@@ -878,6 +925,26 @@ mod tests {
             argv.contains("\"-fast\", \"-pp\", \"-cc\", \"4\", \"-p\", \"4\", \"-r\""),
             "{argv}"
         );
+    }
+
+    #[test]
+    fn congestion_control_settings_reach_longhaul_and_iperf3() {
+        let err = |s: &str| s.parse::<ToolSpec>().unwrap_err().to_string();
+        assert!(err("longhaul:cc=vegas").contains("wan, wan:HINT, fair, bbr"));
+        assert!(err("longhaul:cc=wan:fast").contains("cc=wan:fast"));
+        assert!(err("iperf3:cc=vegas").contains("cubic, bbr or reno"));
+        let argv = |spec: &str| {
+            let spec: ToolSpec = spec.parse().unwrap();
+            first_client(spec.tool, &spec.settings)
+        };
+        let a = argv("longhaul:cc=wan:1G,max-rate=900M");
+        assert!(
+            a.ends_with(r#""--cc", "wan:1G", "--max-rate", "900M", "10.77.0.1:./", "/d"]"#),
+            "{a}"
+        );
+        assert!(!argv("longhaul").contains("--cc"));
+        assert!(argv("iperf3:cc=bbr").ends_with(r#""-C", "bbr"]"#));
+        assert!(!argv("iperf3").contains("-C"));
     }
 
     #[test]

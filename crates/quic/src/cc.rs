@@ -51,6 +51,8 @@ pub enum CcChoice {
     /// longhaul's controller for long lossy paths ([`crate::wan`]), starting at
     /// this hint (bits/s; 0: measure from scratch).
     Wan(u64),
+    /// `wan`'s CUBIC mode alone: takes a fair share beside TCP.
+    Fair,
 }
 
 impl CcChoice {
@@ -60,10 +62,11 @@ impl CcChoice {
             "cubic" => CcChoice::Cubic,
             "reno" | "newreno" => CcChoice::NewReno,
             "wan" => CcChoice::Wan(0),
+            "fair" => CcChoice::Fair,
             f if f.starts_with("wan:") => CcChoice::Wan(parse_rate(&f[4..])?),
             f if f.starts_with("fixed:") => CcChoice::Fixed(parse_rate(&f[6..])?),
             _ => bail!(
-                "unknown congestion controller {s:?}: use wan, wan:HINT, bbr, cubic, reno or fixed:RATE"
+                "unknown congestion controller {s:?}: use wan, wan:HINT, fair, bbr, cubic, reno or fixed:RATE"
             ),
         })
     }
@@ -76,6 +79,7 @@ impl CcChoice {
             CcChoice::Fixed(r) => format!("fixed:{r}"),
             CcChoice::Wan(0) => "wan".into(),
             CcChoice::Wan(h) => format!("wan:{h}"),
+            CcChoice::Fair => "fair".into(),
         }
     }
 
@@ -96,6 +100,7 @@ impl CcChoice {
             CcChoice::NewReno => Arc::new(NewRenoConfig::default()).build(now, mtu),
             CcChoice::Fixed(rate) => Box::new(FixedRate::new(rate, mtu)),
             CcChoice::Wan(hint) => Box::new(WanController::new(mtu, hint)),
+            CcChoice::Fair => Box::new(WanController::fair(mtu)),
         }
     }
 }
@@ -173,6 +178,12 @@ impl WanController {
             core: crate::wan::Wan::new(mtu, hint),
         }
     }
+
+    pub fn fair(mtu: u16) -> Self {
+        WanController {
+            core: crate::wan::Wan::fair(mtu),
+        }
+    }
 }
 
 impl Controller for WanController {
@@ -187,8 +198,8 @@ impl Controller for WanController {
         self.core
             .on_ack(now, bytes, now.saturating_duration_since(sent));
     }
-    fn on_congestion_event(&mut self, now: Instant, _sent: Instant, _persistent: bool, lost: u64) {
-        self.core.on_loss(now, lost);
+    fn on_congestion_event(&mut self, now: Instant, sent: Instant, _persistent: bool, lost: u64) {
+        self.core.on_loss(now, sent, lost);
     }
     fn on_mtu_update(&mut self, mtu: u16) {
         self.core.set_mtu(mtu);
@@ -365,6 +376,8 @@ mod tests {
         );
         assert!(CcChoice::parse("vegas").is_err());
         assert_eq!(CcChoice::parse("wan").unwrap(), CcChoice::Wan(0));
+        assert_eq!(CcChoice::parse("fair").unwrap(), CcChoice::Fair);
+        assert_eq!(CcChoice::Fair.name(), "fair");
         let hinted = CcChoice::parse("wan:900M").unwrap();
         assert_eq!(hinted, CcChoice::Wan(900_000_000));
         assert_eq!(CcChoice::parse(&hinted.name()).unwrap(), hinted);

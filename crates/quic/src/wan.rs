@@ -55,6 +55,98 @@ pub enum Mode {
     Startup,
     Drain,
     Cruise,
+    /// Other senders keep a queue standing: share with them the way CUBIC does.
+    Compete,
+    /// Competing, but sending half for a few rounds to see whether the queue
+    /// empties (the others have gone).
+    Yield,
+}
+
+/// CUBIC's constants (RFC 8312), for the competing mode and `fair`.
+const CUBIC_C: f64 = 0.4;
+const CUBIC_BETA: f64 = 0.8;
+/// The segment CUBIC counts its growth in: TCP's, so that the window grows
+/// as fast as theirs, whatever size our datagrams are.
+const CUBIC_MSS: f64 = 1448.0;
+/// Rounds in a row with a standing queue that only other senders can be keeping
+/// (ours drains it every round it sees it).
+pub const COMPETE_AFTER: u32 = 8;
+/// Two overflows of the queue within this many rounds mean competition.
+pub const OVERFLOW_ROUNDS: u32 = 32;
+/// Rounds in a row without a queue that end competing: the others have gone
+/// (loss-based senders keep a queue most of the time).
+const CLEAR_ROUNDS: u32 = 4;
+/// How often a competing `wan` looks whether the others have gone ...
+pub const YIELD_EVERY: Duration = Duration::from_secs(10);
+/// ... by sending half its window for this many rounds.
+const YIELD_ROUNDS: u32 = 2;
+
+/// A CUBIC window (RFC 8312) in bytes: what `fair` always uses and `wan` uses
+/// while it competes with loss-based senders.
+#[derive(Debug, Clone)]
+struct Cubic {
+    cwnd: f64,
+    /// The window at the last congestion event, and TCP's estimate since.
+    w_max: f64,
+    w_est: f64,
+    epoch: Option<Instant>,
+    /// Losses of packets sent before this belong to the last event.
+    recovery: Option<Instant>,
+    slow_start: bool,
+}
+
+impl Cubic {
+    fn new(cwnd: f64, slow_start: bool) -> Cubic {
+        Cubic {
+            cwnd,
+            w_max: cwnd,
+            w_est: cwnd,
+            epoch: None,
+            recovery: None,
+            slow_start,
+        }
+    }
+
+    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, rtt: Duration) {
+        if self.recovery.is_some_and(|r| sent <= r) {
+            return;
+        }
+        let b = bytes as f64;
+        if self.slow_start {
+            self.cwnd += b;
+            return;
+        }
+        let epoch = *self.epoch.get_or_insert(now);
+        let k = (self.w_max / CUBIC_MSS * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt();
+        let t = (now.saturating_duration_since(epoch) + rtt).as_secs_f64();
+        let target = (CUBIC_C * (t - k).powi(3) + self.w_max / CUBIC_MSS) * CUBIC_MSS;
+        // TCP-friendly region: 3(1-β)/(1+β) segments per round trip.
+        self.w_est += 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA) * CUBIC_MSS * b / self.cwnd;
+        let goal = target.max(self.w_est);
+        if goal > self.cwnd {
+            // At most half again per round trip.
+            self.cwnd += (goal - self.cwnd).min(self.cwnd / 2.0) * b / self.cwnd;
+        }
+    }
+
+    /// A packet sent at `sent` was lost: one cut per round trip of losses.
+    fn on_loss(&mut self, now: Instant, sent: Instant, floor: f64) {
+        if self.recovery.is_some_and(|r| sent <= r) {
+            return;
+        }
+        self.recovery = Some(now);
+        self.slow_start = false;
+        // Fast convergence: a window that lost ground since the last event
+        // gives up more, so a newcomer catches up.
+        self.w_max = if self.cwnd < self.w_max {
+            self.cwnd * (1.0 + CUBIC_BETA) / 2.0
+        } else {
+            self.cwnd
+        };
+        self.cwnd = (self.cwnd * CUBIC_BETA).max(floor);
+        self.w_est = self.cwnd;
+        self.epoch = None;
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -84,6 +176,18 @@ pub struct Wan {
     /// Drain the next round (a queue was seen).
     drain_next: bool,
     gain: f64,
+    /// `fair`: always CUBIC, never the model.
+    fair: bool,
+    cubic: Cubic,
+    /// Rounds in a row that saw a standing queue.
+    queued_rounds: u32,
+    /// Rounds in a row without a queue while competing.
+    clear_rounds: u32,
+    /// When the queue last overflowed outside a probe round.
+    last_overflow: Option<Instant>,
+    /// Competing since (or since the last yield), and yield rounds left.
+    compete_since: Option<Instant>,
+    yield_left: u32,
 }
 
 impl Wan {
@@ -106,6 +210,13 @@ impl Wan {
             full_bw_rounds: 0,
             drain_next: false,
             gain: STARTUP_GAIN,
+            fair: false,
+            cubic: Cubic::new(32.0 * mtu as f64, true),
+            queued_rounds: 0,
+            clear_rounds: 0,
+            last_overflow: None,
+            compete_since: None,
+            yield_left: 0,
         };
         if hint > 0 {
             w.bw = hint as f64 / 8.0;
@@ -114,6 +225,18 @@ impl Wan {
             w.gain = 1.0;
             w.cycle = 2; // start at gain 1, not with a probe
         }
+        w
+    }
+
+    /// `--cc fair`: shares a bottleneck with TCP the way CUBIC does: `wan`'s
+    /// startup measures what the path gives, then a CUBIC window from there
+    /// on, one cut per round trip with losses. (CUBIC's own slow start ends at
+    /// the first loss, which beside flows that keep the queue full comes at
+    /// once; from that small window CUBIC takes tens of seconds to grow to a
+    /// share.)
+    pub fn fair(mtu: u16) -> Wan {
+        let mut w = Wan::new(mtu, 0);
+        w.fair = true;
         w
     }
 
@@ -145,12 +268,23 @@ impl Wan {
 
     /// The rate to pace at, bits per second (0 before any estimate).
     pub fn pacing_rate(&self) -> u64 {
-        (self.gain * self.bw * 8.0) as u64
+        match (self.mode, self.min_rtt()) {
+            (Mode::Compete | Mode::Yield, Some(rtt)) => {
+                (self.window() as f64 * 8.0 / rtt.as_secs_f64().max(1e-6)) as u64
+            }
+            (Mode::Compete | Mode::Yield, None) => 0,
+            _ => (self.gain * self.bw * 8.0) as u64,
+        }
     }
 
     /// Bytes allowed in flight. Before any RTT is known: the initial window.
     pub fn window(&self) -> u64 {
         let initial = 32 * self.mtu;
+        match self.mode {
+            Mode::Compete => return (self.cubic.cwnd as u64).max(4 * self.mtu),
+            Mode::Yield => return (self.cubic.cwnd as u64 / 2).max(4 * self.mtu),
+            _ => {}
+        }
         let Some(rtt) = self.min_rtt() else {
             return if self.bw > 0.0 {
                 // A hint, no RTT yet: a round of 100 ms at the hinted rate.
@@ -172,24 +306,76 @@ impl Wan {
     /// A packet of `bytes` was acknowledged; `rtt` is this ACK's sample.
     pub fn on_ack(&mut self, now: Instant, bytes: u64, rtt: Duration) {
         let bucket = *self.bucket_start.get_or_insert(now);
-        if now.saturating_duration_since(bucket) >= MIN_RTT_WINDOW {
+        // While competing, the queue others keep never drains: the path RTT
+        // stays what it was, or their queue would pass for the path.
+        let competing = matches!(self.mode, Mode::Compete | Mode::Yield);
+        if !competing && now.saturating_duration_since(bucket) >= MIN_RTT_WINDOW {
             self.min_prev = self.min_cur.take();
             self.bucket_start = Some(now);
         }
         self.min_cur = Some(self.min_cur.map_or(rtt, |m| m.min(rtt)));
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
         self.round_acked += bytes;
+        if self.mode == Mode::Compete {
+            let path = self.min_rtt().unwrap_or(rtt);
+            self.cubic.on_ack(now, now - rtt, bytes, path);
+        }
         let start = *self.round_start.get_or_insert(now);
         // A round lasts one path RTT (at least 1 ms).
         let len = self.min_rtt().unwrap_or(rtt).max(Duration::from_millis(1));
         if now.saturating_duration_since(start) >= len {
-            self.end_round(now.saturating_duration_since(start));
+            self.end_round(now, now.saturating_duration_since(start));
         }
     }
 
-    /// `bytes` were declared lost.
-    pub fn on_loss(&mut self, _now: Instant, bytes: u64) {
+    /// `bytes` sent at `sent` were declared lost.
+    pub fn on_loss(&mut self, now: Instant, sent: Instant, bytes: u64) {
         self.round_lost += bytes;
+        if matches!(self.mode, Mode::Compete | Mode::Yield) {
+            self.cubic.on_loss(now, sent, 4.0 * self.mtu as f64);
+        }
+    }
+
+    /// Other senders keep the queue standing: compete the way they do, from
+    /// the window the model had.
+    fn compete(&mut self, now: Instant) {
+        let mut c = Cubic::new(self.window() as f64, false);
+        c.recovery = Some(now);
+        self.cubic = c;
+        self.mode = Mode::Compete;
+        self.gain = 1.0;
+        self.compete_since = Some(now);
+        self.clear_rounds = 0;
+    }
+
+    /// Competition has gone: find the rate again, from the bandwidth measured.
+    fn restart(&mut self, now: Instant) {
+        self.mode = Mode::Startup;
+        self.gain = STARTUP_GAIN;
+        self.full_bw = self.bw;
+        self.full_bw_rounds = 0;
+        self.queued_rounds = 0;
+        self.last_overflow = None;
+        self.bucket_start = Some(now);
+    }
+
+    /// Whether other senders share the bottleneck and fill its queue: it
+    /// stood for [`COMPETE_AFTER`] rounds in a row although we drained it, or it
+    /// overflowed twice within [`OVERFLOW_ROUNDS`] rounds outside our probes
+    /// (alone, only a probe can fill it; random losses alone never count, as
+    /// they come without a queue).
+    fn competition(&mut self, now: Instant, path: Duration, congested: bool) -> bool {
+        if self.queued_rounds >= COMPETE_AFTER {
+            return true;
+        }
+        if !congested || self.cycle == 0 {
+            return false;
+        }
+        let recent = self
+            .last_overflow
+            .is_some_and(|t| now.saturating_duration_since(t) <= path * OVERFLOW_ROUNDS);
+        self.last_overflow = Some(now);
+        recent
     }
 
     /// Gain of round `i` of the probe cycle.
@@ -203,7 +389,7 @@ impl Wan {
         }
     }
 
-    fn end_round(&mut self, len: Duration) {
+    fn end_round(&mut self, now: Instant, len: Duration) {
         let rate = self.round_acked as f64 / len.as_secs_f64().max(1e-6);
         let path = self.min_rtt().unwrap_or(len);
         let queued = self
@@ -220,6 +406,9 @@ impl Wan {
             self.bw_samples.push(rate);
         }
         self.bw = self.bw_samples.iter().copied().fold(0.0, f64::max);
+        self.queued_rounds = if queued { self.queued_rounds + 1 } else { 0 };
+        let competing =
+            self.mode == Mode::Cruise && !self.fair && self.competition(now, path, congested);
         match self.mode {
             Mode::Startup => {
                 if self.bw > self.full_bw * 1.25 {
@@ -233,11 +422,41 @@ impl Wan {
                     self.gain = DRAIN_GAIN;
                 }
             }
+            Mode::Drain if self.fair => self.compete(now),
             Mode::Drain => {
+                self.queued_rounds = 0;
                 self.mode = Mode::Cruise;
                 self.cycle = 2;
                 self.gain = 1.0;
             }
+            Mode::Compete => {
+                // Look now and then whether the others have gone (never in
+                // `fair`: it behaves as TCP does, whoever else is there).
+                // Rounds without a queue say so at once; a queue that our own
+                // window keeps needs a yield to tell.
+                let since = self.compete_since.unwrap_or(now);
+                let every = YIELD_EVERY.max(path * 4 * CYCLE_ROUNDS as u32);
+                self.clear_rounds = if queued { 0 } else { self.clear_rounds + 1 };
+                if !self.fair && self.clear_rounds >= CLEAR_ROUNDS {
+                    self.restart(now);
+                } else if !self.fair && now.saturating_duration_since(since) >= every {
+                    self.mode = Mode::Yield;
+                    self.yield_left = YIELD_ROUNDS;
+                }
+            }
+            Mode::Yield => {
+                if !queued {
+                    // The queue emptied at half our window: nobody else keeps it.
+                    self.restart(now);
+                } else {
+                    self.yield_left = self.yield_left.saturating_sub(1);
+                    if self.yield_left == 0 {
+                        self.mode = Mode::Compete;
+                        self.compete_since = Some(now);
+                    }
+                }
+            }
+            Mode::Cruise if competing => self.compete(now),
             Mode::Cruise => {
                 self.cycle = (self.cycle + 1) % CYCLE_ROUNDS;
                 self.gain = self.cycle_gain(self.cycle);
@@ -302,7 +521,7 @@ mod tests {
             }
             for _ in 0..1000 {
                 t += Duration::from_micros(100);
-                w.on_loss(t, 100);
+                w.on_loss(t, t, 100);
                 w.on_ack(t, 6_250, rtt + queue);
             }
             // The ACK that closes the second round.
