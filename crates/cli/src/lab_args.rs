@@ -215,6 +215,9 @@ Suites:
             and background UDP at 75 ms (the study's 10 Gbit/s scaled to 1)
   multicast one sender, three receivers on 700 ms paths with loss 1e-3, 1e-2
             and 5e-2: 1 GiB + 1000 x 10 kB at 400 Mbit/s, longhaul-mc and uftp
+  cc        congestion control: 1 Gbit/s with loss 1e-3 at 70 / 700 ms, 1e-2 at
+            1 s, and beside 1-6 CUBIC flows at 75 ms; longhaul's --cc choices
+            against kernel TCP bbr and cubic
   FILE      your own suite; the built-in ones are in crates/lab/suites/
 
 Tools: longhaul, longhaul-mc (longhaul multicast), rsync, ftp (vsftpd + lftp),
@@ -236,7 +239,8 @@ A suite file (TOML):
   dest = \"disk\"               # or tmpfs: receivers write to memory
   # A tool may carry settings, which then label its runs:
   #   ftp:parallel=N  gridftp:p=N,cc=N,pp=yes|no,fast=yes|no,tcp-bs=SIZE
-  #   uftp:rate=RATE  longhaul-mc:rate=RATE  iperf3:streams=N
+  #   uftp:rate=RATE  longhaul-mc:rate=RATE  iperf3:streams=N,cc=cubic|bbr|reno
+  #   longhaul:cc=wan|wan:HINT|fair|bbr|cubic|reno|fixed:RATE,max-rate=RATE
   background = { tcp_flows = 3 }   # or { udp_pps = 20000, udp_size = 1250 }:
                                    # iperf3 from srv to the first receiver
   [profile.quick]

@@ -494,12 +494,12 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
         );
         s.push_str(&bars(r, sc, &tools));
         s.push_str(&series(r, sc, &tools));
-        s.push_str("<table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>s</th><th>first byte s</th><th>Mbit/s</th><th>TTP</th><th>G</th><th>client CPU s</th><th>server CPU s</th><th class=l>note</th></tr>");
+        s.push_str("<table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>s</th><th>first byte s</th><th>Mbit/s</th><th>TTP</th><th>G</th><th>share</th><th>client CPU s</th><th>server CPU s</th><th class=l>note</th></tr>");
         for x in r.runs.iter().filter(|x| &x.scenario == sc) {
             let class = if x.status == "ok" { "ok" } else { "bad" };
             let _ = write!(
                 s,
-                "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td>{:.2}</td><td>{}</td><td>{:.1}</td><td>{:.3}</td><td>{:.3}</td><td>{:.2}</td><td>{:.2}</td><td class=l>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td>{:.2}</td><td>{}</td><td>{:.1}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td class=l>{}</td></tr>",
                 esc(&x.tool),
                 x.rep,
                 esc(&x.status),
@@ -508,6 +508,7 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
                 x.mbps,
                 x.ttp,
                 x.goodput,
+                crate::report::share_text(x),
                 x.client_cpu_s,
                 x.server_cpu_s,
                 esc(&x.note)
@@ -519,7 +520,7 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
     for (t, v) in &r.versions {
         let _ = write!(s, "<li>{}: {}</li>", esc(t), esc(v));
     }
-    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver, from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / line rate) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. The time series is what the emulator delivered per receiver per 100 ms. CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included.</p></body></html>\n");
+    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver, from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / line rate) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background's bytes, counted once a second and spread evenly). Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included.</p></body></html>\n");
     s
 }
 

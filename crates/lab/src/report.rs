@@ -25,12 +25,12 @@ pub fn write_all(dir: &Path, r: &Results) -> Result<()> {
 
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,wire_bytes,client_cpu_s,server_cpu_s,verified,note\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,wire_bytes,client_cpu_s,server_cpu_s,verified,note\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.2},{:.4},{:.4},{},{:.2},{:.2},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.2},{:.4},{:.4},{},{},{},{:.2},{:.2},{},{}",
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
@@ -47,6 +47,8 @@ pub fn csv(r: &Results) -> String {
             x.mbps,
             x.ttp,
             x.goodput,
+            x.background_mbps.map_or(String::new(), |b| format!("{b:.2}")),
+            x.share().map_or(String::new(), |s| format!("{s:.4}")),
             x.wire_bytes,
             x.client_cpu_s,
             x.server_cpu_s,
@@ -55,6 +57,11 @@ pub fn csv(r: &Results) -> String {
         );
     }
     s
+}
+
+/// The share column: the tool's part of the link beside background traffic.
+pub(crate) fn share_text(x: &Run) -> String {
+    x.share().map_or("-".into(), |s| format!("{s:.3}"))
 }
 
 /// A CSV field, quoted when it needs to be.
@@ -130,6 +137,13 @@ pub fn cell_of(runs: &[&Run], metric: Metric) -> (Option<f64>, String) {
         Metric::Ttp => mean(|x| x.ttp),
         Metric::Goodput => mean(|x| x.goodput),
         Metric::Seconds => mean(|x| x.wall_s),
+        Metric::Share => {
+            let shares: Vec<f64> = measured.iter().filter_map(|x| x.share()).collect();
+            if shares.is_empty() {
+                return (None, "no background".into());
+            }
+            shares.iter().sum::<f64>() / shares.len() as f64
+        }
     };
     (Some(v), note)
 }
@@ -208,12 +222,12 @@ pub fn summary(r: &Results) -> String {
     let _ = writeln!(s, "\n## Every run\n");
     let _ = writeln!(
         s,
-        "| scenario | tool | rep | status | files | MB | s | first byte s | Mbit/s | TTP | G | client CPU s | server CPU s | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+        "| scenario | tool | rep | status | files | MB | s | first byte s | Mbit/s | TTP | G | share | client CPU s | server CPU s | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {:.1} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {:.1} | {:.3} | {:.3} | {} | {:.2} | {:.2} | {} | {} |",
             x.scenario,
             x.tool,
             x.rep,
@@ -225,6 +239,7 @@ pub fn summary(r: &Results) -> String {
             x.mbps,
             x.ttp,
             x.goodput,
+            share_text(x),
             x.client_cpu_s,
             x.server_cpu_s,
             x.verified.map_or("-", |v| if v { "yes" } else { "no" }),
@@ -296,15 +311,25 @@ fn sweep_table(r: &Results, name: &str, x_label: &str, metric: Metric, tools: &[
 pub fn table(r: &Results) -> String {
     let (scenarios, tools) = axes(r);
     let mut s = format!(
-        "{:<24} {:<9} {:>9} {:>8} {:>7} {:>6} {:>6} {:>8} {:>8}  {}\n",
-        "SCENARIO", "TOOL", "Mbit/s", "s", "1st B s", "TTP", "G", "CPU cli", "CPU srv", "STATUS"
+        "{:<24} {:<9} {:>9} {:>8} {:>7} {:>6} {:>6} {:>6} {:>8} {:>8}  {}\n",
+        "SCENARIO",
+        "TOOL",
+        "Mbit/s",
+        "s",
+        "1st B s",
+        "TTP",
+        "G",
+        "share",
+        "CPU cli",
+        "CPU srv",
+        "STATUS"
     );
     for sc in &scenarios {
         for t in &tools {
             for x in r.runs.iter().filter(|x| &x.scenario == sc && &x.tool == t) {
                 let _ = writeln!(
                     s,
-                    "{:<24} {:<9} {:>9.1} {:>8.2} {:>7} {:>6.3} {:>6.3} {:>8.2} {:>8.2}  {}{}",
+                    "{:<24} {:<9} {:>9.1} {:>8.2} {:>7} {:>6.3} {:>6.3} {:>6} {:>8.2} {:>8.2}  {}{}",
                     x.scenario,
                     x.tool,
                     x.mbps,
@@ -312,6 +337,7 @@ pub fn table(r: &Results) -> String {
                     x.ttfb_s.map_or("-".into(), |t| format!("{t:.2}")),
                     x.ttp,
                     x.goodput,
+                    share_text(x),
                     x.client_cpu_s,
                     x.server_cpu_s,
                     x.status,
@@ -341,6 +367,7 @@ mod tests {
             sweep: None,
             x: None,
             background: String::new(),
+            background_mbps: None,
             receivers: 1,
             status: status.into(),
             note: if status == "skipped" {

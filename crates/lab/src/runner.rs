@@ -32,6 +32,9 @@ pub struct Run {
     /// Competing traffic on the path during the run, if any.
     #[serde(default)]
     pub background: String,
+    /// What the competing traffic was delivered meanwhile, Mbit/s.
+    #[serde(default)]
+    pub background_mbps: Option<f64>,
     /// How many hosts received the data set.
     #[serde(default = "one")]
     pub receivers: u32,
@@ -69,6 +72,15 @@ pub struct Run {
 
 fn one() -> u32 {
     1
+}
+
+impl Run {
+    /// The tool's part of what the bottleneck delivered, beside background
+    /// traffic (a fair share beside N TCP flows is 1/(N+1)).
+    pub fn share(&self) -> Option<f64> {
+        let bg = self.background_mbps?;
+        (self.mbps + bg > 0.0).then(|| self.mbps / (self.mbps + bg))
+    }
 }
 
 /// Everything a suite run produced (results.json).
@@ -351,6 +363,7 @@ fn run_tool(
         sweep: plan.sweep.as_ref().map(|s| s.0.clone()),
         x: plan.sweep.as_ref().map(|s| s.1),
         background: plan.background.map_or(String::new(), |b| b.describe()),
+        background_mbps: None,
         receivers: n as u32,
         status: "skipped".into(),
         note: String::new(),
@@ -471,7 +484,18 @@ fn run_tool(
     let mut pending: Vec<usize> = (0..actors.len()).collect();
     let mut failure: Option<String> = None;
     let mut first_byte: Vec<Option<f64>> = vec![None; n];
+    // With background traffic: what it had been delivered, once a second,
+    // so that the tool's own series can be told from the link's.
+    let delivered = |s: &longhaul_netem::Snapshot| background_total(s, |c| c.delivered_bytes);
+    let mut bg_marks = vec![(before.uptime_ms, delivered(&before))];
+    let mut next_mark = t0 + Duration::from_secs(1);
     while !pending.is_empty() && Instant::now() < deadline {
+        if !background.is_empty() && Instant::now() >= next_mark {
+            next_mark += Duration::from_secs(1);
+            if let Ok(s) = ops::stats(LAB) {
+                bg_marks.push((s.uptime_ms, delivered(&s)));
+            }
+        }
         pending.retain(|&k| {
             let Some((status, c)) = reap(actors[k].pid) else {
                 return true;
@@ -503,7 +527,7 @@ fn run_tool(
         cpu.add(actors[k].host, stop(actors[k].pid));
     }
     let after = ops::stats(LAB)?;
-    for pid in background {
+    for &pid in &background {
         stop(pid);
     }
     for d in &daemons {
@@ -523,6 +547,7 @@ fn run_tool(
     let (s0, s1) = (host(&before, SERVER), host(&after, SERVER));
     run.wire_bytes = (s1.up.counters.offered_bytes - s0.up.counters.offered_bytes)
         .saturating_sub(background_bytes(&before, &after, |c| c.offered_bytes));
+    bg_marks.push((after.uptime_ms, delivered(&after)));
     let (from, to) = (before.uptime_ms / 100, after.uptime_ms / 100);
     let mut series = vec![0.0; (to - from + 1) as usize];
     for i in 0..n {
@@ -536,6 +561,16 @@ fn run_tool(
                 *slot += *b as f64 * 8.0 / 0.1 / 1e6 / n as f64;
             }
         }
+    }
+    if !background.is_empty() {
+        // The background goes to the first receiver: take it out of the mean.
+        for (k, slot) in series.iter_mut().enumerate() {
+            let t = (from + k as u64) * 100;
+            let bg = interpolate(&bg_marks, t + 100) - interpolate(&bg_marks, t);
+            *slot = (*slot - bg * 8.0 / 0.1 / 1e6 / n as f64).max(0.0);
+        }
+        let bg = bg_marks.last().expect("marks").1 - bg_marks[0].1;
+        run.background_mbps = Some(bg as f64 * 8.0 / wall / 1e6);
     }
     run.series_mbps = series;
     run.delivered_bytes = if timed_out && tool.moves_files() {
@@ -668,21 +703,40 @@ fn start_background(
     Ok(pids)
 }
 
-/// Bytes the background's data flows (to its port; not their ACKs) moved
-/// between two snapshots.
+/// Bytes the background's data flows (to its port; not their ACKs) have
+/// moved, by one of their counters.
+fn background_total(
+    s: &longhaul_netem::Snapshot,
+    f: fn(&longhaul_netem::hub::FlowCounters) -> u64,
+) -> u64 {
+    s.flows
+        .iter()
+        .filter(|x| x.flow.dport == BACKGROUND_PORT)
+        .map(|x| f(&x.counters))
+        .sum()
+}
+
+/// Bytes the background's data flows moved between two snapshots.
 fn background_bytes(
     before: &longhaul_netem::Snapshot,
     after: &longhaul_netem::Snapshot,
     f: fn(&longhaul_netem::hub::FlowCounters) -> u64,
 ) -> u64 {
-    let sum = |s: &longhaul_netem::Snapshot| -> u64 {
-        s.flows
-            .iter()
-            .filter(|x| x.flow.dport == BACKGROUND_PORT)
-            .map(|x| f(&x.counters))
-            .sum()
-    };
-    sum(after).saturating_sub(sum(before))
+    background_total(after, f).saturating_sub(background_total(before, f))
+}
+
+/// A counter's value at `t_ms`, read linearly between (time, value) marks
+/// (flat before the first and after the last).
+fn interpolate(marks: &[(u64, u64)], t_ms: u64) -> f64 {
+    let i = marks.partition_point(|m| m.0 <= t_ms);
+    match (i.checked_sub(1).map(|j| marks[j]), marks.get(i)) {
+        (Some((t0, v0)), Some(&(t1, v1))) if t1 > t0 => {
+            v0 as f64 + (v1 as f64 - v0 as f64) * (t_ms - t0) as f64 / (t1 - t0) as f64
+        }
+        (Some((_, v0)), _) => v0 as f64,
+        (None, Some(&(_, v1))) => v1 as f64,
+        (None, None) => 0.0,
+    }
 }
 
 #[derive(Default)]
@@ -976,5 +1030,16 @@ mod tests {
         assert!((g - 0.909).abs() < 0.001, "{g}");
         assert_eq!(super::goodput(0, 0), 0.0);
         assert_eq!(super::goodput(5, 10), 0.5);
+    }
+
+    #[test]
+    fn background_counters_are_read_linearly_between_marks() {
+        let marks = [(1000, 0), (2000, 1_000_000), (3000, 1_000_000)];
+        assert_eq!(super::interpolate(&marks, 500), 0.0);
+        assert_eq!(super::interpolate(&marks, 1500), 500_000.0);
+        assert_eq!(super::interpolate(&marks, 2000), 1_000_000.0);
+        assert_eq!(super::interpolate(&marks, 2500), 1_000_000.0);
+        assert_eq!(super::interpolate(&marks, 9000), 1_000_000.0);
+        assert_eq!(super::interpolate(&[], 9000), 0.0);
     }
 }

@@ -58,7 +58,7 @@ pub struct Sweep {
     /// Draw x on a log axis.
     #[serde(default)]
     pub log_x: bool,
-    /// What y is, a chart each: mbps (default), ttp, goodput or seconds.
+    /// What y is, a chart each: mbps (default), ttp, goodput, seconds or share.
     #[serde(default = "mbps_only")]
     pub metrics: Vec<Metric>,
 }
@@ -77,6 +77,9 @@ pub enum Metric {
     Goodput,
     /// Wall time of the whole transfer.
     Seconds,
+    /// The tool's part of what the bottleneck delivered beside background
+    /// traffic (fair beside N TCP flows: 1/(N+1)).
+    Share,
 }
 
 impl Metric {
@@ -86,6 +89,7 @@ impl Metric {
             Metric::Ttp => "TTP",
             Metric::Goodput => "goodput G",
             Metric::Seconds => "seconds",
+            Metric::Share => "share of the link",
         }
     }
 }
@@ -306,6 +310,7 @@ pub fn scale_group((size, count): (u64, u64), scale: f64) -> (u64, u64) {
 /// The built-in suites: (name, TOML).
 pub const BUILTIN: &[(&str, &str)] = &[
     ("bigdata", include_str!("../suites/bigdata.toml")),
+    ("cc", include_str!("../suites/cc.toml")),
     ("demo", include_str!("../suites/demo.toml")),
     ("eumetsat", include_str!("../suites/eumetsat.toml")),
     (

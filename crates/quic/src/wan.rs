@@ -73,6 +73,9 @@ const CUBIC_MSS: f64 = 1448.0;
 pub const COMPETE_AFTER: u32 = 8;
 /// Two overflows of the queue within this many rounds mean competition.
 pub const OVERFLOW_ROUNDS: u32 = 32;
+/// A round whose least RTT is within this (or 2.5 % of the path RTT) of the
+/// path RTT saw an empty queue.
+const EMPTY_MARGIN: Duration = Duration::from_millis(2);
 /// Rounds in a row without a queue that end competing: the others have gone
 /// (loss-based senders keep a queue most of the time).
 const CLEAR_ROUNDS: u32 = 4;
@@ -169,6 +172,8 @@ pub struct Wan {
     round_acked: u64,
     round_lost: u64,
     round_min_rtt: Option<Duration>,
+    /// The last round's smallest RTT sample.
+    prev_min_rtt: Option<Duration>,
     cycle: usize,
     /// Startup: the bandwidth at the last growth, and rounds since.
     full_bw: f64,
@@ -205,6 +210,7 @@ impl Wan {
             round_acked: 0,
             round_lost: 0,
             round_min_rtt: None,
+            prev_min_rtt: None,
             cycle: 0,
             full_bw: 0.0,
             full_bw_rounds: 0,
@@ -331,9 +337,23 @@ impl Wan {
     /// `bytes` sent at `sent` were declared lost.
     pub fn on_loss(&mut self, now: Instant, sent: Instant, bytes: u64) {
         self.round_lost += bytes;
-        if matches!(self.mode, Mode::Compete | Mode::Yield) {
+        if matches!(self.mode, Mode::Compete | Mode::Yield) && !self.queue_empty() {
             self.cubic.on_loss(now, sent, 4.0 * self.mtu as f64);
         }
+    }
+
+    /// While competing: the queue was empty through this round and the last
+    /// (their least RTT within [`EMPTY_MARGIN`] of the path's), so a loss now
+    /// is the link's, not the queue's. Loss-based senders beside us keep a
+    /// queue; alone, a CUBIC window fills one only above the BDP.
+    fn queue_empty(&self) -> bool {
+        let Some(path) = self.min_rtt() else {
+            return false;
+        };
+        let margin = EMPTY_MARGIN.max(path / 40);
+        [self.round_min_rtt, self.prev_min_rtt]
+            .iter()
+            .all(|r| r.is_some_and(|r| r <= path + margin))
     }
 
     /// Other senders keep the queue standing: compete the way they do, from
@@ -473,7 +493,7 @@ impl Wan {
         self.round_start = None;
         self.round_acked = 0;
         self.round_lost = 0;
-        self.round_min_rtt = None;
+        self.prev_min_rtt = self.round_min_rtt.take();
     }
 }
 
