@@ -110,13 +110,14 @@ pub struct NetArgs {
     /// Concurrent data streams when sending [default: 4].
     #[arg(long, value_name = "N")]
     pub streams: Option<usize>,
-    /// Congestion control when sending: wan / wan:HINT (longhaul's controller
-    /// for long lossy paths: random loss is not read as congestion; it starts
-    /// at HINT, else at --max-rate, else measures from scratch; beside TCP flows
+    /// Congestion control when sending [default: wan]: wan / wan:HINT
+    /// (longhaul's controller for long lossy paths: random loss is not read as
+    /// congestion; it starts at HINT, else at --max-rate, else at the rate
+    /// remembered for the server, else measures from scratch; beside TCP flows
     /// that keep a queue it shares the way CUBIC does), fair (that CUBIC mode
-    /// always: a fair share beside TCP), bbr, cubic, reno (quinn's), or
-    /// fixed:RATE (dedicated links: RATE whatever the loss). For `get` the
-    /// server sends, and applies the client's choice.
+    /// always), bbr, cubic, reno (quinn's), or fixed:RATE (dedicated links:
+    /// RATE whatever the loss). For `get` the server sends, and applies the
+    /// client's choice.
     #[arg(long, value_name = "CC")]
     pub cc: Option<String>,
     /// Cap the sending rate (bits/s: 400M, 1G); a server caps every session.
@@ -138,6 +139,14 @@ pub struct TransferArgs {
     /// Trust a server seen for the first time and remember it.
     #[arg(long)]
     pub accept_new: bool,
+    /// The rate memory: what large transfers with each server achieved, the
+    /// start of the next one's `wan` (when neither wan:HINT nor --max-rate
+    /// gives one) [default: $XDG_STATE_HOME/longhaul/rates].
+    #[arg(long, value_name = "FILE")]
+    pub rates: Option<PathBuf>,
+    /// Neither use nor update the rate memory.
+    #[arg(long, conflicts_with = "rates")]
+    pub no_rates: bool,
     /// Send this token (file content); also LONGHAUL_TOKEN.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,

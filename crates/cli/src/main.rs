@@ -13,7 +13,8 @@ use clap::Parser;
 use longhaul_quic::cc::{parse_rate, CcChoice};
 use longhaul_quic::client::split_host_port;
 use longhaul_quic::identity::{
-    check_fingerprint_syntax, default_known_hosts, default_state_dir, Identity, TrustPolicy,
+    check_fingerprint_syntax, default_known_hosts, default_rates, default_state_dir, Identity,
+    TrustPolicy,
 };
 use longhaul_quic::net::NetOpts;
 use longhaul_quic::{ClientOpts, ClientReport, Problem, Progress, ServeOpts, Server};
@@ -256,6 +257,7 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
             (true, false) => SyncMode::SizeMtime,
             _ => SyncMode::Always,
         },
+        rates: (!a.no_rates).then(|| a.rates.clone().unwrap_or_else(default_rates)),
     })
 }
 

@@ -115,3 +115,65 @@ fn each_congestion_controller_delivers() {
         out.stderr
     );
 }
+
+/// A large transfer leaves its data-phase rate in the rate memory, and the next
+/// `wan` session with that server starts there (fast start); small transfers,
+/// --no-rates and a hint of the user's own leave it alone.
+#[test]
+fn the_rate_memory_gives_wan_its_start() {
+    let t = Tmp::new("rates");
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    gen_file(&root.join("f.bin"), 7, 64 * MIB);
+    gen_file(&root.join("small.bin"), 8, MIB);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let rates = t.join("rates");
+    let get = |file: &str, extra: &[&str]| {
+        let _ = std::fs::remove_file(dest.join(file));
+        let mut args: Vec<OsString> = vec!["--accept-new".into(), "--json".into()];
+        args.extend(extra.iter().map(OsString::from));
+        args.extend([srv.remote(file), dest.clone().into()]);
+        let out = c.run("get", args);
+        out.expect_code(0);
+        assert_eq!(hash_file(&dest.join(file)), hash_file(&root.join(file)));
+        out.json()
+    };
+    let r = rates.to_str().unwrap();
+    // Small: nothing to remember.
+    let j = get("small.bin", &["--cc", "wan", "--rates", r]);
+    assert_eq!(j["remembered_bps"], 0);
+    assert!(!rates.exists());
+    // Large: remembered under HOST:PORT.
+    let j = get("f.bin", &["--cc", "wan", "--rates", r]);
+    assert_eq!(j["remembered_bps"], 0);
+    assert_eq!(j["cc"], "wan");
+    let text = std::fs::read_to_string(&rates).unwrap();
+    let key = format!("127.0.0.1:{}", srv.port);
+    let bps: u64 = text
+        .strip_prefix(&format!("{key} "))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| panic!("no entry for {key} in {text:?}"));
+    let data_mbps = 64.0 * MIB as f64 * 8.0 / 1e6 / j["data_seconds"].as_f64().unwrap();
+    assert!(
+        (bps as f64 / 1e6 - data_mbps).abs() < 1.0,
+        "{bps} remembered, {data_mbps} Mbit/s measured"
+    );
+    // The next wan session starts at it, and says so.
+    let j = get("small.bin", &["--cc", "wan", "--rates", r]);
+    assert_eq!(j["remembered_bps"], bps);
+    assert_eq!(j["cc"], format!("wan:{bps}").as_str());
+    // A hint of the user's own, another controller, or --no-rates: unused.
+    for extra in [
+        &["--cc", "wan:300M", "--rates", r][..],
+        &["--cc", "wan", "--max-rate", "900M", "--rates", r],
+        &["--cc", "bbr", "--rates", r],
+        &["--cc", "wan", "--no-rates"],
+    ] {
+        let j = get("small.bin", extra);
+        assert_eq!(j["remembered_bps"], 0, "{extra:?}");
+    }
+}

@@ -445,6 +445,9 @@ impl Tool {
                             "--known-hosts",
                             &p(&s.run.join(format!("known_hosts-{i}"))),
                             "--quiet",
+                            // Every run starts cold: no rate remembered from
+                            // the runs before it (on other paths).
+                            "--no-rates",
                         ]);
                         for k in ["cc", "max-rate"] {
                             if let Some(x) = s.settings.get(k) {

@@ -1,6 +1,7 @@
 //! Congestion control: the one module to replace when the controller changes.
 //!
-//! quinn's BBR and CUBIC are offered as they are; `fixed:RATE` is a controller for
+//! The default is longhaul's own, `wan` ([`crate::wan`]; `fair` is its CUBIC
+//! mode alone). quinn's BBR and CUBIC are offered as they are; `fixed:RATE` is a controller for
 //! dedicated links that keeps a window of RATE x RTT and ignores loss. Every
 //! controller can be capped (`--max-rate`): the window never exceeds rate x RTT.
 //!

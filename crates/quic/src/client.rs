@@ -6,6 +6,7 @@ use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
 use crate::net::{endpoint, spawn_window_tuner, udp_socket, NetOpts};
 use crate::proto::{Frame, Hello, Op, RootSpec, ALPN, VERSION};
+use crate::rates::{RateMemory, MIN_BYTES};
 use crate::receiver::{run_receiver, DestSpec, RecvOpts};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use crate::sender::{run_sender, Source, SourceResult};
@@ -17,7 +18,7 @@ use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 #[derive(Debug, Clone)]
 pub struct ClientOpts {
@@ -28,6 +29,8 @@ pub struct ClientOpts {
     pub net: NetOpts,
     pub streams: usize,
     pub sync: SyncMode,
+    /// The rate memory (`crate::rates`): None keeps none.
+    pub rates: Option<PathBuf>,
 }
 
 impl ClientOpts {
@@ -46,6 +49,7 @@ impl ClientOpts {
             net: NetOpts::default(),
             streams: 4,
             sync: SyncMode::Always,
+            rates: None,
         }
     }
 }
@@ -63,6 +67,12 @@ pub struct ClientReport {
     pub seconds: f64,
     /// Payload bytes moved in this run / seconds, in Mbit/s.
     pub rate_mbps: f64,
+    /// From the server's welcome until the last file was done (the data phase,
+    /// without the handshake and the goodbye).
+    pub data_seconds: f64,
+    /// `wan`'s starting rate, bits/s, when it came from the rate memory
+    /// (0: none remembered, or a hint or --max-rate given).
+    pub remembered_bps: u64,
     pub rtt_ms: f64,
     /// Bytes of packets QUIC declared lost and sent again.
     pub retransmitted_bytes: u64,
@@ -128,6 +138,7 @@ struct Session {
     rx: CtlRx,
     fingerprint: Option<String>,
     server: String,
+    welcomed: Instant,
 }
 
 fn conn_err(msg: impl Into<String>) -> Problem {
@@ -238,6 +249,7 @@ async fn connect(host: &str, port: u16, opts: &ClientOpts, op: Op) -> Result<Ses
         rx,
         fingerprint,
         server,
+        welcomed: Instant::now(),
     })
 }
 
@@ -257,7 +269,9 @@ async fn close(
         mut rx,
         fingerprint,
         server,
+        welcomed,
     } = s;
+    let data_seconds = welcomed.elapsed().as_secs_f64();
     drop(ctl);
     let _ = writer.await;
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
@@ -292,6 +306,8 @@ async fn close(
         server,
         fingerprint,
         rate_mbps: t.bytes_transferred as f64 * 8.0 / 1e6 / seconds.max(1e-9),
+        data_seconds,
+        remembered_bps: 0,
         totals: t,
         files: r.files,
         problems: r.problems,
@@ -368,6 +384,7 @@ pub async fn get(
     let op = Op::Get {
         paths: remote.iter().map(|p| p.as_bytes().to_vec()).collect(),
     };
+    let (opts, remembered) = &recall_rate(opts, host, port);
     let mut s = connect(host, port, opts, op).await?;
     spawn_window_tuner(s.conn.clone(), opts.net);
     let r = run_receiver(
@@ -379,7 +396,8 @@ pub async fn get(
         progress,
     )
     .await;
-    finish(s, started, "get", opts, r).await
+    let report = finish(s, started, "get", opts, r).await;
+    remember_rate(opts, host, port, *remembered, report)
 }
 
 /// `put PATH... HOST:DEST`.
@@ -435,6 +453,7 @@ pub async fn put(
         dest_is_dir: remote_dest.ends_with('/') || local.len() > 1,
         roots,
     };
+    let (opts, remembered) = &recall_rate(opts, host, port);
     let mut s = connect(host, port, opts, op).await?;
     let r = run_sender(
         s.conn.clone(),
@@ -446,7 +465,56 @@ pub async fn put(
         progress,
     )
     .await;
-    finish(s, started, "put", opts, r).await
+    let report = finish(s, started, "put", opts, r).await;
+    remember_rate(opts, host, port, *remembered, report)
+}
+
+/// The key of a server in the rate memory.
+fn server_key(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The options a session runs with: `wan` without a hint of its own, and
+/// without --max-rate, starts at the rate remembered for this server. Returns
+/// them and that rate (0: none).
+fn recall_rate(opts: &ClientOpts, host: &str, port: u16) -> (ClientOpts, u64) {
+    let mut o = opts.clone();
+    let unhinted = opts.cc.unwrap_or(opts.net.cc) == CcChoice::Wan(0) && opts.net.max_rate == 0;
+    let remembered = match &opts.rates {
+        Some(p) if unhinted => RateMemory::new(p.clone())
+            .recall(&server_key(host, port), SystemTime::now())
+            .unwrap_or(0),
+        _ => 0,
+    };
+    if remembered > 0 {
+        o.cc = Some(CcChoice::Wan(remembered));
+    }
+    (o, remembered)
+}
+
+/// Remembers what a large, complete transfer achieved in its data phase.
+fn remember_rate(
+    opts: &ClientOpts,
+    host: &str,
+    port: u16,
+    remembered: u64,
+    report: Result<ClientReport, Problem>,
+) -> Result<ClientReport, Problem> {
+    let mut report = report?;
+    report.remembered_bps = remembered;
+    let t = &report.totals;
+    if let (Some(p), true) = (&opts.rates, report.ok && t.bytes_transferred >= MIN_BYTES) {
+        let bps = (t.bytes_transferred as f64 * 8.0 / report.data_seconds.max(1e-3)) as u64;
+        let m = RateMemory::new(p.clone());
+        if let Err(e) = m.remember(&server_key(host, port), bps, SystemTime::now()) {
+            tracing::warn!("not remembering the rate: {e:#}");
+        }
+    }
+    Ok(report)
 }
 
 async fn finish(

@@ -85,6 +85,12 @@ pub fn default_state_dir() -> PathBuf {
     base_dir("XDG_STATE_HOME", ".local/state").join("longhaul/server")
 }
 
+/// The client's rate memory (`crate::rates`): `$XDG_STATE_HOME/longhaul/rates`,
+/// else `~/.local/state/longhaul/rates`.
+pub fn default_rates() -> PathBuf {
+    base_dir("XDG_STATE_HOME", ".local/state").join("longhaul/rates")
+}
+
 /// Default known-hosts file: `$XDG_CONFIG_HOME/longhaul/known_hosts`, else
 /// `~/.config/longhaul/known_hosts`.
 pub fn default_known_hosts() -> PathBuf {

@@ -11,6 +11,7 @@ pub mod control;
 pub mod identity;
 pub mod net;
 pub mod proto;
+pub mod rates;
 pub mod receiver;
 pub mod report;
 pub mod sender;
