@@ -257,7 +257,7 @@ A suite file (TOML):
   files = [{ size = \"10kB\", count = 100 }, { size = \"5MB\", count = 4 }]
   [sweep.latency]                # scenarios with sweep = \"latency\" and an x
   x = \"one-way latency (ms)\"   # are drawn against x, a line per tool
-  metrics = [\"mbps\"]           # charts: mbps, ttp, goodput, seconds
+  metrics = [\"mbps\"]           # charts: mbps, ttp, goodput, seconds, share
   [[scenario]]
   name = \"lat-10ms\"
   sweep = \"latency\"

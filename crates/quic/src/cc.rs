@@ -1,7 +1,8 @@
 //! Congestion control: the one module to replace when the controller changes.
 //!
-//! The default is longhaul's own, `wan` ([`crate::wan`]; `fair` is its CUBIC
-//! mode alone). quinn's BBR and CUBIC are offered as they are; `fixed:RATE` is a controller for
+//! longhaul's own is `wan` ([`crate::wan`]; `fair` is its CUBIC mode alone); the
+//! default is still quinn's BBR (see `net::NetOpts`). quinn's BBR and CUBIC are
+//! offered as they are; `fixed:RATE` is a controller for
 //! dedicated links that keeps a window of RATE x RTT and ignores loss. Every
 //! controller can be capped (`--max-rate`): the window never exceeds rate x RTT.
 //!

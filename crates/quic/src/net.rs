@@ -26,7 +26,10 @@ impl Default for NetOpts {
         NetOpts {
             max_window: 256 << 20,
             rate_hint: 1_000_000_000,
-            cc: CcChoice::Wan(0),
+            // Not yet `wan`: it starts slower than bbr at long RTT without a
+            // hint, and reaches half of bbr's rate below a millisecond of RTT
+            // (docs/PERFORMANCE.md, issue 6).
+            cc: CcChoice::Bbr,
             max_rate: 0,
         }
     }
