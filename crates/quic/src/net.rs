@@ -26,9 +26,8 @@ impl Default for NetOpts {
         NetOpts {
             max_window: 256 << 20,
             rate_hint: 1_000_000_000,
-            // Not yet `wan`: it starts slower than bbr at long RTT without a
-            // hint, and reaches half of bbr's rate below a millisecond of RTT
-            // (docs/PERFORMANCE.md, issue 6).
+            // Not yet `wan`: without a hint it starts slower than bbr at long
+            // RTT (docs/PERFORMANCE.md, issue 6).
             cc: CcChoice::Bbr,
             max_rate: 0,
         }

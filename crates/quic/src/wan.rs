@@ -46,8 +46,9 @@ const CYCLE_ROUNDS: usize = 8;
 /// A probe raises the rate by a quarter, or by less on long paths, so that it
 /// queues at most this much; the drain that follows removes that and the headroom.
 const PROBE_QUEUE: Duration = Duration::from_millis(25);
-/// Window headroom beyond the BDP: ACKs come in bursts, and the pacer needs
-/// room to keep sending while they are on their way.
+/// Window headroom beyond the BDP, on every path: ACKs come in bursts, and the
+/// pacer needs room to keep sending while they are on their way. On a short
+/// path the receiver's scheduling, not the wire, delays them.
 const HEADROOM: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,7 +301,7 @@ impl Wan {
             };
         };
         let bdp = self.bw * rtt.as_secs_f64();
-        let head = self.bw * HEADROOM.min(rtt / 8).as_secs_f64();
+        let head = self.bw * HEADROOM.as_secs_f64();
         let w = (self.gain * bdp + head) as u64;
         if self.mode == Mode::Startup {
             w.max(initial)
@@ -524,6 +525,16 @@ mod tests {
         assert_eq!(w.window(), 4 * 1200);
         w.set_mtu(6500);
         assert_eq!(w.window(), 4 * 6500);
+    }
+
+    #[test]
+    fn a_short_path_keeps_the_headroom_for_late_acks() {
+        // Loopback or a LAN: 100 µs RTT, 8 Gbit/s. The BDP is 100 kB, but ACKs
+        // wait for the receiver's process; without 5 ms of headroom the window
+        // starved (half bbr's rate on loopback).
+        let mut w = Wan::new(6500, 8_000_000_000);
+        w.on_ack(Instant::now(), 6500, Duration::from_micros(100));
+        assert_eq!(w.window(), 100_000 + 5_000_000);
     }
 
     #[test]
