@@ -139,9 +139,10 @@ pub struct TransferArgs {
     /// Trust a server seen for the first time and remember it.
     #[arg(long)]
     pub accept_new: bool,
-    /// The rate memory: what large transfers with each server achieved, the
-    /// start of the next one's `wan` (when neither wan:HINT nor --max-rate
-    /// gives one) [default: $XDG_STATE_HOME/longhaul/rates].
+    /// The rate memory: what large uncapped `wan` transfers with each server
+    /// achieved (per direction), the start of the next one's `wan` (when
+    /// neither wan:HINT nor --max-rate gives one)
+    /// [default: $XDG_STATE_HOME/longhaul/rates].
     #[arg(long, value_name = "FILE")]
     pub rates: Option<PathBuf>,
     /// Neither use nor update the rate memory.

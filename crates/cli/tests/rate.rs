@@ -116,9 +116,10 @@ fn each_congestion_controller_delivers() {
     );
 }
 
-/// A large transfer leaves its data-phase rate in the rate memory, and the next
-/// `wan` session with that server starts there (fast start); small transfers,
-/// --no-rates and a hint of the user's own leave it alone.
+/// A large `wan` transfer leaves its data-phase rate in the rate memory, and the
+/// next `wan` session with that server starts there (fast start); small
+/// transfers, other controllers, --no-rates and a hint of the user's own leave
+/// it alone.
 #[test]
 fn the_rate_memory_gives_wan_its_start() {
     let t = Tmp::new("rates");
@@ -142,7 +143,10 @@ fn the_rate_memory_gives_wan_its_start() {
         out.json()
     };
     let r = rates.to_str().unwrap();
-    // Small: nothing to remember.
+    // Small, or not wan: nothing to remember.
+    let j = get("f.bin", &["--cc", "bbr", "--rates", r]);
+    assert_eq!(j["remembered_bps"], 0);
+    assert!(!rates.exists());
     let j = get("small.bin", &["--cc", "wan", "--rates", r]);
     assert_eq!(j["remembered_bps"], 0);
     assert!(!rates.exists());
@@ -151,7 +155,7 @@ fn the_rate_memory_gives_wan_its_start() {
     assert_eq!(j["remembered_bps"], 0);
     assert_eq!(j["cc"], "wan");
     let text = std::fs::read_to_string(&rates).unwrap();
-    let key = format!("127.0.0.1:{}", srv.port);
+    let key = format!("get:127.0.0.1:{}", srv.port);
     let bps: u64 = text
         .strip_prefix(&format!("{key} "))
         .and_then(|rest| rest.split(' ').next())

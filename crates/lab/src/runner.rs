@@ -569,8 +569,11 @@ fn run_tool(
             let bg = interpolate(&bg_marks, t + 100) - interpolate(&bg_marks, t);
             *slot = (*slot - bg * 8.0 / 0.1 / 1e6 / n as f64).max(0.0);
         }
-        let bg = bg_marks.last().expect("marks").1 - bg_marks[0].1;
-        run.background_mbps = Some(bg as f64 * 8.0 / wall / 1e6);
+        // Over the span its counters cover (from the snapshot before the tool
+        // started to the one after it ended).
+        let (first, last) = (bg_marks[0], *bg_marks.last().expect("marks"));
+        let span = last.0.saturating_sub(first.0).max(1) as f64 / 1e3;
+        run.background_mbps = Some(last.1.saturating_sub(first.1) as f64 * 8.0 / span / 1e6);
     }
     run.series_mbps = series;
     run.delivered_bytes = if timed_out && tool.moves_files() {

@@ -388,7 +388,7 @@ pub async fn get(
     let op = Op::Get {
         paths: remote.iter().map(|p| p.as_bytes().to_vec()).collect(),
     };
-    let (opts, remembered) = &recall_rate(opts, host, port);
+    let (opts, remembered) = &recall_rate(opts, "get", host, port);
     let mut s = connect(host, port, opts, op).await?;
     spawn_window_tuner(s.conn.clone(), opts.net);
     let r = run_receiver(
@@ -401,7 +401,7 @@ pub async fn get(
     )
     .await;
     let report = finish(s, started, "get", opts, r).await;
-    remember_rate(opts, host, port, *remembered, report)
+    remember_rate(opts, "get", host, port, *remembered, report)
 }
 
 /// `put PATH... HOST:DEST`.
@@ -457,7 +457,7 @@ pub async fn put(
         dest_is_dir: remote_dest.ends_with('/') || local.len() > 1,
         roots,
     };
-    let (opts, remembered) = &recall_rate(opts, host, port);
+    let (opts, remembered) = &recall_rate(opts, "put", host, port);
     let mut s = connect(host, port, opts, op).await?;
     let r = run_sender(
         s.conn.clone(),
@@ -470,27 +470,28 @@ pub async fn put(
     )
     .await;
     let report = finish(s, started, "put", opts, r).await;
-    remember_rate(opts, host, port, *remembered, report)
+    remember_rate(opts, "put", host, port, *remembered, report)
 }
 
-/// The key of a server in the rate memory.
-fn server_key(host: &str, port: u16) -> String {
+/// The key of a server and a direction in the rate memory (`get:HOST:PORT`:
+/// the rate from it; `put:HOST:PORT`: to it).
+fn server_key(op: &str, host: &str, port: u16) -> String {
     if host.contains(':') {
-        format!("[{host}]:{port}")
+        format!("{op}:[{host}]:{port}")
     } else {
-        format!("{host}:{port}")
+        format!("{op}:{host}:{port}")
     }
 }
 
 /// The options a session runs with: `wan` without a hint of its own, and
 /// without --max-rate, starts at the rate remembered for this server. Returns
 /// them and that rate (0: none).
-fn recall_rate(opts: &ClientOpts, host: &str, port: u16) -> (ClientOpts, u64) {
+fn recall_rate(opts: &ClientOpts, op: &str, host: &str, port: u16) -> (ClientOpts, u64) {
     let mut o = opts.clone();
     let unhinted = opts.cc.unwrap_or(opts.net.cc) == CcChoice::Wan(0) && opts.net.max_rate == 0;
     let remembered = match &opts.rates {
         Some(p) if unhinted => RateMemory::new(p.clone())
-            .recall(&server_key(host, port), SystemTime::now())
+            .recall(&server_key(op, host, port), SystemTime::now())
             .unwrap_or(0),
         _ => 0,
     };
@@ -500,9 +501,12 @@ fn recall_rate(opts: &ClientOpts, host: &str, port: u16) -> (ClientOpts, u64) {
     (o, remembered)
 }
 
-/// Remembers what a large, complete transfer achieved in its data phase.
+/// Remembers what a large, complete `wan` transfer without a rate cap
+/// achieved in its data phase (another controller's rate, or a capped one,
+/// says less about the path).
 fn remember_rate(
     opts: &ClientOpts,
+    op: &str,
     host: &str,
     port: u16,
     remembered: u64,
@@ -511,10 +515,14 @@ fn remember_rate(
     let mut report = report?;
     report.remembered_bps = remembered;
     let t = &report.totals;
-    if let (Some(p), true) = (&opts.rates, report.ok && t.bytes_transferred >= MIN_BYTES) {
+    let wan = matches!(opts.cc.unwrap_or(opts.net.cc), CcChoice::Wan(_)) && opts.net.max_rate == 0;
+    if let (Some(p), true) = (
+        &opts.rates,
+        wan && report.ok && t.bytes_transferred >= MIN_BYTES,
+    ) {
         let bps = (t.bytes_transferred as f64 * 8.0 / report.data_seconds.max(1e-3)) as u64;
         let m = RateMemory::new(p.clone());
-        if let Err(e) = m.remember(&server_key(host, port), bps, SystemTime::now()) {
+        if let Err(e) = m.remember(&server_key(op, host, port), bps, SystemTime::now()) {
             tracing::warn!("not remembering the rate: {e:#}");
         }
     }

@@ -9,7 +9,8 @@
 //! replace the estimate by what was delivered (tests/wan_sim.rs: a hint 2x too
 //! high is corrected). Entries expire after [`MAX_AGE`].
 //!
-//! The file: one line per server, `HOST:PORT BITS_PER_SECOND UNIX_SECONDS`;
+//! The file: one line per server and direction, `get:HOST:PORT BITS_PER_SECOND
+//! UNIX_SECONDS` (or `put:...`); only uncapped `wan` transfers are remembered;
 //! lines that do not parse are dropped when it is next written.
 
 use anyhow::{Context, Result};
@@ -71,7 +72,8 @@ impl RateMemory {
         &self.path
     }
 
-    /// The rate remembered for `server` (`HOST:PORT`), bits/s, if any and fresh.
+    /// The rate remembered for `server` (`get:HOST:PORT`, `put:HOST:PORT`),
+    /// bits/s, if any and fresh.
     pub fn recall(&self, server: &str, now: SystemTime) -> Option<u64> {
         let text = std::fs::read_to_string(&self.path).ok()?;
         let now = unix(now);
