@@ -77,6 +77,8 @@ pub const OVERFLOW_ROUNDS: u32 = 32;
 /// A round whose least RTT is within this (or 2.5 % of the path RTT) of the
 /// path RTT saw an empty queue.
 const EMPTY_MARGIN: Duration = Duration::from_millis(2);
+/// How often a short path's queue is emptied on purpose (see `end_round`).
+const FLOOR_EVERY: Duration = Duration::from_secs(5);
 /// Rounds in a row without a queue that end competing: the others have gone
 /// (loss-based senders keep a queue most of the time).
 const CLEAR_ROUNDS: u32 = 4;
@@ -187,6 +189,10 @@ pub struct Wan {
     cubic: Cubic,
     /// Rounds in a row that saw a standing queue.
     queued_rounds: u32,
+    /// A floor phase (window of four datagrams) under way until then, and
+    /// when the last began.
+    floor_until: Option<Instant>,
+    last_floor: Option<Instant>,
     /// Rounds in a row without a queue while competing.
     clear_rounds: u32,
     /// When the queue last overflowed outside a probe round.
@@ -221,6 +227,8 @@ impl Wan {
             cubic: Cubic::new(32.0 * mtu as f64, true),
             queued_rounds: 0,
             clear_rounds: 0,
+            floor_until: None,
+            last_floor: None,
             last_overflow: None,
             compete_since: None,
             yield_left: 0,
@@ -287,6 +295,9 @@ impl Wan {
     /// Bytes allowed in flight. Before any RTT is known: the initial window.
     pub fn window(&self) -> u64 {
         let initial = 32 * self.mtu;
+        if self.floor_until.is_some() {
+            return 4 * self.mtu;
+        }
         match self.mode {
             Mode::Compete => return (self.cubic.cwnd as u64).max(4 * self.mtu),
             Mode::Yield => return (self.cubic.cwnd as u64 / 2).max(4 * self.mtu),
@@ -321,6 +332,9 @@ impl Wan {
             self.bucket_start = Some(now);
         }
         self.min_cur = Some(self.min_cur.map_or(rtt, |m| m.min(rtt)));
+        if self.floor_until.is_some_and(|t| now >= t) {
+            self.floor_until = None;
+        }
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
         self.round_acked += bytes;
         if self.mode == Mode::Compete {
@@ -419,6 +433,14 @@ impl Wan {
     fn end_round(&mut self, now: Instant, len: Duration) {
         let rate = self.round_acked as f64 / len.as_secs_f64().max(1e-6);
         let path = self.min_rtt().unwrap_or(len);
+        if self.floor_until.is_some() {
+            // A floor round measures nothing but the path RTT.
+            self.round_start = None;
+            self.round_acked = 0;
+            self.round_lost = 0;
+            self.prev_min_rtt = self.round_min_rtt.take();
+            return;
+        }
         let queued = self
             .round_min_rtt
             .is_some_and(|r| r > path + QUEUE_TARGET.max(path / 20));
@@ -494,6 +516,15 @@ impl Wan {
                 if self.drain_next && self.gain >= 1.0 {
                     self.gain = self.cycle_gain(1);
                     self.drain_next = false;
+                }
+                // On a short path the headroom is more queue than a drain
+                // round removes (a quarter of the path RTT): now and then
+                // send almost nothing until the queue is surely gone, so the
+                // path RTT is measured again and the queue cannot ratchet.
+                let every = self.last_floor.is_none_or(|t| now - t >= FLOOR_EVERY);
+                if path < HEADROOM * 4 && every {
+                    self.floor_until = Some(now + path * 2 + QUEUE_TARGET * 2);
+                    self.last_floor = Some(now);
                 }
             }
         }

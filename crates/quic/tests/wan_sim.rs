@@ -514,3 +514,20 @@ fn fair_alone_on_a_lossy_path_ignores_losses_without_a_queue() {
         );
     }
 }
+
+#[test]
+fn on_short_paths_the_headroom_does_not_ratchet_the_queue() {
+    // 5 ms of window headroom is most of a short path's BDP; the queue it
+    // keeps must not pass for the path (the path-RTT filter forgets a
+    // minimum after 10-20 s).
+    // A deep buffer (50 ms), or the queue could not stand above one BDP.
+    for rtt in [2u64, 6, 20] {
+        let mut p = gbit(rtt, 0.0);
+        p.queue_bytes = 125e6 * 0.05;
+        let o = run(&p, 0, 60.0, 8);
+        let r = o.rate(10.0, 60.0);
+        let q = o.standing_queue(40.0, 59.0);
+        assert!(r >= 900e6, "{rtt} ms: {:.0} Mbit/s", r / 1e6);
+        assert!(q <= 10.0, "{rtt} ms: standing queue {q:.1} ms");
+    }
+}
