@@ -98,18 +98,16 @@ struct Cubic {
     epoch: Option<Instant>,
     /// Losses of packets sent before this belong to the last event.
     recovery: Option<Instant>,
-    slow_start: bool,
 }
 
 impl Cubic {
-    fn new(cwnd: f64, slow_start: bool) -> Cubic {
+    fn new(cwnd: f64) -> Cubic {
         Cubic {
             cwnd,
             w_max: cwnd,
             w_est: cwnd,
             epoch: None,
             recovery: None,
-            slow_start,
         }
     }
 
@@ -118,10 +116,6 @@ impl Cubic {
             return;
         }
         let b = bytes as f64;
-        if self.slow_start {
-            self.cwnd += b;
-            return;
-        }
         let epoch = *self.epoch.get_or_insert(now);
         let k = (self.w_max / CUBIC_MSS * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt();
         let t = (now.saturating_duration_since(epoch) + rtt).as_secs_f64();
@@ -141,7 +135,6 @@ impl Cubic {
             return;
         }
         self.recovery = Some(now);
-        self.slow_start = false;
         // Fast convergence: a window that lost ground since the last event
         // gives up more, so a newcomer catches up.
         self.w_max = if self.cwnd < self.w_max {
@@ -186,6 +179,7 @@ pub struct Wan {
     gain: f64,
     /// `fair`: always CUBIC, never the model.
     fair: bool,
+    /// The CUBIC window while competing (set up by `compete`).
     cubic: Cubic,
     /// Rounds in a row that saw a standing queue.
     queued_rounds: u32,
@@ -224,7 +218,7 @@ impl Wan {
             drain_next: false,
             gain: STARTUP_GAIN,
             fair: false,
-            cubic: Cubic::new(32.0 * mtu as f64, true),
+            cubic: Cubic::new(0.0),
             queued_rounds: 0,
             clear_rounds: 0,
             floor_until: None,
@@ -292,15 +286,20 @@ impl Wan {
         }
     }
 
+    /// The smallest window: four datagrams of the current size.
+    fn min_window(&self) -> u64 {
+        4 * self.mtu
+    }
+
     /// Bytes allowed in flight. Before any RTT is known: the initial window.
     pub fn window(&self) -> u64 {
         let initial = 32 * self.mtu;
         if self.floor_until.is_some() {
-            return 4 * self.mtu;
+            return self.min_window();
         }
         match self.mode {
-            Mode::Compete => return (self.cubic.cwnd as u64).max(4 * self.mtu),
-            Mode::Yield => return (self.cubic.cwnd as u64 / 2).max(4 * self.mtu),
+            Mode::Compete => return (self.cubic.cwnd as u64).max(self.min_window()),
+            Mode::Yield => return (self.cubic.cwnd as u64 / 2).max(self.min_window()),
             _ => {}
         }
         let Some(rtt) = self.min_rtt() else {
@@ -317,7 +316,7 @@ impl Wan {
         if self.mode == Mode::Startup {
             w.max(initial)
         } else {
-            w.max(4 * self.mtu)
+            w.max(self.min_window())
         }
     }
 
@@ -355,7 +354,7 @@ impl Wan {
     pub fn on_loss(&mut self, now: Instant, sent: Instant, bytes: u64) {
         self.round_lost += bytes;
         if matches!(self.mode, Mode::Compete | Mode::Yield) && !self.queue_empty() {
-            self.cubic.on_loss(now, sent, 4.0 * self.mtu as f64);
+            self.cubic.on_loss(now, sent, self.min_window() as f64);
         }
     }
 
@@ -380,7 +379,7 @@ impl Wan {
         // about a third of the BDP). Starting at gain 1 instead gave `fair`
         // 1.5-1.8 fair shares beside 5 CUBIC flows in the simulation, with the
         // β tuned for this start; both are to be tuned together.
-        let mut c = Cubic::new(self.window() as f64, false);
+        let mut c = Cubic::new(self.window() as f64);
         c.recovery = Some(now);
         self.cubic = c;
         self.mode = Mode::Compete;
@@ -435,10 +434,7 @@ impl Wan {
         let path = self.min_rtt().unwrap_or(len);
         if self.floor_until.is_some() {
             // A floor round measures nothing but the path RTT.
-            self.round_start = None;
-            self.round_acked = 0;
-            self.round_lost = 0;
-            self.prev_min_rtt = self.round_min_rtt.take();
+            self.next_round();
             return;
         }
         let queued = self
@@ -528,6 +524,11 @@ impl Wan {
                 }
             }
         }
+        self.next_round();
+    }
+
+    /// The round's counters start afresh with the next ACK.
+    fn next_round(&mut self) {
         self.round_start = None;
         self.round_acked = 0;
         self.round_lost = 0;
