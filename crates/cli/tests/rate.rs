@@ -5,20 +5,13 @@ mod common;
 use common::*;
 use std::ffi::OsString;
 
-/// `get --json OPT VALUE` of the server's f.bin into `dest`, afresh.
-fn get_json(c: &Client, srv: &Server, dest: &std::path::Path, opt: &str, value: &str) -> Out {
-    let _ = std::fs::remove_file(dest.join("f.bin"));
-    c.run(
-        "get",
-        [
-            OsString::from("--accept-new"),
-            "--json".into(),
-            opt.into(),
-            value.into(),
-            srv.remote("f.bin"),
-            dest.into(),
-        ],
-    )
+/// `get --json OPTIONS...` of the server's `file` into `dest`, afresh.
+fn get_json(c: &Client, srv: &Server, dest: &std::path::Path, file: &str, opts: &[&str]) -> Out {
+    let _ = std::fs::remove_file(dest.join(file));
+    let mut args: Vec<OsString> = vec!["--accept-new".into(), "--json".into()];
+    args.extend(opts.iter().map(OsString::from));
+    args.extend([srv.remote(file), dest.into()]);
+    c.run("get", args)
 }
 
 #[test]
@@ -34,7 +27,13 @@ fn max_rate_is_honoured() {
     std::fs::create_dir(&dest).unwrap();
     let mut report = Vec::new();
     for rate in [100u64, 200] {
-        let out = get_json(&c, &srv, &dest, "--max-rate", &format!("{rate}M"));
+        let out = get_json(
+            &c,
+            &srv,
+            &dest,
+            "f.bin",
+            &["--max-rate", &format!("{rate}M")],
+        );
         out.expect_code(0);
         let j = out.json();
         assert_eq!(
@@ -84,7 +83,7 @@ fn each_congestion_controller_delivers() {
         "fixed:300M",
     ] {
         eprintln!("--cc {cc}");
-        let out = get_json(&c, &srv, &dest, "--cc", cc);
+        let out = get_json(&c, &srv, &dest, "f.bin", &["--cc", cc]);
         out.expect_code(0);
         assert_eq!(
             hash_file(&dest.join("f.bin")),
@@ -133,11 +132,7 @@ fn the_rate_memory_gives_wan_its_start() {
     std::fs::create_dir(&dest).unwrap();
     let rates = t.join("rates");
     let get = |file: &str, extra: &[&str]| {
-        let _ = std::fs::remove_file(dest.join(file));
-        let mut args: Vec<OsString> = vec!["--accept-new".into(), "--json".into()];
-        args.extend(extra.iter().map(OsString::from));
-        args.extend([srv.remote(file), dest.clone().into()]);
-        let out = c.run("get", args);
+        let out = get_json(&c, &srv, &dest, file, extra);
         out.expect_code(0);
         assert_eq!(hash_file(&dest.join(file)), hash_file(&root.join(file)));
         out.json()

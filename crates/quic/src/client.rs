@@ -34,6 +34,11 @@ pub struct ClientOpts {
 }
 
 impl ClientOpts {
+    /// The controller the sending side runs: the user's, else the default.
+    fn cc_choice(&self) -> CcChoice {
+        self.cc.unwrap_or(self.net.cc)
+    }
+
     /// Defaults for a server whose fingerprint is already known (pinned), as the
     /// demo and tests have it: no token, 4 streams, no sync, the sender's controller.
     pub fn pinned(host: String, known_hosts: PathBuf, fingerprint: String) -> ClientOpts {
@@ -163,7 +168,7 @@ async fn connect(host: &str, port: u16, opts: &ClientOpts, op: Op) -> Result<Ses
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .map_err(|e| conn_err(e.to_string()))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
-    let factory = crate::cc::CcFactory::new(opts.cc.unwrap_or(opts.net.cc), opts.net.max_rate);
+    let factory = crate::cc::CcFactory::new(opts.cc_choice(), opts.net.max_rate);
     cfg.transport_config(Arc::new(opts.net.transport(addr, factory)));
     let bind: SocketAddr = if addr.is_ipv6() {
         "[::]:0"
@@ -321,7 +326,7 @@ async fn close(
         udp_tx_bytes: stats.udp_tx.bytes,
         udp_rx_bytes: stats.udp_rx.bytes,
         mtu: stats.path.current_mtu,
-        cc: opts.cc.unwrap_or(opts.net.cc).name(),
+        cc: opts.cc_choice().name(),
         streams: opts.streams,
     }
 }
@@ -388,7 +393,7 @@ pub async fn get(
     let op = Op::Get {
         paths: remote.iter().map(|p| p.as_bytes().to_vec()).collect(),
     };
-    let (opts, remembered) = &recall_rate(opts, "get", host, port);
+    let (opts, remembered) = &recall_rate(opts, "get");
     let mut s = connect(host, port, opts, op).await?;
     spawn_window_tuner(s.conn.clone(), opts.net);
     let r = run_receiver(
@@ -401,7 +406,7 @@ pub async fn get(
     )
     .await;
     let report = finish(s, started, "get", opts, r).await;
-    remember_rate(opts, "get", host, port, *remembered, report)
+    remember_rate(opts, *remembered, report)
 }
 
 /// `put PATH... HOST:DEST`.
@@ -457,7 +462,7 @@ pub async fn put(
         dest_is_dir: remote_dest.ends_with('/') || local.len() > 1,
         roots,
     };
-    let (opts, remembered) = &recall_rate(opts, "put", host, port);
+    let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op).await?;
     let r = run_sender(
         s.conn.clone(),
@@ -470,28 +475,24 @@ pub async fn put(
     )
     .await;
     let report = finish(s, started, "put", opts, r).await;
-    remember_rate(opts, "put", host, port, *remembered, report)
+    remember_rate(opts, *remembered, report)
 }
 
-/// The key of a server and a direction in the rate memory (`get:HOST:PORT`:
-/// the rate from it; `put:HOST:PORT`: to it).
-fn server_key(op: &str, host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("{op}:[{host}]:{port}")
-    } else {
-        format!("{op}:{host}:{port}")
-    }
+/// The key of a server and a direction in the rate memory: the known-hosts
+/// key (`HOST:PORT`) after the operation (`get:` the rate from it, `put:` to it).
+fn server_key(op: &str, opts: &ClientOpts) -> String {
+    format!("{op}:{}", opts.trust.host)
 }
 
 /// The options a session runs with: `wan` without a hint of its own, and
 /// without --max-rate, starts at the rate remembered for this server. Returns
 /// them and that rate (0: none).
-fn recall_rate(opts: &ClientOpts, op: &str, host: &str, port: u16) -> (ClientOpts, u64) {
+fn recall_rate(opts: &ClientOpts, op: &str) -> (ClientOpts, u64) {
     let mut o = opts.clone();
-    let unhinted = opts.cc.unwrap_or(opts.net.cc) == CcChoice::Wan(0) && opts.net.max_rate == 0;
+    let unhinted = opts.cc_choice() == CcChoice::Wan(0) && opts.net.max_rate == 0;
     let remembered = match &opts.rates {
         Some(p) if unhinted => RateMemory::new(p.clone())
-            .recall(&server_key(op, host, port), SystemTime::now())
+            .recall(&server_key(op, opts), SystemTime::now())
             .unwrap_or(0),
         _ => 0,
     };
@@ -506,23 +507,20 @@ fn recall_rate(opts: &ClientOpts, op: &str, host: &str, port: u16) -> (ClientOpt
 /// says less about the path).
 fn remember_rate(
     opts: &ClientOpts,
-    op: &str,
-    host: &str,
-    port: u16,
     remembered: u64,
     report: Result<ClientReport, Problem>,
 ) -> Result<ClientReport, Problem> {
     let mut report = report?;
     report.remembered_bps = remembered;
     let t = &report.totals;
-    let wan = matches!(opts.cc.unwrap_or(opts.net.cc), CcChoice::Wan(_)) && opts.net.max_rate == 0;
+    let wan = matches!(opts.cc_choice(), CcChoice::Wan(_)) && opts.net.max_rate == 0;
     if let (Some(p), true) = (
         &opts.rates,
         wan && report.ok && t.bytes_transferred >= MIN_BYTES,
     ) {
         let bps = (t.bytes_transferred as f64 * 8.0 / report.data_seconds.max(1e-3)) as u64;
         let m = RateMemory::new(p.clone());
-        if let Err(e) = m.remember(&server_key(op, host, port), bps, SystemTime::now()) {
+        if let Err(e) = m.remember(&server_key(report.op, opts), bps, SystemTime::now()) {
             tracing::warn!("not remembering the rate: {e:#}");
         }
     }

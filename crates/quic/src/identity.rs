@@ -63,9 +63,12 @@ impl Identity {
     }
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Replaces `path` with `bytes`, readable by the owner only: written to a
+/// temporary file of this process, synced, and renamed, so a crash or a second
+/// writer never leaves half a file.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -75,8 +78,8 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .with_context(|| format!("writing {}", tmp.display()))?;
     f.write_all(bytes)?;
     f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
 /// Default state directory of a server: `$XDG_STATE_HOME/longhaul/server`, else

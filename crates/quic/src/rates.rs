@@ -85,8 +85,8 @@ impl RateMemory {
             .map(|e| e.bps)
     }
 
-    /// Remember `bps` for `server`, replacing what was there. Written to a
-    /// temporary file and renamed, so a crash never leaves half a file.
+    /// Remember `bps` for `server`, replacing what was there (the file is
+    /// replaced whole, see `identity::write_private`).
     pub fn remember(&self, server: &str, bps: u64, now: SystemTime) -> Result<()> {
         if server.chars().any(char::is_whitespace) || server.is_empty() {
             anyhow::bail!("{server:?} cannot be a key of the rate memory");
@@ -103,13 +103,7 @@ impl RateMemory {
         let skip = entries.len().saturating_sub(MAX_ENTRIES);
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let tmp = self
-            .path
-            .with_extension(format!("tmp.{}", std::process::id()));
-        std::fs::write(&tmp, render(&entries[skip..]))
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &self.path)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), self.path.display()))
+        crate::identity::write_private(&self.path, render(&entries[skip..]).as_bytes())
     }
 }
 
