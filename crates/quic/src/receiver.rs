@@ -14,11 +14,13 @@ use crate::proto::{
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use cap_std::fs::Dir;
 use longhaul_transfer::chunk::hex;
-use longhaul_transfer::place::{Dest, FinishError, Incoming, MAX_FILE_SIZE};
+use longhaul_transfer::place::{Checkpoint, Dest, FinishError, Incoming, MAX_FILE_SIZE};
 use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
 use longhaul_transfer::{Entry, EntryKind, RelPath};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Where received entries go.
@@ -65,7 +67,19 @@ struct InFile {
     inc: Incoming,
     display: String,
     received: u64,
+    /// When the last checkpoint of this file was started.
+    checkpointed: Instant,
+    /// A checkpoint of this file is syncing in the background.
+    checkpointing: Arc<AtomicBool>,
 }
+
+/// How often a file's written chunks are made durable and journaled for resume:
+/// at most this often, and only once 16 chunks (16 MiB) wait. A receiver killed
+/// outright refetches at most what arrived since; a clean end, an error or Ctrl-C
+/// journals everything. Syncing per 16 chunks, on the stream's own task, held the
+/// receiver to the disk's sync speed (1 GiB on loopback: 3.5-4 s against 1.9 s).
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+const CHECKPOINT_MIN_CHUNKS: usize = 16;
 
 struct State {
     files: HashMap<u64, InFile>,
@@ -437,6 +451,8 @@ fn on_entry(
                     inc,
                     display,
                     received: 0,
+                    checkpointed: Instant::now(),
+                    checkpointing: Arc::new(AtomicBool::new(false)),
                 },
             );
             Ok(vec![Frame::Want { id: e.id, want }])
@@ -449,6 +465,7 @@ async fn finish(shared: &Shared, id: u64, f: InFile) -> Result<(), Problem> {
         inc,
         display,
         received,
+        ..
     } = f;
     let size = inc.plan.size;
     let resumed = inc.resumed_bytes;
@@ -489,6 +506,22 @@ async fn finish(shared: &Shared, id: u64, f: InFile) -> Result<(), Problem> {
         }
         Err(FinishError::Io(e)) => Err(io_problem(&display, e)),
     }
+}
+
+/// Sync and journal `cp` on the blocking pool while the streams go on writing; a
+/// failure ends the session as a write error would. `finish` and `discard` wait
+/// for it (the checkpoint's lock), so a file is never placed under a sync.
+fn checkpoint_in_background(shared: &Shared, cp: Checkpoint, f: &InFile) {
+    let busy = f.checkpointing.clone();
+    let display = f.display.clone();
+    let events = shared.events.clone();
+    tokio::task::spawn_blocking(move || {
+        let r = cp.commit();
+        busy.store(false, Ordering::Release);
+        if let Err(e) = r {
+            let _ = events.send(Event::Failed(io_problem(&display, e)));
+        }
+    });
 }
 
 async fn read_exact_or_eof(rs: &mut quinn::RecvStream, buf: &mut [u8]) -> Result<bool, Problem> {
@@ -559,10 +592,20 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
             f.inc.record(index, digest);
             f.received += h.len as u64;
             Progress::add(&shared.progress.bytes_done, h.len as u64);
-            if f.inc.pending_records() >= 16 {
-                let display = f.display.clone();
-                tokio::task::block_in_place(|| f.inc.flush_journal())
-                    .map_err(|e| io_problem(&display, e))?;
+            if f.inc.pending_records() >= CHECKPOINT_MIN_CHUNKS
+                && f.checkpointed.elapsed() >= CHECKPOINT_EVERY
+                && !f.checkpointing.swap(true, Ordering::AcqRel)
+            {
+                f.checkpointed = Instant::now();
+                let cp = f
+                    .inc
+                    .take_checkpoint()
+                    .map_err(|e| io_problem(&f.display, e))?;
+                if let Some(cp) = cp {
+                    checkpoint_in_background(shared, cp, f);
+                } else {
+                    f.checkpointing.store(false, Ordering::Release);
+                }
             }
             if f.inc.is_complete() {
                 st.settling += 1;

@@ -21,7 +21,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 fn os(b: &[u8]) -> &Path {
     Path::new(std::ffi::OsStr::from_bytes(b))
@@ -226,6 +226,10 @@ pub struct Incoming {
     name: Vec<u8>,
     journaled: bool,
     pending: Vec<(u64, Digest)>,
+    /// Orders checkpoints against each other and against `finish`/`discard`; true
+    /// once the part and journal are renamed or removed (a late checkpoint then
+    /// has nothing to do).
+    closed: Arc<Mutex<bool>>,
     mode: u32,
     mtime_ns: i64,
     /// Bytes already held from an earlier run.
@@ -324,6 +328,7 @@ impl Incoming {
                 name: name.to_vec(),
                 journaled,
                 pending: Vec::new(),
+                closed: Arc::new(Mutex::new(false)),
                 mode: entry.mode,
                 mtime_ns: entry.mtime_ns,
                 resumed_bytes,
@@ -400,19 +405,29 @@ impl Incoming {
         self.pending.len()
     }
 
-    /// Make the chunks written so far durable, then journal them.
-    pub fn flush_journal(&mut self) -> io::Result<()> {
+    /// Take the chunks written since the last checkpoint, to make durable and
+    /// journal with [`Checkpoint::commit`] without holding whatever guards `self`.
+    /// `None` when there is nothing to journal.
+    pub fn take_checkpoint(&mut self) -> io::Result<Option<Checkpoint>> {
         if self.pending.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        self.file()?.sync_data()?;
-        let j = self.dir.open_with(
-            os(&sibling_name(&self.name, JOURNAL)),
-            OpenOptions::new().append(true).follow(FollowSymlinks::No),
-        )?;
-        journal::append(j.into_std(), &self.pending)?;
-        self.pending.clear();
-        Ok(())
+        Ok(Some(Checkpoint {
+            file: self.file()?,
+            dir: self.dir.clone(),
+            journal: sibling_name(&self.name, JOURNAL),
+            records: std::mem::take(&mut self.pending),
+            closed: self.closed.clone(),
+        }))
+    }
+
+    /// Make the chunks written so far durable, then journal them (both at once,
+    /// on this thread).
+    pub fn flush_journal(&mut self) -> io::Result<()> {
+        match self.take_checkpoint()? {
+            Some(c) => c.commit(),
+            None => Ok(()),
+        }
     }
 
     pub fn missing_chunks(&self) -> u64 {
@@ -448,7 +463,11 @@ impl Incoming {
         let part = sibling_name(&self.name, PART);
         drop(file);
         self.file = None;
+        self.pending.clear();
+        let closed = self.closed.clone();
+        let mut closed = closed.lock().unwrap_or_else(|e| e.into_inner());
         self.dir.rename(os(&part), &self.dir, os(&self.name))?;
+        *closed = true;
         if self.journaled {
             let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
         }
@@ -459,10 +478,43 @@ impl Incoming {
     pub fn discard(&mut self) {
         self.pending.clear();
         self.file = None;
+        let closed = self.closed.clone();
+        let mut closed = closed.lock().unwrap_or_else(|e| e.into_inner());
+        *closed = true;
         let _ = self.dir.remove_file(os(&sibling_name(&self.name, PART)));
         if self.journaled {
             let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
         }
+    }
+}
+
+/// Chunks taken from an [`Incoming`] to be made durable and journaled.
+#[must_use = "a checkpoint journals nothing until committed"]
+pub struct Checkpoint {
+    file: Arc<File>,
+    dir: Arc<Dir>,
+    journal: Vec<u8>,
+    records: Vec<(u64, Digest)>,
+    closed: Arc<Mutex<bool>>,
+}
+
+impl Checkpoint {
+    /// Sync the part file's data, then append the records to the journal: a record
+    /// is never on disk before the chunk it names. Blocks; serialized with the
+    /// file's other checkpoints, and a no-op once the file was placed or discarded.
+    pub fn commit(self) -> io::Result<()> {
+        let closed = self.closed.lock().unwrap_or_else(|e| e.into_inner());
+        if *closed {
+            return Ok(());
+        }
+        self.file.sync_data()?;
+        let j = self.dir.open_with(
+            os(&self.journal),
+            OpenOptions::new().append(true).follow(FollowSymlinks::No),
+        )?;
+        journal::append(j.into_std(), &self.records)?;
+        drop(closed);
+        Ok(())
     }
 }
 
@@ -496,6 +548,17 @@ mod tests {
 
     fn data(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    /// Write chunk `i` of `bytes` into `inc` and record it.
+    fn put_chunk(inc: &mut Incoming, bytes: &[u8], i: u64) {
+        let (o, l) = (
+            inc.plan.offset(i) as usize,
+            inc.plan.len(i).unwrap() as usize,
+        );
+        let d =
+            Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, i, &[&bytes[o..o + l]]).unwrap();
+        inc.record(i, d);
     }
 
     #[test]
@@ -533,13 +596,7 @@ mod tests {
         let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
         assert_eq!(want, vec![(0, 4)]);
         for i in [0u64, 2] {
-            let (o, l) = (
-                inc.plan.offset(i) as usize,
-                inc.plan.len(i).unwrap() as usize,
-            );
-            let d = Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, i, &[&bytes[o..o + l]])
-                .unwrap();
-            inc.record(i, d);
+            put_chunk(&mut inc, &bytes, i);
         }
         inc.flush_journal().unwrap();
         drop(inc);
@@ -553,14 +610,8 @@ mod tests {
         assert_eq!(want, vec![(1, 2), (3, 4)]);
         assert_eq!(inc.resumed_bytes, 2 * CHUNK_SIZE);
         for i in [1u64, 3] {
-            let (o, l) = (
-                inc.plan.offset(i) as usize,
-                inc.plan.len(i).unwrap() as usize,
-            );
-            assert!(inc.check_record(i, l as u64).is_ok());
-            let d = Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, i, &[&bytes[o..o + l]])
-                .unwrap();
-            inc.record(i, d);
+            assert!(inc.check_record(i, inc.plan.len(i).unwrap()).is_ok());
+            put_chunk(&mut inc, &bytes, i);
         }
         assert!(inc
             .check_record(1, CHUNK_SIZE)
@@ -582,6 +633,44 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_journals_only_what_it_took_and_nothing_after_the_file_is_placed() {
+        let t = tempfile::tempdir().unwrap();
+        let mut dest = Dest::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 3 * CHUNK_SIZE;
+        let bytes = data(size as usize);
+        let e = entry(size);
+        let (dir, name) = dest.parent_of(&RelPath::from_wire(b"f").unwrap()).unwrap();
+        let write = |inc: &mut Incoming, i: u64| put_chunk(inc, &bytes, i);
+
+        // Chunk 0 is taken for a checkpoint; chunk 1 arrives after; the run dies
+        // without the drop's flush (as a killed process would).
+        let (mut inc, _) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
+        assert!(
+            inc.take_checkpoint().unwrap().is_none(),
+            "nothing written yet"
+        );
+        write(&mut inc, 0);
+        let cp = inc.take_checkpoint().unwrap().unwrap();
+        write(&mut inc, 1);
+        cp.commit().unwrap();
+        std::mem::forget(inc);
+        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
+        assert_eq!(want, vec![(1, 3)], "the journal names chunk 0 only");
+
+        // A checkpoint taken before the file is placed and committed after it
+        // leaves no journal behind.
+        write(&mut inc, 1);
+        let late = inc.take_checkpoint().unwrap().unwrap();
+        write(&mut inc, 2);
+        inc.expected = Some(*blake3::hash(&bytes).as_bytes());
+        inc.finish().unwrap();
+        late.commit().unwrap();
+        assert_eq!(std::fs::read(t.path().join("f")).unwrap(), bytes);
+        let left: Vec<_> = std::fs::read_dir(t.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no part, no journal: {left:?}");
+    }
+
+    #[test]
     fn mismatch_discards_and_changed_source_restarts() {
         let t = tempfile::tempdir().unwrap();
         let mut dest = Dest::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
@@ -590,14 +679,7 @@ mod tests {
         let e = entry(size);
         let (dir, name) = dest.parent_of(&RelPath::from_wire(b"f").unwrap()).unwrap();
         let (mut inc, _) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
-        let d = Incoming::write_chunk(
-            &inc.file().unwrap(),
-            &inc.plan,
-            0,
-            &[&bytes[..CHUNK_SIZE as usize]],
-        )
-        .unwrap();
-        inc.record(0, d);
+        put_chunk(&mut inc, &bytes, 0);
         inc.flush_journal().unwrap();
         drop(inc);
         // The source changed (other mtime): the journal is not trusted.
@@ -606,15 +688,7 @@ mod tests {
         let (mut inc, want) = Incoming::open(dir.clone(), &name, &e2, true).unwrap();
         assert_eq!(want, vec![(0, 2)]);
         for i in 0..2u64 {
-            let o = (i * CHUNK_SIZE) as usize;
-            let d = Incoming::write_chunk(
-                &inc.file().unwrap(),
-                &inc.plan,
-                i,
-                &[&bytes[o..o + CHUNK_SIZE as usize]],
-            )
-            .unwrap();
-            inc.record(i, d);
+            put_chunk(&mut inc, &bytes, i);
         }
         inc.expected = Some([0u8; 32]);
         match inc.finish() {
