@@ -74,7 +74,7 @@ fn ctrl_c_keeps_every_written_chunk_for_the_rerun() {
     eprintln!("{written} chunk(s) written, {records} journaled");
     assert!((8..SIZE / MIB).contains(&written), "{written}");
     // One stream: at most the chunk being recorded at the signal may be missing;
-    // the periodic checkpoint alone (once a second) would leave many behind.
+    // the periodic checkpoint alone (every 5 s) would leave many behind.
     assert!(
         records <= written && written - records <= 1,
         "{written} chunk(s) written, {records} journaled"
