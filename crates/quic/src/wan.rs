@@ -26,9 +26,13 @@
 //! - **Start**: with a hint (a rate remembered for this peer, or `--max-rate`)
 //!   it begins at the hint and verifies it within a few rounds (the bandwidth
 //!   filter replaces the hint with measurements, and a queue or congested loss
-//!   cuts it); without one, it doubles the rate each round (gain 2.89) until the
-//!   bandwidth stops growing by a quarter for three rounds, then drains.
+//!   cuts it); without one, it nearly triples the rate each round (gain 2.89)
+//!   until the bandwidth stops growing by a quarter for three rounds, then
+//!   drains. In startup the bandwidth is also sampled at every ACK, as the
+//!   delivery rate over the last path RTT: a per-round sample lags the window
+//!   by a round, so the rate grew 1.7× a round instead of 2.89×.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Rounds the bandwidth filter remembers.
@@ -46,6 +50,10 @@ const CYCLE_ROUNDS: usize = 8;
 /// A probe raises the rate by a quarter, or by less on long paths, so that it
 /// queues at most this much; the drain that follows removes that and the headroom.
 const PROBE_QUEUE: Duration = Duration::from_millis(25);
+/// Startup's per-ACK rate samples span the last path RTT, but never less than
+/// this: on short paths ACKs come in bursts that a shorter span would read as
+/// a rate.
+const SLIDE_MIN: Duration = Duration::from_millis(20);
 /// Window headroom beyond the BDP, on every path: ACKs come in bursts, and the
 /// pacer needs room to keep sending while they are on their way. On a short
 /// path the receiver's scheduling, not the wire, delays them.
@@ -183,6 +191,13 @@ pub struct Wan {
     cubic: Cubic,
     /// Rounds in a row that saw a standing queue.
     queued_rounds: u32,
+    /// Startup: bytes acknowledged so far, and (ACK time, that count) about
+    /// every 1/32 of the span, back to one span ago: the delivery rate over
+    /// the last path RTT at every ACK.
+    delivered: u64,
+    deliveries: VecDeque<(Instant, u64)>,
+    /// The largest such rate of the round under way.
+    round_max_rate: f64,
     /// A floor phase (window of four datagrams) under way until then, and
     /// when the last began.
     floor_until: Option<Instant>,
@@ -220,6 +235,9 @@ impl Wan {
             fair: false,
             cubic: Cubic::new(0.0),
             queued_rounds: 0,
+            delivered: 0,
+            deliveries: VecDeque::new(),
+            round_max_rate: 0.0,
             clear_rounds: 0,
             floor_until: None,
             last_floor: None,
@@ -336,6 +354,12 @@ impl Wan {
         }
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
         self.round_acked += bytes;
+        // Not in `fair`: it takes its CUBIC window from the estimate startup
+        // ends with, and the higher per-ACK one gave it 1.5-1.9 fair shares
+        // beside 5 CUBIC flows in the simulation.
+        if self.mode == Mode::Startup && !self.fair {
+            self.sample_rate(now, bytes);
+        }
         if self.mode == Mode::Compete {
             let path = self.min_rtt().unwrap_or(rtt);
             // The send time; a sample older than the clock allows has none.
@@ -347,6 +371,39 @@ impl Wan {
         let len = self.min_rtt().unwrap_or(rtt).max(Duration::from_millis(1));
         if now.saturating_duration_since(start) >= len {
             self.end_round(now, now.saturating_duration_since(start));
+        }
+    }
+
+    /// Startup: the delivery rate over the last path RTT (at least
+    /// [`SLIDE_MIN`]), once that much history is there, raises the estimate at
+    /// once instead of at the round's end.
+    fn sample_rate(&mut self, now: Instant, bytes: u64) {
+        self.delivered += bytes;
+        let Some(path) = self.min_rtt() else {
+            return;
+        };
+        let span = path.max(SLIDE_MIN);
+        if self
+            .deliveries
+            .back()
+            .is_none_or(|&(t, _)| now.saturating_duration_since(t) >= span / 32)
+        {
+            self.deliveries.push_back((now, self.delivered));
+        }
+        // Keep the newest entry at least one span old as the reference.
+        while self
+            .deliveries
+            .get(1)
+            .is_some_and(|&(t, _)| now.saturating_duration_since(t) >= span)
+        {
+            self.deliveries.pop_front();
+        }
+        let &(t0, d0) = self.deliveries.front().expect("pushed above");
+        let elapsed = now.saturating_duration_since(t0);
+        if elapsed >= span {
+            let rate = (self.delivered - d0) as f64 / elapsed.as_secs_f64();
+            self.round_max_rate = self.round_max_rate.max(rate);
+            self.bw = self.bw.max(rate);
         }
     }
 
@@ -441,6 +498,13 @@ impl Wan {
             .round_min_rtt
             .is_some_and(|r| r > path + QUEUE_TARGET.max(path / 20));
         let congested = queued && self.round_lost > 0;
+        // In startup the per-ACK samples count too (they are ahead of the
+        // round's own), unless the queue overflowed: then only what arrived.
+        let rate = if congested {
+            rate
+        } else {
+            rate.max(self.round_max_rate)
+        };
         self.bw_samples.push(rate);
         if self.bw_samples.len() > BW_ROUNDS {
             self.bw_samples.remove(0);
@@ -465,6 +529,7 @@ impl Wan {
                 if self.full_bw_rounds >= 3 || congested {
                     self.mode = Mode::Drain;
                     self.gain = DRAIN_GAIN;
+                    self.deliveries.clear();
                 }
             }
             Mode::Drain if self.fair => self.compete(now),
@@ -532,6 +597,7 @@ impl Wan {
         self.round_start = None;
         self.round_acked = 0;
         self.round_lost = 0;
+        self.round_max_rate = 0.0;
         self.prev_min_rtt = self.round_min_rtt.take();
     }
 }
