@@ -29,8 +29,9 @@
 //!   cuts it); without one, it nearly triples the rate each round (gain 2.89)
 //!   until the bandwidth stops growing by a quarter for three rounds, then
 //!   drains. In startup the bandwidth is also sampled at every ACK, as the
-//!   delivery rate over the last path RTT: a per-round sample lags the window
-//!   by a round, so the rate grew 1.7× a round instead of 2.89×.
+//!   delivery rate over the last quarter of a path RTT: a per-round sample
+//!   lags the window by a round, so the rate grew 1.7× a round instead of
+//!   2.89× (a sample over a whole RTT still averages the growth: 2.1×).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -50,9 +51,9 @@ const CYCLE_ROUNDS: usize = 8;
 /// A probe raises the rate by a quarter, or by less on long paths, so that it
 /// queues at most this much; the drain that follows removes that and the headroom.
 const PROBE_QUEUE: Duration = Duration::from_millis(25);
-/// Startup's per-ACK rate samples span the last path RTT, but never less than
-/// this: on short paths ACKs come in bursts that a shorter span would read as
-/// a rate.
+/// Startup's per-ACK rate samples span the last quarter of the path RTT, but
+/// never less than this: on short paths ACKs come in bursts (the receiver's
+/// ACK delay, its scheduling) that a shorter span would read as a rate.
 const SLIDE_MIN: Duration = Duration::from_millis(20);
 /// Window headroom beyond the BDP, on every path: ACKs come in bursts, and the
 /// pacer needs room to keep sending while they are on their way. On a short
@@ -192,8 +193,8 @@ pub struct Wan {
     /// Rounds in a row that saw a standing queue.
     queued_rounds: u32,
     /// Startup: bytes acknowledged so far, and (ACK time, that count) about
-    /// every 1/32 of the span, back to one span ago: the delivery rate over
-    /// the last path RTT at every ACK.
+    /// every 1/32 of the span, back to one span ago: the recent delivery rate
+    /// at every ACK.
     delivered: u64,
     deliveries: VecDeque<(Instant, u64)>,
     /// The largest such rate of the round under way.
@@ -374,15 +375,15 @@ impl Wan {
         }
     }
 
-    /// Startup: the delivery rate over the last path RTT (at least
-    /// [`SLIDE_MIN`]), once that much history is there, raises the estimate at
-    /// once instead of at the round's end.
+    /// Startup: the delivery rate over the last quarter of the path RTT (at
+    /// least [`SLIDE_MIN`]), once that much history is there, raises the
+    /// estimate at once instead of at the round's end.
     fn sample_rate(&mut self, now: Instant, bytes: u64) {
         self.delivered += bytes;
         let Some(path) = self.min_rtt() else {
             return;
         };
-        let span = path.max(SLIDE_MIN);
+        let span = (path / 4).max(SLIDE_MIN);
         if self
             .deliveries
             .back()
