@@ -407,12 +407,12 @@ mod tests {
             c.window()
         );
         // wan with a cap and no hint of its own starts at the cap: 100 ms of
-        // 400 Mbit/s before any RTT is known (without it: 32 datagrams).
+        // 400 Mbit/s before any RTT is known (without it: the initial window).
         h.set(Some(CcChoice::Wan(0)), 400_000_000);
         c.on_sent(now, 1200, 3);
         assert_eq!(c.window(), 5_000_000);
         h.set(Some(CcChoice::Wan(0)), 0);
         c.on_sent(now, 1200, 4);
-        assert_eq!(c.window(), 32 * 1200);
+        assert_eq!(c.window(), crate::wan::INITIAL_WINDOW);
     }
 }
