@@ -110,7 +110,7 @@ pub struct NetArgs {
     /// Concurrent data streams when sending [default: 4].
     #[arg(long, value_name = "N")]
     pub streams: Option<usize>,
-    /// Congestion control when sending [default: bbr]: wan / wan:HINT
+    /// Congestion control when sending [default: wan]: wan / wan:HINT
     /// (longhaul's controller for long lossy paths: random loss is not read as
     /// congestion; it starts at HINT, else at --max-rate, else at the rate
     /// remembered for the server, else measures from scratch; beside TCP flows

@@ -1,7 +1,7 @@
 //! Congestion control: the one module to replace when the controller changes.
 //!
-//! longhaul's own is `wan` ([`crate::wan`]; `fair` is its CUBIC mode alone); the
-//! default is still quinn's BBR (see `net::NetOpts`). quinn's BBR and CUBIC are
+//! longhaul's own is `wan` ([`crate::wan`]; `fair` is its CUBIC mode alone), the
+//! default (see `net::NetOpts`). quinn's BBR and CUBIC are
 //! offered as they are; `fixed:RATE` is a controller for
 //! dedicated links that keeps a window of RATE x RTT and ignores loss. Every
 //! controller can be capped (`--max-rate`): the window never exceeds rate x RTT.

@@ -26,9 +26,7 @@ impl Default for NetOpts {
         NetOpts {
             max_window: 256 << 20,
             rate_hint: 1_000_000_000,
-            // Not yet `wan`: without a hint it starts slower than bbr at long
-            // RTT (docs/PERFORMANCE.md, issue 6).
-            cc: CcChoice::Bbr,
+            cc: CcChoice::Wan(0),
             max_rate: 0,
         }
     }
