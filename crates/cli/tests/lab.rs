@@ -694,8 +694,8 @@ fn capture_and_cleanup_after_crashes() {
         .unwrap();
     // SAFETY: kill(2) of the emulator we started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    wait_until(|| !namespaces().iter().any(|n| n.starts_with("lh-tcap-")));
-    assert!(!state.exists());
+    // Teardown removes the namespaces, then the state directory: wait for both.
+    wait_until(|| !namespaces().iter().any(|n| n.starts_with("lh-tcap-")) && !state.exists());
     for d in &mut lab.daemons {
         // The echo server inside a host was stopped with it.
         assert!(d.wait().is_ok());
