@@ -594,19 +594,19 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
             f.inc.record(index, digest);
             f.received += h.len as u64;
             Progress::add(&shared.progress.bytes_done, h.len as u64);
+            // Under the session lock: only the background task clears the flag.
             if f.inc.pending_records() >= CHECKPOINT_MIN_CHUNKS
                 && f.checkpointed.elapsed() >= CHECKPOINT_EVERY
-                && !f.checkpointing.swap(true, Ordering::AcqRel)
+                && !f.checkpointing.load(Ordering::Acquire)
             {
-                f.checkpointed = Instant::now();
                 let cp = f
                     .inc
                     .take_checkpoint()
                     .map_err(|e| io_problem(&f.display, e))?;
                 if let Some(cp) = cp {
+                    f.checkpointed = Instant::now();
+                    f.checkpointing.store(true, Ordering::Release);
                     checkpoint_in_background(shared, cp, f);
-                } else {
-                    f.checkpointing.store(false, Ordering::Release);
                 }
             }
             if f.inc.is_complete() {

@@ -68,6 +68,18 @@ const AGG_MAX: Duration = Duration::from_millis(20);
 /// path the receiver's scheduling, not the wire, delays them.
 const HEADROOM: Duration = Duration::from_millis(5);
 
+/// An RTT sample that stood above the path RTT by more than [`QUEUE_TARGET`]
+/// or 5 % of the path RTT, whichever is more, met a queue.
+fn queued(rtt: Duration, path: Duration) -> bool {
+    rtt > path + QUEUE_TARGET.max(path / 20)
+}
+
+/// A path short enough that [`HEADROOM`] is more queue than a drain round
+/// removes (a quarter of the path RTT): under 20 ms.
+fn short_path(path: Duration) -> bool {
+    path < HEADROOM * 4
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Startup,
@@ -366,7 +378,7 @@ impl Wan {
     /// where bbr (which adds its aggregation too) took 2.7-2.8 s.
     fn headroom(&self, path: Duration) -> f64 {
         let base = self.bw * HEADROOM.as_secs_f64();
-        if path >= HEADROOM * 4 {
+        if !short_path(path) {
             return base;
         }
         let agg = self.agg_max[0].max(self.agg_max[1]);
@@ -455,7 +467,7 @@ impl Wan {
         // Only while this ACK saw no queue: a standing queue (the pipe is
         // full, or other senders keep it) makes the ACKs bunch, and beside 5-6
         // CUBIC flows in the lab these samples took `wan` to 2.1 fair shares.
-        let queued = rtt > path + QUEUE_TARGET.max(path / 20);
+        let queued = queued(rtt, path);
         if elapsed >= span && !queued {
             let rate = (self.delivered - d0) as f64 / elapsed.as_secs_f64();
             self.round_max_rate = self.round_max_rate.max(rate);
@@ -550,9 +562,7 @@ impl Wan {
             self.next_round();
             return;
         }
-        let queued = self
-            .round_min_rtt
-            .is_some_and(|r| r > path + QUEUE_TARGET.max(path / 20));
+        let queued = self.round_min_rtt.is_some_and(|r| queued(r, path));
         let congested = queued && self.round_lost > 0;
         // In startup the per-ACK samples count too (they are ahead of the
         // round's own), unless the queue overflowed: then only what arrived.
@@ -639,7 +649,7 @@ impl Wan {
                 // send almost nothing until the queue is surely gone, so the
                 // path RTT is measured again and the queue cannot ratchet.
                 let every = self.last_floor.is_none_or(|t| now - t >= FLOOR_EVERY);
-                if path < HEADROOM * 4 && every {
+                if short_path(path) && every {
                     self.floor_until = Some(now + path * 2 + QUEUE_TARGET * 2);
                     self.last_floor = Some(now);
                 }

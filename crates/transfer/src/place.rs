@@ -478,9 +478,8 @@ impl Incoming {
     pub fn discard(&mut self) {
         self.pending.clear();
         self.file = None;
-        let closed = self.closed.clone();
-        let mut closed = closed.lock().unwrap_or_else(|e| e.into_inner());
-        *closed = true;
+        // After a checkpoint under way; any later one finds the file closed.
+        *self.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
         let _ = self.dir.remove_file(os(&sibling_name(&self.name, PART)));
         if self.journaled {
             let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
