@@ -13,7 +13,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -129,30 +129,58 @@ impl KnownHosts {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("reading {}", self.path.display())),
         };
-        for line in text.lines() {
-            let line = line.split('#').next().unwrap_or("").trim();
-            let mut parts = line.split_whitespace();
-            if let (Some(h), Some(fp)) = (parts.next(), parts.next()) {
-                if h == host {
-                    return Ok(Some(fp.to_string()));
-                }
-            }
-        }
-        Ok(None)
+        Ok(find_host(&text, host))
     }
 
+    /// Records `host`'s fingerprint. Many clients may trust the same server at
+    /// once: the file is locked while it is re-read and the line appended (in a
+    /// single write), so lines never interleave and a host is written once.
+    /// Fails if another client recorded a different fingerprint meanwhile.
     pub fn add(&self, host: &str, fp: &str) -> Result<()> {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
+        let ctx = || format!("writing {}", self.path.display());
         let mut f = std::fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(&self.path)
-            .with_context(|| format!("writing {}", self.path.display()))?;
-        writeln!(f, "{host} {fp}")?;
+            .with_context(ctx)?;
+        f.lock().with_context(ctx)?;
+        let mut text = String::new();
+        f.read_to_string(&mut text).with_context(ctx)?;
+        match find_host(&text, host) {
+            Some(known) if known == fp => return Ok(()),
+            Some(known) => bail!(
+                "{} already names {host} with {known}, not {fp}; another client recorded it meanwhile",
+                self.path.display()
+            ),
+            None => {}
+        }
+        let sep = if text.is_empty() || text.ends_with('\n') {
+            ""
+        } else {
+            "\n"
+        };
+        f.write_all(format!("{sep}{host} {fp}\n").as_bytes())
+            .with_context(ctx)?;
         Ok(())
     }
+}
+
+/// The fingerprint the first line for `host` names.
+fn find_host(text: &str, host: &str) -> Option<String> {
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let mut parts = line.split_whitespace();
+        if let (Some(h), Some(fp)) = (parts.next(), parts.next()) {
+            if h == host {
+                return Some(fp.to_string());
+            }
+        }
+    }
+    None
 }
 
 /// How the client decides to trust a server.
@@ -370,5 +398,50 @@ mod tests {
             .refusal("srv:7878", t.path())
             .unwrap()
             .contains("HAS CHANGED"));
+    }
+
+    /// Clients trusting servers at the same moment (the settle-race test runs 8
+    /// gets at once) must leave one well-formed line per host: an unlocked,
+    /// piecewise append once interleaved two lines into `HOST HOST` + `FP`.
+    #[test]
+    fn concurrent_adds_leave_one_well_formed_line_per_host() {
+        let t = tempfile::tempdir().unwrap();
+        let kh = t.path().join("kh");
+        std::thread::scope(|s| {
+            for i in 0..32 {
+                let kh = kh.clone();
+                s.spawn(move || {
+                    let host = format!("srv{}:7878", i % 4);
+                    KnownHosts::new(kh)
+                        .add(&host, &format!("SHA256:key{}", i % 4))
+                        .unwrap();
+                });
+            }
+        });
+        let text = std::fs::read_to_string(&kh).unwrap();
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.sort();
+        assert_eq!(
+            lines,
+            [
+                "srv0:7878 SHA256:key0",
+                "srv1:7878 SHA256:key1",
+                "srv2:7878 SHA256:key2",
+                "srv3:7878 SHA256:key3"
+            ],
+            "{text}"
+        );
+        // A different key recorded meanwhile is an error, not a second line.
+        let e = KnownHosts::new(kh.clone())
+            .add("srv1:7878", "SHA256:other")
+            .unwrap_err();
+        assert!(format!("{e}").contains("already names srv1:7878 with SHA256:key1"));
+        // A file without a final newline still gets a line of its own.
+        std::fs::write(&kh, "a:1 SHA256:a").unwrap();
+        KnownHosts::new(kh.clone()).add("b:2", "SHA256:b").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&kh).unwrap(),
+            "a:1 SHA256:a\nb:2 SHA256:b\n"
+        );
     }
 }
