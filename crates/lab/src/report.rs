@@ -25,12 +25,12 @@ pub fn write_all(dir: &Path, r: &Results) -> Result<()> {
 
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,wire_bytes,client_cpu_s,server_cpu_s,verified,note\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,steady_mbps,queue_ms,queue_max_ms,wire_bytes,client_cpu_s,server_cpu_s,verified,note\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.2},{:.4},{:.4},{},{},{},{:.2},{:.2},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.2},{:.4},{:.4},{},{},{},{},{},{},{:.2},{:.2},{},{}",
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
@@ -49,6 +49,9 @@ pub fn csv(r: &Results) -> String {
             x.goodput,
             x.background_mbps.map_or(String::new(), |b| format!("{b:.2}")),
             x.share().map_or(String::new(), |s| format!("{s:.4}")),
+            opt(x.steady_mbps, 2, ""),
+            opt(x.queue_ms, 1, ""),
+            opt(x.queue_max_ms, 1, ""),
             x.wire_bytes,
             x.client_cpu_s,
             x.server_cpu_s,
@@ -57,6 +60,11 @@ pub fn csv(r: &Results) -> String {
         );
     }
     s
+}
+
+/// An optional number with `digits` decimals, or `none`.
+fn opt(v: Option<f64>, digits: usize, none: &str) -> String {
+    v.map_or(none.to_string(), |v| format!("{v:.digits$}"))
 }
 
 /// The share column: the tool's part of the link beside background traffic.
@@ -222,12 +230,12 @@ pub fn summary(r: &Results) -> String {
     let _ = writeln!(s, "\n## Every run\n");
     let _ = writeln!(
         s,
-        "| scenario | tool | rep | status | files | MB | s | first byte s | Mbit/s | TTP | G | share | client CPU s | server CPU s | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+        "| scenario | tool | rep | status | files | MB | s | first byte s | Mbit/s | TTP | G | share | at speed Mbit/s | queue ms (max) | client CPU s | server CPU s | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {:.1} | {:.3} | {:.3} | {} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {:.1} | {:.3} | {:.3} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
             x.scenario,
             x.tool,
             x.rep,
@@ -240,6 +248,11 @@ pub fn summary(r: &Results) -> String {
             x.ttp,
             x.goodput,
             share_text(x),
+            opt(x.steady_mbps, 1, "-"),
+            match (x.queue_ms, x.queue_max_ms) {
+                (Some(q), Some(m)) => format!("{q:.1} ({m:.1})"),
+                _ => "-".into(),
+            },
             x.client_cpu_s,
             x.server_cpu_s,
             x.verified.map_or("-", |v| if v { "yes" } else { "no" }),
@@ -252,7 +265,7 @@ pub fn summary(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\nTTP = (payload bytes / line rate) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
+        "\nTTP = (payload bytes / line rate) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. At speed: the mean rate over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
     );
     s
 }
@@ -396,6 +409,9 @@ mod tests {
             } else {
                 vec![mbps / 2.0, mbps, mbps]
             },
+            steady_mbps: None,
+            queue_ms: None,
+            queue_max_ms: None,
         }
     }
 

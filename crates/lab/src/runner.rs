@@ -68,6 +68,15 @@ pub struct Run {
     pub verified: Option<bool>,
     /// Mbit/s the receivers' links delivered (mean over receivers), per 100 ms.
     pub series_mbps: Vec<f64>,
+    /// Once at speed (see [`steady`]): the mean Mbit/s ...
+    #[serde(default)]
+    pub steady_mbps: Option<f64>,
+    /// ... and the standing queue on the way, ms: the median and the largest
+    /// of the per-second least waits.
+    #[serde(default)]
+    pub queue_ms: Option<f64>,
+    #[serde(default)]
+    pub queue_max_ms: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -380,6 +389,9 @@ fn run_tool(
         server_cpu_s: 0.0,
         verified: None,
         series_mbps: Vec::new(),
+        steady_mbps: None,
+        queue_ms: None,
+        queue_max_ms: None,
     };
     let missing = tool.missing();
     if !missing.is_empty() {
@@ -574,6 +586,20 @@ fn run_tool(
         let (first, last) = (bg_marks[0], *bg_marks.last().expect("marks"));
         let span = last.0.saturating_sub(first.0).max(1) as f64 / 1e3;
         run.background_mbps = Some(last.1.saturating_sub(first.1) as f64 * 8.0 / span / 1e6);
+    }
+    // The queue a packet met on its way to the first receiver: the server's
+    // uplink and the receiver's downlink (whichever is the bottleneck).
+    let (up, down) = (&s1.up.queue, &host(&after, &receiver_name(0)).down.queue);
+    let waits: Vec<Option<u32>> = (0..series.len() as u64)
+        .map(|k| {
+            let (a, b) = (up.get(from + k), down.get(from + k));
+            (a.is_some() || b.is_some()).then(|| a.unwrap_or(0) + b.unwrap_or(0))
+        })
+        .collect();
+    if let Some(st) = steady(&series, &waits) {
+        run.steady_mbps = Some(st.mbps);
+        run.queue_ms = st.queue_ms;
+        run.queue_max_ms = st.queue_max_ms;
     }
     run.series_mbps = series;
     run.delivered_bytes = if timed_out && tool.moves_files() {
@@ -1019,12 +1045,88 @@ pub fn save_json(out: &Path, results: &Results) -> Result<()> {
 
 /// G as seed 003 defines it: payload bytes delivered (one copy) / bytes the
 /// server sent on the wire.
+/// A run once at speed: its mean rate, and the standing queue it kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Steady {
+    pub mbps: f64,
+    pub queue_ms: Option<f64>,
+    pub queue_max_ms: Option<f64>,
+}
+
+/// What a run did once at speed, from its 100 ms series and the least queue
+/// wait (us) a packet met in each 100 ms: the whole seconds from the first
+/// that delivered 90 % of the best second to the last that delivered half of
+/// it (the start-up before, the tail after, are left out). The standing queue
+/// of a second is the least wait in it (a queue that did not empty within a
+/// second, as CoDel reads a standing queue); reported are the median and the
+/// largest of those. None without a second of data.
+pub fn steady(series_mbps: &[f64], waits_us: &[Option<u32>]) -> Option<Steady> {
+    let secs: Vec<f64> = series_mbps
+        .chunks_exact(10)
+        .map(|c| c.iter().sum::<f64>() / 10.0)
+        .collect();
+    let best = secs.iter().copied().fold(0.0, f64::max);
+    if best <= 0.0 {
+        return None;
+    }
+    let start = secs.iter().position(|&r| r >= 0.9 * best)?;
+    let end = secs.iter().rposition(|&r| r >= 0.5 * best)?.max(start);
+    let span = &secs[start..=end];
+    let mbps = span.iter().sum::<f64>() / span.len() as f64;
+    let mut least: Vec<u32> = (start..=end)
+        .filter_map(|k| {
+            waits_us
+                .get(k * 10..(k * 10 + 10).min(waits_us.len()))?
+                .iter()
+                .flatten()
+                .min()
+                .copied()
+        })
+        .collect();
+    least.sort_unstable();
+    let ms = |us: u32| us as f64 / 1000.0;
+    Some(Steady {
+        mbps,
+        queue_ms: least.get(least.len() / 2).map(|&w| ms(w)),
+        queue_max_ms: least.last().map(|&w| ms(w)),
+    })
+}
+
 fn goodput(delivered: u64, wire: u64) -> f64 {
     delivered as f64 / wire.max(1) as f64
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    #[test]
+    fn steady_leaves_out_the_start_and_the_tail_and_reads_the_least_wait_of_each_second() {
+        // 1 s at 100, 3 s at 900 (a dip to 850), 1 s at 950, then 1 s at 100
+        // and 0.5 s of nothing: steady is seconds 1-4.
+        let mut series = vec![100.0; 10];
+        series.extend([900.0; 10]);
+        series.extend([850.0; 10]);
+        series.extend([900.0; 10]);
+        series.extend([950.0; 10]);
+        series.extend([100.0; 10]);
+        series.extend([0.0; 5]);
+        // Waits: 50 ms standing in second 0 (startup, left out); in second 1 a
+        // 30 ms standing queue with one 100 ms bucket that read 60; 2 ms in
+        // seconds 2 and 3; second 4 saw no arrivals at the bottleneck.
+        let mut waits = vec![Some(50_000); 10];
+        waits.extend([Some(30_000); 10]);
+        waits[15] = Some(60_000);
+        waits.extend([Some(2_000); 20]);
+        waits.extend([None; 10]);
+        waits.extend([Some(0); 15]);
+        let st = steady(&series, &waits).unwrap();
+        assert_eq!(st.mbps, (900.0 + 850.0 + 900.0 + 950.0) / 4.0);
+        assert_eq!(st.queue_ms, Some(2.0));
+        assert_eq!(st.queue_max_ms, Some(30.0));
+        assert_eq!(steady(&[0.0; 30], &[None; 30]), None);
+        assert_eq!(steady(&[500.0; 9], &[None; 9]), None, "no whole second");
+    }
+
     #[test]
     fn goodput_is_what_was_delivered_over_what_was_sent() {
         // A run stopped at its cap after delivering 30 MB of 80 for 33 MB on

@@ -6,7 +6,7 @@
 //! out whatever `poll_egress` returns.
 
 use crate::gso::{self, Shape};
-use crate::link::{DirCounters, DirLink, Series};
+use crate::link::{DirCounters, DirLink, QueueSeries, Series};
 use crate::packet::{self, FlowKey, Parsed};
 use crate::pool::{BufId, Pool};
 use crate::spec::LinkSpec;
@@ -367,6 +367,7 @@ impl Hub {
             counters: l.counters.clone(),
             in_flight: l.in_flight() as u64,
             series: l.series.clone(),
+            queue: l.queue_series.clone(),
         };
         Snapshot {
             uptime_ms: now / 1_000_000,
@@ -412,6 +413,9 @@ pub struct DirStats {
     pub counters: DirCounters,
     pub in_flight: u64,
     pub series: Series,
+    /// The least queueing delay per 100 ms (rate-limited directions).
+    #[serde(default)]
+    pub queue: QueueSeries,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

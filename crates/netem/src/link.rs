@@ -90,18 +90,77 @@ impl Series {
 
     pub fn add(&mut self, at_ns: u64, bytes: u64) {
         let idx = at_ns / (self.interval_ms * 1_000_000);
-        if idx < self.first {
-            return;
+        if let Some(b) = bucket(&mut self.first, &mut self.bytes, idx, 0) {
+            *b += bytes;
         }
-        while self.first + (self.bytes.len() as u64) <= idx {
-            if self.bytes.len() == SERIES_KEEP {
-                self.bytes.pop_front();
-                self.first += 1;
-            }
-            self.bytes.push_back(0);
+    }
+}
+
+/// The slot for bucket `idx` of a series that starts at bucket `first`,
+/// appending `empty` slots up to it (and dropping the oldest beyond
+/// [`SERIES_KEEP`]); None for a bucket already dropped.
+fn bucket<'a, T: Copy>(
+    first: &mut u64,
+    v: &'a mut VecDeque<T>,
+    idx: u64,
+    empty: T,
+) -> Option<&'a mut T> {
+    if idx < *first {
+        return None;
+    }
+    while *first + (v.len() as u64) <= idx {
+        if v.len() == SERIES_KEEP {
+            v.pop_front();
+            *first += 1;
         }
-        let i = (idx - self.first) as usize;
-        self.bytes[i] += bytes;
+        v.push_back(empty);
+    }
+    v.get_mut((idx - *first) as usize)
+}
+
+/// The least time an arriving packet waited in the queue before its
+/// serialisation began, per interval, in microseconds ([`QueueSeries::NONE`]:
+/// nothing arrived). A queue that does not empty within an interval is a
+/// standing queue, not a burst: a burst's first packet finds it short.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueSeries {
+    pub interval_ms: u64,
+    /// Index of `min_wait_us[0]`.
+    pub first: u64,
+    pub min_wait_us: VecDeque<u32>,
+}
+
+impl Default for QueueSeries {
+    fn default() -> Self {
+        QueueSeries::new(100)
+    }
+}
+
+impl QueueSeries {
+    pub const NONE: u32 = u32::MAX;
+
+    pub fn new(interval_ms: u64) -> Self {
+        QueueSeries {
+            interval_ms,
+            first: 0,
+            min_wait_us: VecDeque::new(),
+        }
+    }
+
+    pub fn record(&mut self, at_ns: u64, wait_ns: u64) {
+        let idx = at_ns / (self.interval_ms * 1_000_000);
+        let us = (wait_ns / 1000).min(Self::NONE as u64 - 1) as u32;
+        if let Some(m) = bucket(&mut self.first, &mut self.min_wait_us, idx, Self::NONE) {
+            *m = (*m).min(us);
+        }
+    }
+
+    /// The least wait in bucket `idx`, if anything arrived in it.
+    pub fn get(&self, idx: u64) -> Option<u32> {
+        idx.checked_sub(self.first)
+            .and_then(|i| self.min_wait_us.get(i as usize))
+            .copied()
+            .filter(|&w| w != Self::NONE)
     }
 }
 
@@ -138,6 +197,8 @@ pub struct DirLink<T> {
     in_flight: VecDeque<Train<T>>,
     pub counters: DirCounters,
     pub series: Series,
+    /// Rate-limited links only.
+    pub queue_series: QueueSeries,
 }
 
 impl<T: Clone> DirLink<T> {
@@ -155,6 +216,7 @@ impl<T: Clone> DirLink<T> {
             in_flight: VecDeque::with_capacity(1024),
             counters: DirCounters::default(),
             series: Series::new(100),
+            queue_series: QueueSeries::new(100),
         }
     }
 
@@ -254,7 +316,9 @@ impl<T: Clone> DirLink<T> {
                     return None;
                 }
                 let tx_ns = (len as u128 * 8_000_000_000).div_ceil(rate as u128) as u64;
-                let end = self.busy_until.max(now) + tx_ns;
+                let start = self.busy_until.max(now);
+                self.queue_series.record(now, start - now);
+                let end = start + tx_ns;
                 self.busy_until = end;
                 self.queue.push_back((end, len));
                 self.queue_bytes += len as u64;
@@ -386,6 +450,35 @@ mod tests {
             "dropped {dropped}"
         );
         assert_eq!(l.counters.queue_drop_pkts, dropped);
+    }
+
+    #[test]
+    fn the_queue_series_reads_a_standing_queue_not_a_burst() {
+        // 100 Mbit/s, 1000-byte packets: 80 us each on the wire.
+        let mut l = DirLink::new(dir("rate=100M queue=20pkts"), 1);
+        // 0-100 ms: a burst of 10 every 10 ms; the queue empties in between.
+        for b in 0..10u64 {
+            for k in 0..10 {
+                while pop(&mut l, b * 10 * MS).is_some() {}
+                l.offer_packet(b * 10 * MS, 1000, k);
+            }
+        }
+        // 100-300 ms: offered at twice the rate, so the queue stands full.
+        for i in 0..5000u64 {
+            let now = 100 * MS + i * 40_000;
+            while pop(&mut l, now).is_some() {}
+            l.offer_packet(now, 1000, i);
+        }
+        let q = &l.queue_series;
+        assert_eq!(q.get(0), Some(0), "a burst's first packet finds no queue");
+        // Full: 19 packets wait ahead of an admitted one, and part of a 20th.
+        let w = q.get(2).expect("arrivals in 200-300 ms");
+        assert!((1520..=1600).contains(&w), "standing wait {w} us");
+        assert_eq!(q.get(3), None, "nothing arrived after 300 ms");
+        // An unlimited link has no queue to read.
+        let mut free = DirLink::new(dir("delay=10ms"), 1);
+        free.offer_packet(0, 1000, 0);
+        assert_eq!(free.queue_series.get(0), None);
     }
 
     #[test]
