@@ -28,8 +28,16 @@ impl CtlTx {
 
 pub type CtlRx = mpsc::Receiver<Result<Frame, Problem>>;
 
+/// quinn's priority for the control stream (data streams keep the default 0).
+pub const CONTROL_PRIORITY: i32 = 1;
+
 /// Start the writer; the returned handle ends when the stream is finished.
 pub fn spawn_writer(mut send: SendStream) -> (CtlTx, tokio::task::JoinHandle<Result<(), Problem>>) {
+    // Control frames go before data queued on the data streams: a request,
+    // an answer or a file's hash is a few bytes that the peer waits on (a
+    // receiver places a small file as soon as it has both its data and its
+    // hash; behind the data, the hash came hundreds of files late).
+    let _ = send.set_priority(CONTROL_PRIORITY);
     let (tx, mut rx) = mpsc::channel::<Frame>(1024);
     let task = tokio::spawn(async move {
         let mut buf = Vec::with_capacity(64 * 1024);

@@ -1,20 +1,28 @@
-//! Wire format of protocol version 1 (see docs/PROTOCOL.md). Sans-IO: encoders and
+//! Wire format of protocol version 2 (see docs/PROTOCOL.md). Sans-IO: encoders and
 //! decoders over byte buffers, no sockets.
 //!
 //! Control stream (the connection's first bidirectional stream): frames of
 //! `u32 big-endian length | postcard-encoded Frame`, at most [`MAX_FRAME`] bytes.
 //! Data streams (unidirectional, sender to receiver): the 4-byte prelude `LHD1`,
-//! then records of a 20-byte [`RecordHeader`] followed by `len` payload bytes.
+//! then records of a 20-byte [`RecordHeader`] followed by `len` payload bytes
+//! and, for a file's only chunk, its 32-byte BLAKE3 ([`RecordHeader::hash`]).
 
 use longhaul_transfer::{Entry, CHUNK_SIZE};
 use serde::{Deserialize, Serialize};
 
-pub const VERSION: u32 = 1;
+/// 2: a record of a file's only chunk carries the file's hash (version 1
+/// sent it in `FileDone` on the control stream, which queues behind the
+/// manifest: a receiver could not place a small file when it was written).
+pub const VERSION: u32 = 2;
 pub const ALPN: &[u8] = b"longhaul/1";
 /// Largest control frame accepted (payload bytes, after the length prefix).
 pub const MAX_FRAME: usize = 1 << 20;
 pub const DATA_PRELUDE: &[u8; 4] = b"LHD1";
 pub const RECORD_HEADER_LEN: usize = 20;
+/// The bit of a record's `len` field that says the file's hash follows the data.
+const HASH_FLAG: u32 = 1 << 31;
+/// Bytes of the hash that follows such a record.
+pub const RECORD_HASH_LEN: usize = 32;
 
 /// Why a session or a part of it failed; maps onto the client's exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -219,6 +227,10 @@ pub struct RecordHeader {
     pub id: u64,
     pub offset: u64,
     pub len: u32,
+    /// The record is the file's only chunk and its data is followed by the
+    /// file's BLAKE3 ([`RECORD_HASH_LEN`] bytes); the sender sends no
+    /// `FileDone` for it. On the wire: bit 31 of `len`.
+    pub hash: bool,
 }
 
 impl RecordHeader {
@@ -226,15 +238,18 @@ impl RecordHeader {
         let mut b = [0u8; RECORD_HEADER_LEN];
         b[..8].copy_from_slice(&self.id.to_le_bytes());
         b[8..16].copy_from_slice(&self.offset.to_le_bytes());
-        b[16..].copy_from_slice(&self.len.to_le_bytes());
+        let len = self.len | if self.hash { HASH_FLAG } else { 0 };
+        b[16..].copy_from_slice(&len.to_le_bytes());
         b
     }
 
     pub fn decode(b: &[u8; RECORD_HEADER_LEN]) -> Result<Self, ProtoError> {
+        let len = u32::from_le_bytes(b[16..].try_into().unwrap());
         let h = RecordHeader {
             id: u64::from_le_bytes(b[..8].try_into().unwrap()),
             offset: u64::from_le_bytes(b[8..16].try_into().unwrap()),
-            len: u32::from_le_bytes(b[16..].try_into().unwrap()),
+            len: len & !HASH_FLAG,
+            hash: len & HASH_FLAG != 0,
         };
         if h.len as u64 > CHUNK_SIZE {
             return Err(ProtoError::RecordTooLarge(h.len));
@@ -333,11 +348,23 @@ mod tests {
             id: 1,
             offset: 1 << 20,
             len: 2,
+            hash: false,
         }
         .encode();
         assert_eq!(
             h,
             [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 2, 0, 0, 0]
+        );
+        let h = RecordHeader {
+            id: 1,
+            offset: 0,
+            len: 2,
+            hash: true,
+        }
+        .encode();
+        assert_eq!(
+            h,
+            [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0x80]
         );
     }
 
@@ -376,13 +403,17 @@ mod tests {
             id: 3,
             offset: 5 * CHUNK_SIZE,
             len: 77,
+            hash: false,
         };
         assert_eq!(RecordHeader::decode(&h.encode()), Ok(h));
         assert_eq!(h.chunk(), 5);
+        let h = RecordHeader { hash: true, ..h };
+        assert_eq!(RecordHeader::decode(&h.encode()), Ok(h));
         let bad = RecordHeader {
             id: 3,
             offset: 5,
             len: 1,
+            hash: false,
         }
         .encode();
         assert_eq!(RecordHeader::decode(&bad), Err(ProtoError::Unaligned(5)));
@@ -390,6 +421,7 @@ mod tests {
             id: 3,
             offset: 0,
             len: CHUNK_SIZE as u32 + 1,
+            hash: true,
         }
         .encode();
         assert!(matches!(

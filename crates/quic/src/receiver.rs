@@ -9,14 +9,14 @@
 use crate::control::{CtlRx, CtlTx};
 use crate::proto::{
     ErrorCode, Frame, Outcome, ProtoError, RecordHeader, RootSpec, Want, DATA_PRELUDE,
-    RECORD_HEADER_LEN,
+    RECORD_HASH_LEN, RECORD_HEADER_LEN,
 };
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use cap_std::fs::Dir;
 use longhaul_transfer::chunk::hex;
-use longhaul_transfer::place::{Checkpoint, Dest, FinishError, Incoming, MAX_FILE_SIZE};
+use longhaul_transfer::place::{Checkpoint, Dest, FinishError, Incoming, Settled, MAX_FILE_SIZE};
 use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
-use longhaul_transfer::{Entry, EntryKind, RelPath};
+use longhaul_transfer::{Entry, EntryKind, RelPath, CHUNK_SIZE};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -224,8 +224,18 @@ async fn control_loop(
                     .get(&e.root)
                     .ok_or_else(|| protocol(format!("entry before its root {}", e.root)))?;
                 let target = dest.target(e.root, kind, &path).map_err(protocol)?;
-                let replies =
-                    tokio::task::block_in_place(|| on_entry(shared, fs, &e, &target, opts))?;
+                // A small file needs no file-system call yet (its part is created
+                // with its first write, and without --sync nothing is looked up):
+                // no need to hand the runtime's other tasks to another thread.
+                let light = e.kind == EntryKind::File
+                    && e.size <= CHUNK_SIZE
+                    && opts.sync == SyncMode::Always
+                    && fs.parent_cached(&target);
+                let replies = if light {
+                    on_entry(shared, fs, &e, &target, opts)?
+                } else {
+                    tokio::task::block_in_place(|| on_entry(shared, fs, &e, &target, opts))?
+                };
                 for f in replies {
                     shared.ctl.send(f).await?;
                 }
@@ -397,9 +407,13 @@ fn on_entry(
             }
             Progress::add(&shared.progress.files_total, 1);
             Progress::add(&shared.progress.bytes_total, e.size);
-            let existing = fs
-                .existing_file(target)
-                .map_err(|err| io_problem(&display, err))?;
+            // Without --sync whatever is there is replaced: no lookup.
+            let existing = if opts.sync == SyncMode::Always {
+                None
+            } else {
+                fs.existing_file(target)
+                    .map_err(|err| io_problem(&display, err))?
+            };
             let local_hash = if needs_local_hash(opts.sync, e, existing.as_ref()) {
                 Some(
                     fs.hash_file(target)
@@ -439,8 +453,11 @@ fn on_entry(
                 .parent_of(target)
                 .map_err(|err| io_problem(&display, err))?;
             let resume = !matches!(decision, Decision::UnlessHash(_));
-            let (inc, ranges) =
+            let (mut inc, ranges) =
                 Incoming::open(dir, &name, e, resume).map_err(|err| io_problem(&display, err))?;
+            if fs.in_fresh_dir(target) {
+                inc.in_fresh_dir();
+            }
             let want = match decision {
                 Decision::UnlessHash(h) => Want::UnlessHash(h),
                 _ if inc.resumed_bytes > 0 => Want::Chunks(ranges),
@@ -471,43 +488,72 @@ async fn finish(shared: &Shared, id: u64, f: InFile) -> Result<(), Problem> {
     } = f;
     let size = inc.plan.size;
     let resumed = inc.resumed_bytes;
-    let r = tokio::task::spawn_blocking(move || inc.finish())
-        .await
-        .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+    // A small single-chunk file is placed by one rename: done here, as its write was.
+    let r = if inc.single_chunk() && size <= INLINE_WRITE as u64 {
+        inc.finish()
+    } else {
+        tokio::task::spawn_blocking(move || inc.finish())
+            .await
+            .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?
+    };
     match r {
-        Ok(root) => {
-            {
-                let mut st = shared.st.lock().unwrap();
-                st.report.files.push(FileReport {
-                    path: display,
-                    size,
-                    status: Status::Verified,
-                    bytes_transferred: received,
-                    bytes_resumed: resumed,
-                    blake3: Some(hex(&root)),
-                    error: None,
-                });
-            }
-            Progress::add(&shared.progress.files_done, 1);
-            let _ = shared.events.send(Event::Settled);
-            shared
-                .ctl
-                .send(Frame::FileResult {
-                    id,
-                    outcome: Outcome::Verified,
-                })
-                .await
-        }
+        Ok(root) => placed(shared, id, display, size, received, resumed, root).await,
         Err(FinishError::Mismatch { expected, actual }) => {
-            let p = Problem::at(
-                Kind::Verify,
-                display.clone(),
-                format!("BLAKE3 mismatch: sender {expected}, received {actual}; the part file was removed"),
-            );
-            settle(shared, id, display, size, received, Status::Failed, Some(p)).await
+            mismatched(shared, id, display, size, received, expected, actual).await
         }
         Err(FinishError::Io(e)) => Err(io_problem(&display, e)),
     }
+}
+
+/// Report a file verified and placed, and tell the sender.
+async fn placed(
+    shared: &Shared,
+    id: u64,
+    display: String,
+    size: u64,
+    received: u64,
+    resumed: u64,
+    root: [u8; 32],
+) -> Result<(), Problem> {
+    {
+        let mut st = shared.st.lock().unwrap();
+        st.report.files.push(FileReport {
+            path: display,
+            size,
+            status: Status::Verified,
+            bytes_transferred: received,
+            bytes_resumed: resumed,
+            blake3: Some(hex(&root)),
+            error: None,
+        });
+    }
+    Progress::add(&shared.progress.files_done, 1);
+    let _ = shared.events.send(Event::Settled);
+    shared
+        .ctl
+        .send(Frame::FileResult {
+            id,
+            outcome: Outcome::Verified,
+        })
+        .await
+}
+
+/// Report a file whose data did not hash to the sender's BLAKE3.
+async fn mismatched(
+    shared: &Shared,
+    id: u64,
+    display: String,
+    size: u64,
+    received: u64,
+    expected: String,
+    actual: String,
+) -> Result<(), Problem> {
+    let p = Problem::at(
+        Kind::Verify,
+        display.clone(),
+        format!("BLAKE3 mismatch: sender {expected}, received {actual}; the part file was removed"),
+    );
+    settle(shared, id, display, size, received, Status::Failed, Some(p)).await
 }
 
 /// Sync and journal `cp` on the blocking pool while the streams go on writing; a
@@ -539,6 +585,10 @@ async fn read_exact_or_eof(rs: &mut quinn::RecvStream, buf: &mut [u8]) -> Result
     Ok(true)
 }
 
+/// Records up to this size are written on the stream's own task, not the
+/// blocking pool.
+const INLINE_WRITE: usize = 64 << 10;
+
 async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), Problem> {
     let mut pre = [0u8; 4];
     if !read_exact_or_eof(&mut rs, &mut pre).await? {
@@ -555,16 +605,6 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
         }
         let h = RecordHeader::decode(&hdr).map_err(|e| protocol(e.to_string()))?;
         let index = h.chunk();
-        let (file, plan) = {
-            let mut st = shared.st.lock().unwrap();
-            let f = st
-                .files
-                .get_mut(&h.id)
-                .ok_or_else(|| protocol(format!("data for unknown or settled file {}", h.id)))?;
-            f.inc.check_record(index, h.len as u64).map_err(protocol)?;
-            let file = f.inc.file().map_err(|e| io_problem(&f.display, e))?;
-            (file, f.inc.plan)
-        };
         // One contiguous buffer per record: BLAKE3 hashes it with its widest SIMD
         // path and the file sees one write, not one per QUIC frame.
         // The buffer is reused record after record: no allocation or page faults.
@@ -578,20 +618,87 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
                 Err(e) => return Err(Problem::new(Kind::Connection, format!("data stream: {e}"))),
             }
         }
-        let (digest, buf) = tokio::task::spawn_blocking(move || {
-            let d = Incoming::write_chunk(&file, &plan, index, &[&buf]);
-            (d, buf)
-        })
-        .await
-        .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+        let mut hash = [0u8; RECORD_HASH_LEN];
+        if h.hash && !read_exact_or_eof(&mut rs, &mut hash).await? {
+            return Err(protocol(ProtoError::Truncated.to_string()));
+        }
+        let (file, plan, single) = {
+            let mut st = shared.st.lock().unwrap();
+            let f = st
+                .files
+                .get_mut(&h.id)
+                .ok_or_else(|| protocol(format!("data for unknown or settled file {}", h.id)))?;
+            f.inc.check_record(index, h.len as u64).map_err(protocol)?;
+            if h.hash {
+                if f.inc.plan.count() != 1 || f.inc.expected.is_some() {
+                    return Err(protocol(format!(
+                        "a hash on a record of file {}, which has {} chunks{}",
+                        h.id,
+                        f.inc.plan.count(),
+                        if f.inc.expected.is_some() {
+                            " and whose hash came already"
+                        } else {
+                            ""
+                        }
+                    )));
+                }
+                f.inc.expected = Some(hash);
+            }
+            let file = f.inc.file().map_err(|e| io_problem(&f.display, e))?;
+            // A file of one chunk is whole after this write: its mode and mtime
+            // go on now, with this descriptor, and with the sender's hash at
+            // hand (it sends it before the data) the writer places it too.
+            let single = f.inc.single_chunk().then(|| (f.inc.meta(), f.inc.placer()));
+            (file, f.inc.plan, single)
+        };
+
+        let write = move |buf: Vec<u8>| {
+            let r = (|| {
+                let d = Incoming::write_chunk(&file, &plan, index, &[&buf])?;
+                let settled = match single {
+                    Some((meta, placer)) => {
+                        Incoming::apply_meta(&file, meta)?;
+                        Some(placer.settle(&file, d)?)
+                    }
+                    None => None,
+                };
+                Ok::<_, std::io::Error>((d, settled))
+            })();
+            (r, buf)
+        };
+        // A small record is written here: the page-cache copy and the few
+        // metadata calls take microseconds, less than handing them to the
+        // blocking pool and back (per 10 kB file, that handoff cost more CPU
+        // than the write).
+        let (r, buf) = if buf.len() <= INLINE_WRITE {
+            write(buf)
+        } else {
+            tokio::task::spawn_blocking(move || write(buf))
+                .await
+                .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?
+        };
         spare = buf;
-        let done = {
+        let done = 'done: {
             let mut st = shared.st.lock().unwrap();
             let Some(f) = st.files.get_mut(&h.id) else {
-                continue; // failed meanwhile
+                break 'done Done::Not; // failed meanwhile
             };
-            let digest = digest.map_err(|e| io_problem(&f.display, e))?;
-            f.inc.record(index, digest);
+            let (digest, settled) = r.map_err(|e| io_problem(&f.display, e))?;
+            match settled {
+                Some(how @ (Settled::Placed(_) | Settled::Mismatch { .. })) => {
+                    Progress::add(&shared.progress.bytes_done, h.len as u64);
+                    let mut f = st.files.remove(&h.id).expect("looked up above");
+                    f.received += h.len as u64;
+                    f.inc.settled(&how);
+                    st.settling += 1;
+                    break 'done Done::Settled(f, how);
+                }
+                Some(how @ Settled::Parked) => {
+                    f.inc.settled(&how);
+                    f.inc.record_with_meta(index, digest);
+                }
+                None => f.inc.record(index, digest),
+            }
             f.received += h.len as u64;
             Progress::add(&shared.progress.bytes_done, h.len as u64);
             // Under the session lock: only the background task clears the flag.
@@ -611,16 +718,36 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
             }
             if f.inc.is_complete() {
                 st.settling += 1;
-                st.files.remove(&h.id)
+                Done::Finish(st.files.remove(&h.id).expect("looked up above"))
             } else {
-                None
+                Done::Not
             }
         };
-        if let Some(f) = done {
-            let r = finish(shared, h.id, f).await;
-            shared.st.lock().unwrap().settling -= 1;
-            let _ = shared.events.send(Event::Settled);
-            r?;
-        }
+        let r = match done {
+            Done::Not => continue,
+            Done::Finish(f) => finish(shared, h.id, f).await,
+            Done::Settled(f, Settled::Placed(root)) => {
+                let size = f.inc.plan.size;
+                placed(shared, h.id, f.display, size, f.received, 0, root).await
+            }
+            Done::Settled(mut f, Settled::Mismatch { expected, actual }) => {
+                tokio::task::block_in_place(|| f.inc.discard());
+                let size = f.inc.plan.size;
+                mismatched(shared, h.id, f.display, size, f.received, expected, actual).await
+            }
+            Done::Settled(_, Settled::Parked) => unreachable!("a parked file stays"),
+        };
+        shared.st.lock().unwrap().settling -= 1;
+        let _ = shared.events.send(Event::Settled);
+        r?;
     }
+}
+
+/// What a written record leaves to do once the session lock is released.
+enum Done {
+    Not,
+    /// Complete: verify and place.
+    Finish(InFile),
+    /// Its writer verified and placed it, or found it corrupt.
+    Settled(InFile, Settled),
 }

@@ -507,6 +507,53 @@ impl StreamBudget {
     }
 }
 
+/// Where a file stands after one of its chunks was read.
+enum Finish {
+    NotYet,
+    /// Every chunk read, the source unchanged: the file's BLAKE3.
+    Hash(Digest),
+    /// The file failed (the receiver was told).
+    Failed,
+}
+
+/// Notes chunk `index` read (and sent, if `send`); after the file's last
+/// chunk, checks that the source did not change.
+async fn chunk_read(
+    shared: &Shared,
+    id: u64,
+    f: &SendFile,
+    index: u64,
+    digest: Digest,
+    send: bool,
+) -> Result<Finish, Problem> {
+    let finished = {
+        let mut st = f.st.lock().unwrap();
+        if st.digests[index as usize].replace(digest).is_none() {
+            st.remaining -= 1;
+        }
+        if send {
+            st.sent += f.plan.len(index).unwrap_or(0);
+        }
+        if st.remaining == 0 && !st.failed {
+            let digests: Vec<Digest> = st.digests.iter().map(|d| d.unwrap()).collect();
+            Some((f.plan.root(&digests), st.file.take()))
+        } else {
+            None
+        }
+    };
+    let Some((hash, file)) = finished else {
+        return Ok(Finish::NotYet);
+    };
+    if let Some(Err(e)) = file.map(|file| check_unchanged(f, &file)) {
+        fail_file(shared, id, f, format!("{}: {e}", f.display)).await?;
+        return Ok(Finish::Failed);
+    }
+    Ok(Finish::Hash(hash))
+}
+
+/// Chunks up to this size are read on the worker's own task.
+const INLINE_READ: u64 = 64 << 10;
+
 async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Problem> {
     let mut stream: Option<quinn::SendStream> = None;
     let mut budget = StreamBudget::default();
@@ -551,16 +598,33 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
                 if f.st.lock().unwrap().failed {
                     continue;
                 }
-                let f2 = f.clone();
-                let r = tokio::task::spawn_blocking(move || read_chunk(&f2, index))
-                    .await
-                    .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+                // A small chunk is read here: a page-cache copy of a few kB
+                // costs less than a trip to the blocking pool and back.
+                let r = if f.plan.len(index).unwrap_or(0) <= INLINE_READ {
+                    read_chunk(&f, index)
+                } else {
+                    let f2 = f.clone();
+                    tokio::task::spawn_blocking(move || read_chunk(&f2, index))
+                        .await
+                        .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?
+                };
                 let (data, digest) = match r {
                     Ok(x) => x,
                     Err(e) => {
                         fail_file(&shared, id, &f, format!("{}: {e}", f.display)).await?;
                         continue;
                     }
+                };
+                // A file of one chunk has its hash now: it goes on the data
+                // stream right behind the data (no FileDone), so the receiver
+                // can verify and place the file as soon as it is written.
+                let inline_hash = if send && f.plan.count() == 1 {
+                    match chunk_read(&shared, id, &f, index, digest, send).await? {
+                        Finish::Hash(h) => Some(h),
+                        Finish::Failed | Finish::NotYet => continue,
+                    }
+                } else {
+                    None
                 };
                 if send {
                     let record = (crate::proto::RECORD_HEADER_LEN + data.len()) as u64;
@@ -584,40 +648,29 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
                         id,
                         offset: f.plan.offset(index),
                         len: data.len() as u32,
+                        hash: inline_hash.is_some(),
                     };
                     s.write_all(&hdr.encode()).await.map_err(lost)?;
                     let n = data.len() as u64;
                     s.write_chunk(data).await.map_err(lost)?;
+                    if let Some(h) = inline_hash {
+                        s.write_all(&h).await.map_err(lost)?;
+                    }
                     Progress::add(&shared.progress.bytes_done, n);
                 }
-                let finished = {
-                    let mut st = f.st.lock().unwrap();
-                    if st.digests[index as usize].replace(digest).is_none() {
-                        st.remaining -= 1;
+                if inline_hash.is_none() {
+                    if let Finish::Hash(hash) =
+                        chunk_read(&shared, id, &f, index, digest, send).await?
+                    {
+                        shared
+                            .ctl
+                            .send(Frame::FileDone {
+                                id,
+                                hash,
+                                unchanged: false,
+                            })
+                            .await?;
                     }
-                    if send {
-                        st.sent += f.plan.len(index).unwrap_or(0);
-                    }
-                    if st.remaining == 0 && !st.failed {
-                        let digests: Vec<Digest> = st.digests.iter().map(|d| d.unwrap()).collect();
-                        Some((f.plan.root(&digests), st.file.take()))
-                    } else {
-                        None
-                    }
-                };
-                if let Some((hash, file)) = finished {
-                    if let Some(Err(e)) = file.map(|file| check_unchanged(&f, &file)) {
-                        fail_file(&shared, id, &f, format!("{}: {e}", f.display)).await?;
-                        continue;
-                    }
-                    shared
-                        .ctl
-                        .send(Frame::FileDone {
-                            id,
-                            hash,
-                            unchanged: false,
-                        })
-                        .await?;
                 }
             }
         }

@@ -6,7 +6,7 @@
 use longhaul_quic::identity::{provider, PinVerifier, TrustPolicy};
 use longhaul_quic::net::NetOpts;
 use longhaul_quic::proto::{
-    encode, ErrorCode, Frame, FrameDecoder, Hello, Op, RecordHeader, RootSpec, Want, ALPN,
+    encode, ErrorCode, Frame, FrameDecoder, Hello, Op, Outcome, RecordHeader, RootSpec, Want, ALPN,
     DATA_PRELUDE, VERSION,
 };
 use longhaul_quic::{ClientOpts, Progress, ServeOpts, Server};
@@ -476,7 +476,15 @@ async fn broken_data_streams() {
     }
     fn record(id: u64, offset: u64, len: u32, payload: &[u8]) -> Vec<u8> {
         let mut v = DATA_PRELUDE.to_vec();
-        v.extend_from_slice(&RecordHeader { id, offset, len }.encode());
+        v.extend_from_slice(
+            &RecordHeader {
+                id,
+                offset,
+                len,
+                hash: false,
+            }
+            .encode(),
+        );
         v.extend_from_slice(payload);
         v
     }
@@ -518,6 +526,56 @@ async fn broken_data_streams() {
     data(&r, &record(2, 0, 10, b"01234")).await;
     r.expect_fatal(ErrorCode::Protocol, &["stream ended inside a frame"])
         .await;
+    // Version 2: a record may carry its file's hash, but only a file's only chunk.
+    fn hashed(id: u64, len: u32, payload: &[u8], hash: &[u8; 32]) -> Vec<u8> {
+        let mut v = DATA_PRELUDE.to_vec();
+        let h = RecordHeader {
+            id,
+            offset: 0,
+            len,
+            hash: true,
+        };
+        v.extend_from_slice(&h.encode());
+        v.extend_from_slice(payload);
+        v.extend_from_slice(hash);
+        v
+    }
+    let big = vec![7u8; 1 << 20];
+    let r = ready(&s, 3 << 20).await;
+    data(&r, &hashed(2, 1 << 20, &big, &[0; 32])).await;
+    r.expect_fatal(
+        ErrorCode::Protocol,
+        &["a hash on a record of file 2, which has 3 chunks"],
+    )
+    .await;
+    // A hash the data does not have: the file fails verification, nothing is
+    // placed, and the session goes on.
+    let mut r = ready(&s, 10).await;
+    data(&r, &hashed(2, 10, b"0123456789", &[0; 32])).await;
+    match r.next().await {
+        Some(Frame::FileResult {
+            id: 2,
+            outcome: Outcome::Failed { code, message },
+        }) => {
+            assert_eq!(code, ErrorCode::Verify);
+            assert!(message.contains("BLAKE3 mismatch"), "{message}");
+        }
+        other => panic!("expected a failed FileResult for file 2, got {other:?}"),
+    }
+    assert!(std::fs::symlink_metadata(s.root.join("in/x/f")).is_err());
+    // The right hash: verified and placed, with no FileDone.
+    let mut r = ready(&s, 10).await;
+    let good = *blake3::hash(b"0123456789").as_bytes();
+    data(&r, &hashed(2, 10, b"0123456789", &good)).await;
+    match r.next().await {
+        Some(Frame::FileResult {
+            id: 2,
+            outcome: Outcome::Verified,
+        }) => {}
+        other => panic!("expected a verified FileResult for file 2, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(s.root.join("in/x/f")).unwrap(), b"0123456789");
+    std::fs::remove_file(s.root.join("in/x/f")).unwrap();
 
     // The receiver wrote at most a hidden part file beside in/x/f; no final file.
     assert!(std::fs::symlink_metadata(s.root.join("in/x/f")).is_err());

@@ -8,6 +8,7 @@
 //! - [`journal`]: the resume journal of verified chunks beside a partial file.
 //! - [`walk`]: a streaming, non-following walk of a tree confined to a root (cap-std).
 //! - [`place`]: the receiver's crash-safe placement: hidden temp file, verify, rename.
+//! - [`unnamed`]: unnamed files (`O_TMPFILE`) linked under their name once verified.
 //! - [`sync`]: skip/resume/full decisions.
 
 pub mod chunk;
@@ -17,6 +18,7 @@ pub mod manifest;
 pub mod path;
 pub mod place;
 pub mod sync;
+pub mod unnamed;
 pub mod walk;
 
 pub use chunk::{ChunkPlan, CHUNK_SIZE};

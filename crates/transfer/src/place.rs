@@ -7,6 +7,12 @@
 //! are durably written, so a rerun fetches only what is missing. Every path is
 //! resolved by cap-std beneath the destination: links planted in the destination or
 //! sent by a hostile peer cannot lead writes outside it.
+//!
+//! A file of one chunk (or none) is written to an unnamed file instead
+//! ([`crate::unnamed`], where the file system has them), created with its
+//! write, and linked under its final name once verified; if its hash is not
+//! known yet when the write is done, it is linked under its part name and
+//! renamed later, so that no descriptor waits on the sender.
 
 use crate::chunk::{hex, ChunkPlan, Digest};
 use crate::journal::{self, JournalHeader};
@@ -69,6 +75,8 @@ pub struct Dest {
     base: Dir,
     cached: Option<(RelPath, Arc<Dir>)>,
     dirs: Vec<(RelPath, u32, i64)>,
+    /// Directories this session created: no earlier run left parts in them.
+    fresh: std::collections::HashSet<RelPath>,
 }
 
 impl Dest {
@@ -77,6 +85,7 @@ impl Dest {
             base,
             cached: None,
             dirs: Vec::new(),
+            fresh: Default::default(),
         }
     }
 
@@ -121,13 +130,26 @@ impl Dest {
                     ))
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    self.base.create_dir_all(path.as_path())?
+                    self.base.create_dir_all(path.as_path())?;
+                    self.fresh.insert(path.clone());
                 }
                 Err(e) => return Err(e),
             }
         }
         self.dirs.push((path.clone(), mode, mtime_ns));
         Ok(())
+    }
+
+    /// True when [`Dest::parent_of`] needs no file-system call for `path`: its
+    /// directory is the one the last call opened.
+    pub fn parent_cached(&self, path: &RelPath) -> bool {
+        matches!((&self.cached, path.parent()), (Some((p, _)), Some(q)) if *p == q)
+    }
+
+    /// Was `path`'s directory created by this session (so that no earlier
+    /// run can have left a part file in it)?
+    pub fn in_fresh_dir(&self, path: &RelPath) -> bool {
+        path.parent().is_some_and(|p| self.fresh.contains(&p))
     }
 
     /// The directory that will hold `path`, created if needed.
@@ -232,8 +254,106 @@ pub struct Incoming {
     closed: Arc<Mutex<bool>>,
     mode: u32,
     mtime_ns: i64,
+    /// A single-chunk file's part exists (see [`Incoming::file`]).
+    created: bool,
+    /// The part already has its final mode and mtime.
+    meta_applied: bool,
+    /// The part is an unnamed file ([`crate::unnamed`]), open in `file`.
+    unnamed: bool,
+    /// In a directory this session created: see [`Incoming::in_fresh_dir`].
+    fresh: bool,
     /// Bytes already held from an earlier run.
     pub resumed_bytes: u64,
+}
+
+/// How the writer of a single-chunk file left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// Verified and under its final name.
+    Placed(Digest),
+    /// The data is not what the sender hashed.
+    Mismatch { expected: String, actual: String },
+    /// The sender's hash was not known yet: under its part name, for
+    /// [`Incoming::finish`].
+    Parked,
+}
+
+/// Places a single-chunk file from the writer's thread ([`Incoming::placer`]).
+#[derive(Clone)]
+pub struct Placer {
+    dir: Arc<Dir>,
+    name: Vec<u8>,
+    unnamed: bool,
+    fresh: bool,
+    expected: Option<Digest>,
+    plan: ChunkPlan,
+}
+
+impl Placer {
+    /// After the file's one write, and its mode and mtime: with the sender's
+    /// hash known (protocol 2 sends it with the data), verify and place it;
+    /// without, give an unnamed file its part name, so that its descriptor can
+    /// close while the hash is on its way.
+    pub fn settle(&self, file: &File, digest: Digest) -> io::Result<Settled> {
+        let actual = self.plan.root(&[digest]);
+        match self.expected {
+            Some(e) if e == actual => {
+                self.place(file)?;
+                Ok(Settled::Placed(actual))
+            }
+            Some(e) => Ok(Settled::Mismatch {
+                expected: hex(&e),
+                actual: hex(&actual),
+            }),
+            None => {
+                if self.unnamed {
+                    self.park(file)?;
+                }
+                Ok(Settled::Parked)
+            }
+        }
+    }
+
+    /// Under the final name: an unnamed file is linked there (or, when the
+    /// name is taken, linked as the part and renamed over it); a named part
+    /// is renamed.
+    fn place(&self, file: &File) -> io::Result<()> {
+        if self.unnamed {
+            match crate::unnamed::link(file, &*self.dir, &self.name) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => self.park(file)?,
+                Err(e) => return Err(e),
+                Ok(()) => {
+                    // A part an earlier, interrupted run left (and its journal,
+                    // if the file was larger then) must not stay behind.
+                    if !self.fresh
+                        && self
+                            .dir
+                            .remove_file(os(&sibling_name(&self.name, PART)))
+                            .is_ok()
+                    {
+                        let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        let part = sibling_name(&self.name, PART);
+        self.dir.rename(os(&part), &self.dir, os(&self.name))
+    }
+
+    /// Link an unnamed file under the part name, replacing what an earlier run
+    /// left there (and its journal, if the file was larger then).
+    fn park(&self, file: &File) -> io::Result<()> {
+        let part = sibling_name(&self.name, PART);
+        match crate::unnamed::link(file, &*self.dir, &part) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                self.dir.remove_file(os(&part))?;
+                let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+                crate::unnamed::link(file, &*self.dir, &part)
+            }
+            r => r,
+        }
+    }
 }
 
 impl Incoming {
@@ -277,27 +397,28 @@ impl Incoming {
                 }
             }
         }
-        let mut opts = OpenOptions::new();
-        opts.read(true)
-            .write(true)
-            .create(true)
-            .follow(FollowSymlinks::No);
-        if !kept {
-            opts.truncate(true);
+        if journaled {
+            let mut opts = OpenOptions::new();
+            opts.read(true)
+                .write(true)
+                .create(true)
+                .follow(FollowSymlinks::No);
+            if !kept {
+                opts.truncate(true);
+            }
+            {
+                use cap_std::fs::OpenOptionsExt;
+                opts.mode(0o600);
+            }
+            let file = dir.open_with(os(&part), &opts)?.into_std();
+            if kept && file.metadata()?.len() < entry.size {
+                // Chunks the journal names must be inside the part file.
+                let len = file.metadata()?.len();
+                digests.retain(|&i, _| plan.offset(i) + plan.len(i).unwrap_or(0) <= len);
+            }
+            file.set_len(entry.size)?;
+            drop(file);
         }
-        let mut opts_mode = opts.clone();
-        {
-            use cap_std::fs::OpenOptionsExt;
-            opts_mode.mode(0o600);
-        }
-        let file = dir.open_with(os(&part), &opts_mode)?.into_std();
-        if kept && file.metadata()?.len() < entry.size {
-            // Chunks the journal names must be inside the part file.
-            let len = file.metadata()?.len();
-            digests.retain(|&i, _| plan.offset(i) + plan.len(i).unwrap_or(0) <= len);
-        }
-        file.set_len(entry.size)?;
-        drop(file);
         if journaled {
             let mut jo = OpenOptions::new();
             jo.write(true).create(true).follow(FollowSymlinks::No);
@@ -311,8 +432,6 @@ impl Incoming {
                 use std::io::Write;
                 j.write_all(&journal::encode_header(&header))?;
             }
-        } else {
-            let _ = dir.remove_file(os(&jname));
         }
         let missing = plan.count() - digests.len() as u64;
         let resumed_bytes = digests.keys().filter_map(|&i| plan.len(i)).sum();
@@ -331,29 +450,106 @@ impl Incoming {
                 closed: Arc::new(Mutex::new(false)),
                 mode: entry.mode,
                 mtime_ns: entry.mtime_ns,
+                created: false,
+                meta_applied: false,
+                unnamed: false,
+                fresh: false,
                 resumed_bytes,
             },
             ranges,
         ))
     }
 
-    /// The part file, opened on first use.
+    /// The part file, opened on first use. A file of one chunk (or none) is
+    /// created here, not in [`Incoming::open`]: a small file costs one open, and
+    /// a part left by an earlier run (found by `create_new`) is truncated and
+    /// its journal, if the file was larger then, removed.
     pub fn file(&mut self) -> io::Result<Arc<File>> {
         if let Some(f) = &self.file {
             return Ok(f.clone());
         }
-        let opts = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .follow(FollowSymlinks::No)
-            .clone();
-        let f = Arc::new(
-            self.dir
-                .open_with(os(&sibling_name(&self.name, PART)), &opts)?
-                .into_std(),
-        );
+        let part = sibling_name(&self.name, PART);
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(true).follow(FollowSymlinks::No);
+        if !self.journaled && !self.created {
+            if let Some(f) = crate::unnamed::create(&*self.dir)? {
+                let f = Arc::new(f);
+                self.created = true;
+                self.unnamed = true;
+                self.file = Some(f.clone());
+                return Ok(f);
+            }
+        }
+        let f = if self.journaled || self.created {
+            self.dir.open_with(os(&part), &opts)?
+        } else {
+            use cap_std::fs::OpenOptionsExt;
+            opts.mode(0o600);
+            let mut new = opts.clone();
+            new.create_new(true);
+            let f = match self.dir.open_with(os(&part), &new) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+                    self.dir.open_with(os(&part), opts.truncate(true))?
+                }
+                r => r?,
+            };
+            self.created = true;
+            f
+        };
+        let f = Arc::new(f.into_std());
         self.file = Some(f.clone());
         Ok(f)
+    }
+
+    /// Mode and mtime the placed file must have.
+    pub fn meta(&self) -> (u32, i64) {
+        (self.mode, self.mtime_ns)
+    }
+
+    /// Give `file` its final mode and mtime (after its last write).
+    pub fn apply_meta(file: &File, (mode, mtime_ns): (u32, i64)) -> io::Result<()> {
+        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
+        file.set_times(std::fs::FileTimes::new().set_modified(ns_to_system_time(mtime_ns)))
+    }
+
+    /// The file's directory was created by this session ([`Dest::in_fresh_dir`]):
+    /// placing an unnamed file need not look for a part an earlier run left.
+    pub fn in_fresh_dir(&mut self) {
+        self.fresh = true;
+    }
+
+    /// What the writer of a [`Incoming::single_chunk`] file needs to place it
+    /// right after its write (with the sender's hash as known now).
+    pub fn placer(&self) -> Placer {
+        Placer {
+            dir: self.dir.clone(),
+            name: self.name.clone(),
+            unnamed: self.unnamed,
+            fresh: self.fresh,
+            expected: self.expected,
+            plan: self.plan,
+        }
+    }
+
+    /// The writer settled the file ([`Placer::settle`]): `Parked` leaves a
+    /// named part for [`Incoming::finish`]; after `Placed` or `Mismatch` the
+    /// caller drops this (a mismatch through [`Incoming::discard`]).
+    pub fn settled(&mut self, how: &Settled) {
+        match how {
+            Settled::Parked => {
+                self.unnamed = false;
+                self.file = None;
+            }
+            Settled::Placed(_) | Settled::Mismatch { .. } => self.file = None,
+        }
+    }
+
+    /// One chunk, all of it: the file is whole after this chunk's write, so
+    /// the writer can apply [`Incoming::meta`] with the descriptor it holds and
+    /// [`Incoming::finish`] only renames (see [`Incoming::record_with_meta`]).
+    pub fn single_chunk(&self) -> bool {
+        self.plan.count() == 1 && !self.journaled
     }
 
     /// Is a record for chunk `index` of `len` bytes acceptable now?
@@ -396,9 +592,16 @@ impl Incoming {
         }
         if self.journaled {
             self.pending.push((index, digest));
-        } else if self.missing == 0 {
+        } else if self.missing == 0 && !self.unnamed {
             self.file = None; // complete: no descriptor while waiting for the hash
         }
+    }
+
+    /// [`Incoming::record`] for a [`Incoming::single_chunk`] file whose writer
+    /// also applied its mode and mtime.
+    pub fn record_with_meta(&mut self, index: u64, digest: Digest) {
+        self.record(index, digest);
+        self.meta_applied = true;
     }
 
     pub fn pending_records(&self) -> usize {
@@ -457,16 +660,20 @@ impl Incoming {
                 actual: hex(&actual),
             });
         }
-        let file = self.file()?;
-        file.set_permissions(std::fs::Permissions::from_mode(self.mode & 0o7777))?;
-        file.set_times(std::fs::FileTimes::new().set_modified(ns_to_system_time(self.mtime_ns)))?;
+        if !self.meta_applied {
+            let file = self.file()?;
+            Self::apply_meta(&file, self.meta())?;
+        }
         let part = sibling_name(&self.name, PART);
-        drop(file);
+        let unnamed = if self.unnamed { self.file.take() } else { None };
         self.file = None;
         self.pending.clear();
         let closed = self.closed.clone();
         let mut closed = closed.lock().unwrap_or_else(|e| e.into_inner());
-        self.dir.rename(os(&part), &self.dir, os(&self.name))?;
+        match unnamed {
+            Some(f) => self.placer().place(&f)?,
+            None => self.dir.rename(os(&part), &self.dir, os(&self.name))?,
+        }
         *closed = true;
         if self.journaled {
             let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
@@ -579,6 +786,111 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.to_string().contains("larger than"), "{err}");
+    }
+
+    /// Names in `dir`, sorted.
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Opens `name` (one chunk), writes `bytes` as the writer does, and
+    /// settles it with the sender's hash `expected` as known at that moment.
+    fn write_single(
+        dir: &Arc<Dir>,
+        name: &[u8],
+        bytes: &[u8],
+        expected: Option<Digest>,
+    ) -> (Incoming, Settled) {
+        let e = Entry {
+            path: name.to_vec(),
+            ..entry(bytes.len() as u64)
+        };
+        let (mut inc, want) = Incoming::open(dir.clone(), name, &e, true).unwrap();
+        assert_eq!(want, vec![(0, 1)]);
+        assert!(inc.single_chunk());
+        inc.expected = expected;
+        let file = inc.file().unwrap();
+        let d = Incoming::write_chunk(&file, &inc.plan, 0, &[bytes]).unwrap();
+        Incoming::apply_meta(&file, inc.meta()).unwrap();
+        let settled = inc.placer().settle(&file, d).unwrap();
+        drop(file);
+        inc.settled(&settled);
+        inc.record_with_meta(0, d);
+        (inc, settled)
+    }
+
+    fn assert_placed(path: &Path, bytes: &[u8]) {
+        assert_eq!(std::fs::read(path).unwrap(), bytes);
+        let m = std::fs::metadata(path).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o640);
+        assert_eq!(
+            crate::manifest::system_time_ns(m.modified().unwrap()),
+            entry(0).mtime_ns
+        );
+    }
+
+    #[test]
+    fn a_one_chunk_file_is_placed_by_its_writer_or_parked_until_its_hash_comes() {
+        let t = tempfile::tempdir().unwrap();
+        let mut dest = Dest::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let (dir, _) = dest.parent_of(&RelPath::from_wire(b"a").unwrap()).unwrap();
+        let bytes = data(10_000);
+        let hash = *blake3::hash(&bytes).as_bytes();
+
+        // The hash came first: the writer places the file; no part at any time.
+        // An earlier, interrupted run of a larger version left a part and a journal.
+        std::fs::write(t.path().join(".a.lh-part"), data(3 * CHUNK_SIZE as usize)).unwrap();
+        std::fs::write(t.path().join(".a.lh-journal"), b"stale").unwrap();
+        let (_, settled) = write_single(&dir, b"a", &bytes, Some(hash));
+        assert_eq!(settled, Settled::Placed(hash));
+        assert_eq!(
+            listing(t.path()),
+            ["a"],
+            "nothing of the earlier run is left"
+        );
+        assert_placed(&t.path().join("a"), &bytes);
+
+        // The hash comes after the data: the file waits under its part name,
+        // its descriptor closed, and finish renames it.
+        let (mut inc, settled) = write_single(&dir, b"b", &bytes, None);
+        assert_eq!(settled, Settled::Parked);
+        assert_eq!(listing(t.path()), [".b.lh-part", "a"]);
+        inc.expected = Some(hash);
+        assert!(inc.is_complete());
+        inc.finish().unwrap();
+        assert_eq!(listing(t.path()), ["a", "b"]);
+        assert_placed(&t.path().join("b"), &bytes);
+
+        // The data is not what the sender hashed: nothing is placed.
+        let other = *blake3::hash(b"other").as_bytes();
+        let (mut inc, settled) = write_single(&dir, b"c", &bytes, Some(other));
+        assert!(matches!(settled, Settled::Mismatch { .. }), "{settled:?}");
+        inc.discard();
+        assert_eq!(listing(t.path()), ["a", "b"]);
+
+        // A name already taken is replaced, as a rename would.
+        std::fs::write(t.path().join("a"), b"old").unwrap();
+        let (_, settled) = write_single(&dir, b"a", &bytes, Some(hash));
+        assert_eq!(settled, Settled::Placed(hash));
+        assert_eq!(listing(t.path()), ["a", "b"]);
+        assert_placed(&t.path().join("a"), &bytes);
+
+        // An empty file has no write: finish creates and places it.
+        let e0 = Entry {
+            path: b"empty".to_vec(),
+            ..entry(0)
+        };
+        let (mut inc, want) = Incoming::open(dir, b"empty", &e0, true).unwrap();
+        assert!(want.is_empty());
+        inc.expected = Some(*blake3::hash(b"").as_bytes());
+        inc.finish().unwrap();
+        assert_eq!(listing(t.path()), ["a", "b", "empty"]);
+        assert_placed(&t.path().join("empty"), b"");
     }
 
     #[test]
