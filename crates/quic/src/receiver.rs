@@ -92,6 +92,7 @@ struct State {
 }
 
 enum Event {
+    /// A stream task settled what may have been the last file.
     Settled,
     Failed(Problem),
 }
@@ -372,7 +373,6 @@ async fn settle(
         Progress::add(&shared.progress.bytes_done, size);
     }
     Progress::add(&shared.progress.files_done, 1);
-    let _ = shared.events.send(Event::Settled);
     shared.ctl.send(Frame::FileResult { id, outcome }).await
 }
 
@@ -528,7 +528,6 @@ async fn placed(
         });
     }
     Progress::add(&shared.progress.files_done, 1);
-    let _ = shared.events.send(Event::Settled);
     shared
         .ctl
         .send(Frame::FileResult {
@@ -737,8 +736,17 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
             }
             Done::Settled(_, Settled::Parked) => unreachable!("a parked file stays"),
         };
-        shared.st.lock().unwrap().settling -= 1;
-        let _ = shared.events.send(Event::Settled);
+        let idle = {
+            let mut st = shared.st.lock().unwrap();
+            st.settling -= 1;
+            st.files.is_empty() && st.settling == 0
+        };
+        // The control loop needs waking only when this may have been the last
+        // file (it looks again after every frame); a wake per file cost a
+        // futex round trip per file.
+        if idle {
+            let _ = shared.events.send(Event::Settled);
+        }
         r?;
     }
 }
