@@ -230,7 +230,7 @@ pub fn summary(r: &Results) -> String {
     let _ = writeln!(s, "\n## Every run\n");
     let _ = writeln!(
         s,
-        "| scenario | tool | rep | status | files | MB | s | first byte s | Mbit/s | TTP | G | share | at speed Mbit/s | queue ms (max) | client CPU s | server CPU s | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+        "| scenario | tool | rep | status | files | MB | s | first byte s | Mbit/s | TTP | G | share | at speed, wire Mbit/s | queue ms (max) | client CPU s | server CPU s | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
     );
     for x in &r.runs {
         let _ = writeln!(
@@ -265,7 +265,7 @@ pub fn summary(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\nTTP = (payload bytes / line rate) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. At speed: the mean rate over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
+        "\nTTP = (payload bytes / line rate) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
     );
     s
 }

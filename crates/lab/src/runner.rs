@@ -68,7 +68,8 @@ pub struct Run {
     pub verified: Option<bool>,
     /// Mbit/s the receivers' links delivered (mean over receivers), per 100 ms.
     pub series_mbps: Vec<f64>,
-    /// Once at speed (see [`steady`]): the mean Mbit/s ...
+    /// Once at speed (see [`steady`]): the mean Mbit/s the emulator delivered
+    /// (IP bytes, retransmissions included) ...
     #[serde(default)]
     pub steady_mbps: Option<f64>,
     /// ... and the standing queue on the way, ms: the median and the largest
