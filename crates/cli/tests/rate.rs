@@ -126,6 +126,10 @@ fn the_rate_memory_gives_wan_its_start() {
     std::fs::create_dir(&root).unwrap();
     gen_file(&root.join("f.bin"), 7, 64 * MIB);
     gen_file(&root.join("small.bin"), 8, MIB);
+    std::fs::create_dir(root.join("many")).unwrap();
+    for i in 0..100 {
+        gen_file(&root.join(format!("many/{i:03}")), 100 + i, 700 * 1024);
+    }
     let srv = Server::start(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
@@ -145,6 +149,12 @@ fn the_rate_memory_gives_wan_its_start() {
     let j = get("small.bin", &["--cc", "wan", "--rates", r]);
     assert_eq!(j["remembered_bps"], 0);
     assert!(!rates.exists());
+    // Many smaller files (70 MB in all, 700 kB each): limited by creating
+    // files, not by the path; not remembered either.
+    let out = get_json(&c, &srv, &dest, "many", &["--cc", "wan", "--rates", r]);
+    out.expect_code(0);
+    assert_eq!(out.json()["totals"]["verified"], 100);
+    assert!(!rates.exists(), "a small-file rate was remembered");
     // Large: remembered under HOST:PORT.
     let j = get("f.bin", &["--cc", "wan", "--rates", r]);
     assert_eq!(j["remembered_bps"], 0);

@@ -6,7 +6,7 @@ use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
 use crate::net::{endpoint, spawn_window_tuner, udp_socket, NetOpts};
 use crate::proto::{Frame, Hello, Op, RootSpec, ALPN, VERSION};
-use crate::rates::{RateMemory, MIN_BYTES};
+use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, DestSpec, RecvOpts};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use crate::sender::{run_sender, Source, SourceResult};
@@ -502,9 +502,9 @@ fn recall_rate(opts: &ClientOpts, op: &str) -> (ClientOpts, u64) {
     (o, remembered)
 }
 
-/// Remembers what a large, complete `wan` transfer without a rate cap
-/// achieved in its data phase (another controller's rate, or a capped one,
-/// says less about the path).
+/// Remembers what a large, complete `wan` transfer of large files without a
+/// rate cap achieved in its data phase (another controller's rate, a capped
+/// one, or small files' say less about the path; see [`worth_remembering`]).
 fn remember_rate(
     opts: &ClientOpts,
     remembered: u64,
@@ -516,7 +516,7 @@ fn remember_rate(
     let wan = matches!(opts.cc_choice(), CcChoice::Wan(_)) && opts.net.max_rate == 0;
     if let (Some(p), true) = (
         &opts.rates,
-        wan && report.ok && t.bytes_transferred >= MIN_BYTES,
+        wan && report.ok && worth_remembering(t.bytes_transferred, t.verified),
     ) {
         let bps = (t.bytes_transferred as f64 * 8.0 / report.data_seconds.max(1e-3)) as u64;
         let m = RateMemory::new(p.clone());
