@@ -14,9 +14,50 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicU8, Ordering};
 
+/// Whether unnamed files can be named here: 0 not known yet, 1 yes, 2 no.
+static USABLE: AtomicU8 = AtomicU8::new(0);
+
 /// An unnamed regular file in `dir` (mode 0600), or None when the file
-/// system cannot make one (then the caller uses a named part file).
+/// system cannot make one, or this process cannot name one (then the caller
+/// uses a named part file). The first call tries the whole cycle once, with a
+/// file it links and removes again: without the capability `AT_EMPTY_PATH`
+/// needs and without /proc, an unnamed file could be written but never named.
 pub fn create(dir: &impl AsRawFd) -> io::Result<Option<File>> {
+    match USABLE.load(Ordering::Relaxed) {
+        1 => open_unnamed(dir),
+        2 => Ok(None),
+        _ => {
+            let Some(probe) = open_unnamed(dir)? else {
+                USABLE.store(2, Ordering::Relaxed);
+                return Ok(None);
+            };
+            let name = format!(
+                ".lh-probe-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            );
+            let usable = match link(&probe, dir, name.as_bytes()) {
+                Ok(()) => {
+                    let c = CString::new(name).expect("no NUL in the probe's name");
+                    // SAFETY: a valid directory descriptor and a NUL-terminated name.
+                    unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) };
+                    true
+                }
+                Err(_) => false,
+            };
+            USABLE.store(if usable { 1 } else { 2 }, Ordering::Relaxed);
+            if usable {
+                open_unnamed(dir)
+            } else {
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn open_unnamed(dir: &impl AsRawFd) -> io::Result<Option<File>> {
     // SAFETY: a valid directory descriptor and a NUL-terminated path; the
     // returned descriptor is owned by the File.
     let fd = unsafe {
