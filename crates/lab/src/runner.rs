@@ -1044,8 +1044,6 @@ pub fn save_json(out: &Path, results: &Results) -> Result<()> {
     Ok(())
 }
 
-/// G as seed 003 defines it: payload bytes delivered (one copy) / bytes the
-/// server sent on the wire.
 /// A run once at speed: its mean rate, and the standing queue it kept.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Steady {
@@ -1093,6 +1091,8 @@ pub fn steady(series_mbps: &[f64], waits_us: &[Option<u32>]) -> Option<Steady> {
     })
 }
 
+/// G as seed 003 defines it: payload bytes delivered (one copy) / bytes the
+/// server sent on the wire.
 fn goodput(delivered: u64, wire: u64) -> f64 {
     delivered as f64 / wire.max(1) as f64
 }

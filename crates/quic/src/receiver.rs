@@ -88,6 +88,9 @@ struct State {
     /// Files taken out of `files` by a stream reader and being verified/renamed:
     /// the session is not over until they are settled too.
     settling: usize,
+    /// Files the sender gave up on (`FileFailed`): records of theirs still on
+    /// their way (the control stream overtakes the data) are dropped.
+    failed: std::collections::HashSet<u64>,
     report: SessionReport,
 }
 
@@ -122,6 +125,7 @@ pub async fn run_receiver(
         st: Mutex::new(State {
             files: HashMap::new(),
             settling: 0,
+            failed: Default::default(),
             report: SessionReport::default(),
         }),
         ctl: ctl.clone(),
@@ -308,7 +312,11 @@ async fn control_loop(
                 }
             }
             Frame::FileFailed { id, message } => {
-                let f = shared.st.lock().unwrap().files.remove(&id);
+                let f = {
+                    let mut st = shared.st.lock().unwrap();
+                    st.failed.insert(id);
+                    st.files.remove(&id)
+                };
                 let mut f =
                     f.ok_or_else(|| protocol(format!("FileFailed for unknown file {id}")))?;
                 let _ = tokio::task::block_in_place(|| f.inc.flush_journal());
@@ -623,11 +631,15 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
         }
         let (file, plan, single) = {
             let mut st = shared.st.lock().unwrap();
+            if !st.files.contains_key(&h.id) && st.failed.contains(&h.id) {
+                continue; // the sender gave the file up after sending this
+            }
             let f = st
                 .files
                 .get_mut(&h.id)
                 .ok_or_else(|| protocol(format!("data for unknown or settled file {}", h.id)))?;
             f.inc.check_record(index, h.len as u64).map_err(protocol)?;
+            f.inc.claim(index);
             if h.hash {
                 if f.inc.plan.count() != 1 || f.inc.expected.is_some() {
                     return Err(protocol(format!(
@@ -736,6 +748,9 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
             }
             Done::Settled(_, Settled::Parked) => unreachable!("a parked file stays"),
         };
+        // An error first: with `settling` still up the control loop cannot
+        // end before it has the Failed event this task's end sends.
+        r?;
         let idle = {
             let mut st = shared.st.lock().unwrap();
             st.settling -= 1;
@@ -747,7 +762,6 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
         if idle {
             let _ = shared.events.send(Event::Settled);
         }
-        r?;
     }
 }
 

@@ -627,7 +627,12 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
                     None
                 };
                 if send {
-                    let record = (crate::proto::RECORD_HEADER_LEN + data.len()) as u64;
+                    let hash_len = if inline_hash.is_some() {
+                        crate::proto::RECORD_HASH_LEN
+                    } else {
+                        0
+                    };
+                    let record = (crate::proto::RECORD_HEADER_LEN + data.len() + hash_len) as u64;
                     if budget.rotate_before(record) {
                         if let Some(mut old) = stream.take() {
                             let _ = old.finish();

@@ -576,6 +576,27 @@ async fn broken_data_streams() {
     }
     assert_eq!(std::fs::read(s.root.join("in/x/f")).unwrap(), b"0123456789");
     std::fs::remove_file(s.root.join("in/x/f")).unwrap();
+    // The sender gives a file up (FileFailed, on the control stream, which
+    // overtakes the data) with a record of it still on its way: the record is
+    // dropped, the file reported failed, and the session ends normally.
+    let mut r = ready(&s, 3 << 20).await;
+    r.frame(&Frame::FileFailed {
+        id: 2,
+        message: "changed while being sent".into(),
+    })
+    .await;
+    match r.next().await {
+        Some(Frame::FileResult {
+            id: 2,
+            outcome: Outcome::Failed { .. },
+        }) => {}
+        other => panic!("expected a failed FileResult for file 2, got {other:?}"),
+    }
+    data(&r, &record(2, 0, 1 << 20, &big)).await;
+    match r.next().await {
+        Some(Frame::Done { ok: false }) => {}
+        other => panic!("expected Done {{ ok: false }}, got {other:?}"),
+    }
 
     // The receiver wrote at most a hidden part file beside in/x/f; no final file.
     assert!(std::fs::symlink_metadata(s.root.join("in/x/f")).is_err());

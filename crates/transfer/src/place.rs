@@ -262,6 +262,8 @@ pub struct Incoming {
     unnamed: bool,
     /// In a directory this session created: see [`Incoming::in_fresh_dir`].
     fresh: bool,
+    /// Chunks claimed by a writer and not yet recorded ([`Incoming::claim`]).
+    writing: std::collections::BTreeSet<u64>,
     /// Bytes already held from an earlier run.
     pub resumed_bytes: u64,
 }
@@ -454,6 +456,7 @@ impl Incoming {
                 meta_applied: false,
                 unnamed: false,
                 fresh: false,
+                writing: Default::default(),
                 resumed_bytes,
             },
             ranges,
@@ -489,8 +492,11 @@ impl Incoming {
             new.create_new(true);
             let f = match self.dir.open_with(os(&part), &new) {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    // An earlier run's part (perhaps already given a
+                    // read-only final mode): replaced, not reopened.
+                    self.dir.remove_file(os(&part))?;
                     let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
-                    self.dir.open_with(os(&part), opts.truncate(true))?
+                    self.dir.open_with(os(&part), &new)?
                 }
                 r => r?,
             };
@@ -560,7 +566,7 @@ impl Incoming {
                 self.plan.size
             )),
             Some(l) if l != len => Err(format!("chunk {index} has {len} bytes, expected {l}")),
-            Some(_) if self.digests.contains_key(&index) => {
+            Some(_) if self.digests.contains_key(&index) || self.writing.contains(&index) => {
                 Err(format!("chunk {index} sent twice"))
             }
             Some(_) => Ok(()),
@@ -585,8 +591,15 @@ impl Incoming {
         Ok(h.finish())
     }
 
+    /// Note that chunk `index` is being written (after [`Incoming::check_record`]):
+    /// a second record of it is refused even before the first is recorded.
+    pub fn claim(&mut self, index: u64) {
+        self.writing.insert(index);
+    }
+
     /// Note that chunk `index` is written with `digest`.
     pub fn record(&mut self, index: u64, digest: Digest) {
+        self.writing.remove(&index);
         if self.digests.insert(index, digest).is_none() {
             self.missing -= 1;
         }
@@ -688,9 +701,8 @@ impl Incoming {
         // After a checkpoint under way; any later one finds the file closed.
         *self.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
         let _ = self.dir.remove_file(os(&sibling_name(&self.name, PART)));
-        if self.journaled {
-            let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
-        }
+        // A one-chunk file's too: an earlier, larger version may have left one.
+        let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
     }
 }
 
@@ -928,6 +940,15 @@ mod tests {
             .check_record(1, CHUNK_SIZE)
             .unwrap_err()
             .contains("twice"));
+        // A chunk being written (claimed, not yet recorded) is refused too.
+        let mut other = Incoming::open(dir.clone(), b"g", &e, false).unwrap().0;
+        assert!(other.check_record(2, CHUNK_SIZE).is_ok());
+        other.claim(2);
+        assert!(other
+            .check_record(2, CHUNK_SIZE)
+            .unwrap_err()
+            .contains("twice"));
+        other.discard();
         assert!(!inc.is_complete());
         inc.expected = Some(*blake3::hash(&bytes).as_bytes());
         assert!(inc.is_complete());
