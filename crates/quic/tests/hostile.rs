@@ -3,13 +3,14 @@
 //! broken data streams. Each must end its session with a precise reason, write
 //! nothing outside the root, and leave the server serving normal clients.
 
+mod common;
+
 use longhaul_quic::identity::{provider, PinVerifier, TrustPolicy};
-use longhaul_quic::net::NetOpts;
 use longhaul_quic::proto::{
     encode, ErrorCode, Frame, FrameDecoder, Hello, Op, Outcome, RecordHeader, RootSpec, Want, ALPN,
     DATA_PRELUDE, VERSION,
 };
-use longhaul_quic::{ClientOpts, Progress, ServeOpts, Server};
+use longhaul_quic::{ClientOpts, Progress};
 use longhaul_transfer::{Entry, EntryKind};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -41,16 +42,7 @@ fn start() -> Srv {
     std::fs::create_dir(&root).unwrap();
     std::fs::write(root.join("data.bin"), DATA).unwrap();
     std::fs::create_dir(t.path().join("outside")).unwrap();
-    let server = Server::bind(ServeOpts {
-        root: root.clone(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        read_only: false,
-        token: None,
-        state_dir: t.path().join("state"),
-        net: NetOpts::default(),
-        streams: 4,
-    })
-    .unwrap();
+    let server = common::bind(&root, &t.path().join("state"), false);
     let addr = server.local_addr().unwrap();
     let fingerprint = server.fingerprint.clone();
     let task = tokio::spawn(server.run());

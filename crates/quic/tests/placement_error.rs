@@ -4,8 +4,9 @@
 //! reader's error once reached the control loop after the "all settled" wake,
 //! and the get reported success with the file missing.
 
-use longhaul_quic::net::NetOpts;
-use longhaul_quic::{ClientOpts, Progress, ServeOpts, Server};
+mod common;
+
+use longhaul_quic::{ClientOpts, Progress};
 use std::sync::Arc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -16,16 +17,7 @@ async fn a_file_that_cannot_be_placed_fails_the_get() {
     // Three chunks: placed by a rename once every chunk and the hash are in.
     let bytes: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
     std::fs::write(root.join("big.bin"), &bytes).unwrap();
-    let server = Server::bind(ServeOpts {
-        root: root.clone(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        read_only: true,
-        token: None,
-        state_dir: t.path().join("state"),
-        net: NetOpts::default(),
-        streams: 4,
-    })
-    .unwrap();
+    let server = common::bind(&root, &t.path().join("state"), true);
     let addr = server.local_addr().unwrap();
     let opts = ClientOpts::pinned(
         addr.to_string(),

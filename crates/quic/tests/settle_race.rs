@@ -3,8 +3,9 @@
 //! in-process server on an oversubscribed runtime, to shake out ordering races
 //! between the control stream (FileDone, ManifestEnd) and the data streams.
 
-use longhaul_quic::net::NetOpts;
-use longhaul_quic::{ClientOpts, Progress, ServeOpts, Server};
+mod common;
+
+use longhaul_quic::{ClientOpts, Progress};
 use std::sync::Arc;
 
 const ROUNDS: usize = 40;
@@ -23,16 +24,7 @@ async fn every_received_file_is_reported_and_placed_before_get_returns() {
         std::fs::create_dir_all(root.join("set")).unwrap();
         std::fs::write(root.join(format!("set/f{i:02}")), vec![i as u8; 1000 + i]).unwrap();
     }
-    let server = Server::bind(ServeOpts {
-        root: root.clone(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        read_only: true,
-        token: None,
-        state_dir: t.path().join("state"),
-        net: NetOpts::default(),
-        streams: 4,
-    })
-    .unwrap();
+    let server = common::bind(&root, &t.path().join("state"), true);
     let addr = server.local_addr().unwrap();
     let opts = ClientOpts::pinned(
         addr.to_string(),
