@@ -496,7 +496,8 @@ async fn finish(shared: &Shared, id: u64, f: InFile) -> Result<(), Problem> {
     } = f;
     let size = inc.plan.size;
     let resumed = inc.resumed_bytes;
-    // A small single-chunk file is placed by one rename: done here, as its write was.
+    // A small single-chunk file is placed by one link or rename: done here,
+    // as its write was.
     let r = if inc.single_chunk() && size <= INLINE_WRITE as u64 {
         inc.finish()
     } else {
@@ -629,7 +630,7 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
         if h.hash && !read_exact_or_eof(&mut rs, &mut hash).await? {
             return Err(protocol(ProtoError::Truncated.to_string()));
         }
-        let (file, plan, single) = {
+        let (file, plan, placer) = {
             let mut st = shared.st.lock().unwrap();
             if !st.files.contains_key(&h.id) && st.failed.contains(&h.id) {
                 continue; // the sender gave the file up after sending this
@@ -656,23 +657,17 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
                 f.inc.expected = Some(hash);
             }
             let file = f.inc.file().map_err(|e| io_problem(&f.display, e))?;
-            // A file of one chunk is whole after this write: its mode and mtime
-            // go on now, with this descriptor, and with the sender's hash at
-            // hand (it sends it before the data) the writer places it too.
-            let single = f.inc.single_chunk().then(|| (f.inc.meta(), f.inc.placer()));
-            (file, f.inc.plan, single)
+            // A file of one chunk is whole after this write: its writer gives
+            // it its mode and mtime with this descriptor and, with the hash
+            // that came in the record, verifies and places it too.
+            let placer = f.inc.single_chunk().then(|| f.inc.placer());
+            (file, f.inc.plan, placer)
         };
 
         let write = move |buf: Vec<u8>| {
             let r = (|| {
                 let d = Incoming::write_chunk(&file, &plan, index, &[&buf])?;
-                let settled = match single {
-                    Some((meta, placer)) => {
-                        Incoming::apply_meta(&file, meta)?;
-                        Some(placer.settle(&file, d)?)
-                    }
-                    None => None,
-                };
+                let settled = placer.map(|p| p.settle(&file, d)).transpose()?;
                 Ok::<_, std::io::Error>((d, settled))
             })();
             (r, buf)
@@ -704,12 +699,10 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
                     st.settling += 1;
                     break 'done Done::Settled(f, how);
                 }
-                Some(how @ Settled::Parked) => {
-                    f.inc.settled(&how);
-                    f.inc.record_with_meta(index, digest);
-                }
-                None => f.inc.record(index, digest),
+                Some(how @ Settled::Parked) => f.inc.settled(&how),
+                None => {}
             }
+            f.inc.record(index, digest);
             f.received += h.len as u64;
             Progress::add(&shared.progress.bytes_done, h.len as u64);
             // Under the session lock: only the background task clears the flag.

@@ -10,9 +10,8 @@ use longhaul_quic::proto::{
     encode, ErrorCode, Frame, FrameDecoder, Hello, Op, Outcome, RecordHeader, RootSpec, Want, ALPN,
     DATA_PRELUDE, VERSION,
 };
-use longhaul_quic::{ClientOpts, Progress};
+use longhaul_quic::Progress;
 use longhaul_transfer::{Entry, EntryKind};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,17 +19,10 @@ use std::time::Duration;
 const DATA: &[u8] = b"the one file of the served root\n";
 
 struct Srv {
+    /// First, so the server stops before its directory goes.
+    srv: common::Served,
     t: tempfile::TempDir,
     root: PathBuf,
-    addr: SocketAddr,
-    fingerprint: String,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-impl Drop for Srv {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 fn start() -> Srv {
@@ -42,17 +34,8 @@ fn start() -> Srv {
     std::fs::create_dir(&root).unwrap();
     std::fs::write(root.join("data.bin"), DATA).unwrap();
     std::fs::create_dir(t.path().join("outside")).unwrap();
-    let server = common::bind(&root, &t.path().join("state"), false);
-    let addr = server.local_addr().unwrap();
-    let fingerprint = server.fingerprint.clone();
-    let task = tokio::spawn(server.run());
-    Srv {
-        t,
-        root,
-        addr,
-        fingerprint,
-        task,
-    }
+    let srv = common::serve(&root, &t.path().join("state"), false);
+    Srv { srv, t, root }
 }
 
 struct Raw {
@@ -65,7 +48,7 @@ struct Raw {
 
 async fn connect(s: &Srv) -> Raw {
     let verifier = Arc::new(PinVerifier::new(TrustPolicy {
-        host: s.addr.to_string(),
+        host: s.srv.addr.to_string(),
         known_hosts: s.t.path().join("known_hosts"),
         pinned: None,
         accept_new: true,
@@ -81,7 +64,7 @@ async fn connect(s: &Srv) -> Raw {
     let cfg = quinn::ClientConfig::new(Arc::new(crypto));
     let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     let conn = endpoint
-        .connect_with(cfg, s.addr, "longhaul")
+        .connect_with(cfg, s.srv.addr, "longhaul")
         .unwrap()
         .await
         .expect("handshake");
@@ -268,14 +251,12 @@ async fn normal_get_works(s: &Srv) {
     let dest = s.t.path().join("dest");
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::create_dir(&dest).unwrap();
-    let opts = ClientOpts::pinned(
-        s.addr.to_string(),
-        s.t.path().join("state").join("client_known_hosts"),
-        s.fingerprint.clone(),
-    );
+    let opts = s
+        .srv
+        .client(s.t.path().join("state").join("client_known_hosts"));
     let r = longhaul_quic::get(
         "127.0.0.1",
-        s.addr.port(),
+        s.srv.addr.port(),
         &["data.bin".to_string()],
         &dest,
         &opts,
@@ -289,7 +270,7 @@ async fn normal_get_works(s: &Srv) {
     assert_eq!(r.totals.failed, 0, "{r:#?}");
     assert_eq!(std::fs::read(dest.join("data.bin")).unwrap(), DATA);
     std::fs::remove_dir_all(&dest).unwrap();
-    assert!(!s.task.is_finished(), "the server is still running");
+    assert!(s.srv.is_running(), "the server is still running");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -466,19 +447,29 @@ async fn broken_data_streams() {
         u.write_all(bytes).await.unwrap();
         let _ = u.finish();
     }
-    fn record(id: u64, offset: u64, len: u32, payload: &[u8]) -> Vec<u8> {
+    /// A data stream of one record; with `hash`, the record carries it
+    /// (protocol 2: a file's only chunk).
+    fn record_with(
+        id: u64,
+        offset: u64,
+        len: u32,
+        payload: &[u8],
+        hash: Option<&[u8; 32]>,
+    ) -> Vec<u8> {
         let mut v = DATA_PRELUDE.to_vec();
-        v.extend_from_slice(
-            &RecordHeader {
-                id,
-                offset,
-                len,
-                hash: false,
-            }
-            .encode(),
-        );
+        let h = RecordHeader {
+            id,
+            offset,
+            len,
+            hash: hash.is_some(),
+        };
+        v.extend_from_slice(&h.encode());
         v.extend_from_slice(payload);
+        v.extend_from_slice(hash.map_or(&[][..], |h| &h[..]));
         v
+    }
+    fn record(id: u64, offset: u64, len: u32, payload: &[u8]) -> Vec<u8> {
+        record_with(id, offset, len, payload, None)
     }
 
     // (d) A bad prelude.
@@ -520,17 +511,7 @@ async fn broken_data_streams() {
         .await;
     // Version 2: a record may carry its file's hash, but only a file's only chunk.
     fn hashed(id: u64, len: u32, payload: &[u8], hash: &[u8; 32]) -> Vec<u8> {
-        let mut v = DATA_PRELUDE.to_vec();
-        let h = RecordHeader {
-            id,
-            offset: 0,
-            len,
-            hash: true,
-        };
-        v.extend_from_slice(&h.encode());
-        v.extend_from_slice(payload);
-        v.extend_from_slice(hash);
-        v
+        record_with(id, 0, len, payload, Some(hash))
     }
     let big = vec![7u8; 1 << 20];
     let r = ready(&s, 3 << 20).await;

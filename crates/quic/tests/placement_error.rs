@@ -6,7 +6,7 @@
 
 mod common;
 
-use longhaul_quic::{ClientOpts, Progress};
+use longhaul_quic::Progress;
 use std::sync::Arc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -17,14 +17,8 @@ async fn a_file_that_cannot_be_placed_fails_the_get() {
     // Three chunks: placed by a rename once every chunk and the hash are in.
     let bytes: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
     std::fs::write(root.join("big.bin"), &bytes).unwrap();
-    let server = common::bind(&root, &t.path().join("state"), true);
-    let addr = server.local_addr().unwrap();
-    let opts = ClientOpts::pinned(
-        addr.to_string(),
-        t.path().join("known_hosts"),
-        server.fingerprint.clone(),
-    );
-    let task = tokio::spawn(server.run());
+    let srv = common::serve(&root, &t.path().join("state"), true);
+    let (addr, opts) = (srv.addr, srv.client(t.path().join("known_hosts")));
     for round in 0..8 {
         let dest = t.path().join(format!("d{round}"));
         // A non-empty directory stands where the file must go.
@@ -49,5 +43,4 @@ async fn a_file_that_cannot_be_placed_fails_the_get() {
         }
         assert!(dest.join("big.bin/inside").is_dir(), "round {round}");
     }
-    task.abort();
 }

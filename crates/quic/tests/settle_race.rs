@@ -5,7 +5,7 @@
 
 mod common;
 
-use longhaul_quic::{ClientOpts, Progress};
+use longhaul_quic::Progress;
 use std::sync::Arc;
 
 const ROUNDS: usize = 40;
@@ -24,14 +24,8 @@ async fn every_received_file_is_reported_and_placed_before_get_returns() {
         std::fs::create_dir_all(root.join("set")).unwrap();
         std::fs::write(root.join(format!("set/f{i:02}")), vec![i as u8; 1000 + i]).unwrap();
     }
-    let server = common::bind(&root, &t.path().join("state"), true);
-    let addr = server.local_addr().unwrap();
-    let opts = ClientOpts::pinned(
-        addr.to_string(),
-        t.path().join("known_hosts"),
-        server.fingerprint.clone(),
-    );
-    let task = tokio::spawn(server.run());
+    let srv = common::serve(&root, &t.path().join("state"), true);
+    let (addr, opts) = (srv.addr, srv.client(t.path().join("known_hosts")));
     let mut failures = Vec::new();
     for round in 0..ROUNDS {
         let mut gets = Vec::new();
@@ -84,7 +78,6 @@ async fn every_received_file_is_reported_and_placed_before_get_returns() {
             }
         }
     }
-    task.abort();
     assert!(
         failures.is_empty(),
         "{} of {} gets returned before all their files were settled:\n{}",

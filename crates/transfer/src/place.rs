@@ -268,6 +268,14 @@ pub struct Incoming {
     pub resumed_bytes: u64,
 }
 
+/// Removes the part file an earlier run left for `name` (an error if there is
+/// none), then its journal, if any.
+fn remove_leftovers(dir: &Dir, name: &[u8]) -> io::Result<()> {
+    dir.remove_file(os(&sibling_name(name, PART)))?;
+    let _ = dir.remove_file(os(&sibling_name(name, JOURNAL)));
+    Ok(())
+}
+
 /// How the writer of a single-chunk file left it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settled {
@@ -280,6 +288,12 @@ pub enum Settled {
     Parked,
 }
 
+/// Give `file` its final mode and mtime (after its last write).
+fn apply_meta(file: &File, mode: u32, mtime_ns: i64) -> io::Result<()> {
+    file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
+    file.set_times(std::fs::FileTimes::new().set_modified(ns_to_system_time(mtime_ns)))
+}
+
 /// Places a single-chunk file from the writer's thread ([`Incoming::placer`]).
 #[derive(Clone)]
 pub struct Placer {
@@ -289,14 +303,18 @@ pub struct Placer {
     fresh: bool,
     expected: Option<Digest>,
     plan: ChunkPlan,
+    mode: u32,
+    mtime_ns: i64,
 }
 
 impl Placer {
-    /// After the file's one write, and its mode and mtime: with the sender's
-    /// hash known (protocol 2 sends it with the data), verify and place it;
-    /// without, give an unnamed file its part name, so that its descriptor can
-    /// close while the hash is on its way.
+    /// After the file's one write: give it its mode and mtime (with the
+    /// descriptor the writer holds), then, with the sender's hash known
+    /// (protocol 2 sends it with the data), verify and place it; without,
+    /// give an unnamed file its part name, so that its descriptor can close
+    /// while the hash is on its way.
     pub fn settle(&self, file: &File, digest: Digest) -> io::Result<Settled> {
+        apply_meta(file, self.mode, self.mtime_ns)?;
         let actual = self.plan.root(&[digest]);
         match self.expected {
             Some(e) if e == actual => {
@@ -327,13 +345,8 @@ impl Placer {
                 Ok(()) => {
                     // A part an earlier, interrupted run left (and its journal,
                     // if the file was larger then) must not stay behind.
-                    if !self.fresh
-                        && self
-                            .dir
-                            .remove_file(os(&sibling_name(&self.name, PART)))
-                            .is_ok()
-                    {
-                        let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+                    if !self.fresh {
+                        let _ = remove_leftovers(&self.dir, &self.name);
                     }
                     return Ok(());
                 }
@@ -349,8 +362,7 @@ impl Placer {
         let part = sibling_name(&self.name, PART);
         match crate::unnamed::link(file, &*self.dir, &part) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                self.dir.remove_file(os(&part))?;
-                let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+                remove_leftovers(&self.dir, &self.name)?;
                 crate::unnamed::link(file, &*self.dir, &part)
             }
             r => r,
@@ -464,9 +476,10 @@ impl Incoming {
     }
 
     /// The part file, opened on first use. A file of one chunk (or none) is
-    /// created here, not in [`Incoming::open`]: a small file costs one open, and
-    /// a part left by an earlier run (found by `create_new`) is truncated and
-    /// its journal, if the file was larger then, removed.
+    /// created here, not in [`Incoming::open`], so a small file costs one open:
+    /// unnamed where the file system allows ([`crate::unnamed`]), else as a
+    /// named part, replacing one an earlier run left (and its journal, if the
+    /// file was larger then).
     pub fn file(&mut self) -> io::Result<Arc<File>> {
         if let Some(f) = &self.file {
             return Ok(f.clone());
@@ -494,8 +507,7 @@ impl Incoming {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                     // An earlier run's part (perhaps already given a
                     // read-only final mode): replaced, not reopened.
-                    self.dir.remove_file(os(&part))?;
-                    let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+                    remove_leftovers(&self.dir, &self.name)?;
                     self.dir.open_with(os(&part), &new)?
                 }
                 r => r?,
@@ -506,17 +518,6 @@ impl Incoming {
         let f = Arc::new(f.into_std());
         self.file = Some(f.clone());
         Ok(f)
-    }
-
-    /// Mode and mtime the placed file must have.
-    pub fn meta(&self) -> (u32, i64) {
-        (self.mode, self.mtime_ns)
-    }
-
-    /// Give `file` its final mode and mtime (after its last write).
-    pub fn apply_meta(file: &File, (mode, mtime_ns): (u32, i64)) -> io::Result<()> {
-        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
-        file.set_times(std::fs::FileTimes::new().set_modified(ns_to_system_time(mtime_ns)))
     }
 
     /// The file's directory was created by this session ([`Dest::in_fresh_dir`]):
@@ -535,13 +536,17 @@ impl Incoming {
             fresh: self.fresh,
             expected: self.expected,
             plan: self.plan,
+            mode: self.mode,
+            mtime_ns: self.mtime_ns,
         }
     }
 
-    /// The writer settled the file ([`Placer::settle`]): `Parked` leaves a
-    /// named part for [`Incoming::finish`]; after `Placed` or `Mismatch` the
-    /// caller drops this (a mismatch through [`Incoming::discard`]).
+    /// The writer settled the file ([`Placer::settle`], which applied its
+    /// mode and mtime): `Parked` leaves a named part for [`Incoming::finish`]
+    /// (after [`Incoming::record`]); after `Placed` or `Mismatch` the caller
+    /// drops this (a mismatch through [`Incoming::discard`]).
     pub fn settled(&mut self, how: &Settled) {
+        self.meta_applied = true;
         match how {
             Settled::Parked => {
                 self.unnamed = false;
@@ -551,11 +556,10 @@ impl Incoming {
         }
     }
 
-    /// One chunk, all of it: the file is whole after this chunk's write, so
-    /// the writer can apply [`Incoming::meta`] with the descriptor it holds and
-    /// [`Incoming::finish`] only renames (see [`Incoming::record_with_meta`]).
+    /// One chunk, all of it (never journaled): the file is whole after this
+    /// chunk's write, so its writer settles it ([`Incoming::placer`]).
     pub fn single_chunk(&self) -> bool {
-        self.plan.count() == 1 && !self.journaled
+        self.plan.count() == 1
     }
 
     /// Is a record for chunk `index` of `len` bytes acceptable now?
@@ -608,13 +612,6 @@ impl Incoming {
         } else if self.missing == 0 && !self.unnamed {
             self.file = None; // complete: no descriptor while waiting for the hash
         }
-    }
-
-    /// [`Incoming::record`] for a [`Incoming::single_chunk`] file whose writer
-    /// also applied its mode and mtime.
-    pub fn record_with_meta(&mut self, index: u64, digest: Digest) {
-        self.record(index, digest);
-        self.meta_applied = true;
     }
 
     pub fn pending_records(&self) -> usize {
@@ -675,7 +672,7 @@ impl Incoming {
         }
         if !self.meta_applied {
             let file = self.file()?;
-            Self::apply_meta(&file, self.meta())?;
+            apply_meta(&file, self.mode, self.mtime_ns)?;
         }
         let part = sibling_name(&self.name, PART);
         let unnamed = if self.unnamed { self.file.take() } else { None };
@@ -828,11 +825,10 @@ mod tests {
         inc.expected = expected;
         let file = inc.file().unwrap();
         let d = Incoming::write_chunk(&file, &inc.plan, 0, &[bytes]).unwrap();
-        Incoming::apply_meta(&file, inc.meta()).unwrap();
         let settled = inc.placer().settle(&file, d).unwrap();
         drop(file);
         inc.settled(&settled);
-        inc.record_with_meta(0, d);
+        inc.record(0, d);
         (inc, settled)
     }
 

@@ -1,13 +1,40 @@
 //! What the in-process server tests share.
 
 use longhaul_quic::net::NetOpts;
-use longhaul_quic::{ServeOpts, Server};
-use std::path::Path;
+use longhaul_quic::{ClientOpts, ServeOpts, Server};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
-/// A server of `root` on a free loopback port, its state under `state`,
-/// with four data streams and the default network options.
-pub fn bind(root: &Path, state: &Path, read_only: bool) -> Server {
-    Server::bind(ServeOpts {
+/// A server running on the test's runtime; stopped when dropped.
+pub struct Served {
+    pub addr: SocketAddr,
+    pub fingerprint: String,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Served {
+    /// A client that trusts this server, remembering it in `known_hosts`.
+    pub fn client(&self, known_hosts: PathBuf) -> ClientOpts {
+        ClientOpts::pinned(self.addr.to_string(), known_hosts, self.fingerprint.clone())
+    }
+
+    /// The server task has not ended (hostile input must not end it).
+    #[allow(dead_code)] // each test binary compiles this module; not all ask
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves `root` on a free loopback port, its state under `state`, with
+/// four data streams and the default network options.
+pub fn serve(root: &Path, state: &Path, read_only: bool) -> Served {
+    let server = Server::bind(ServeOpts {
         root: root.to_path_buf(),
         listen: "127.0.0.1:0".parse().unwrap(),
         read_only,
@@ -16,5 +43,10 @@ pub fn bind(root: &Path, state: &Path, read_only: bool) -> Server {
         net: NetOpts::default(),
         streams: 4,
     })
-    .unwrap()
+    .unwrap();
+    Served {
+        addr: server.local_addr().unwrap(),
+        fingerprint: server.fingerprint.clone(),
+        task: tokio::spawn(server.run()),
+    }
 }
