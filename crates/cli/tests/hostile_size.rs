@@ -48,6 +48,7 @@ async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(Er
         },
         max_rate: 0,
         cc: None,
+        fresh: false,
     }));
     wire.extend(encode(&Frame::Entry(Entry {
         id: 1,

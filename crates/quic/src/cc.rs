@@ -95,14 +95,22 @@ impl CcChoice {
         }
     }
 
-    fn build(self, now: Instant, mtu: u16) -> Box<dyn Controller> {
+    /// `rtt`: what the connection measured before this controller (None
+    /// for a connection's first).
+    fn build(self, now: Instant, mtu: u16, rtt: Option<Duration>) -> Box<dyn Controller> {
+        let wan = |mut w: WanController| {
+            if let Some(r) = rtt {
+                w.core.seed_rtt(r);
+            }
+            Box::new(w)
+        };
         match self {
             CcChoice::Bbr => Arc::new(BbrConfig::default()).build(now, mtu),
             CcChoice::Cubic => Arc::new(CubicConfig::default()).build(now, mtu),
             CcChoice::NewReno => Arc::new(NewRenoConfig::default()).build(now, mtu),
             CcChoice::Fixed(rate) => Box::new(FixedRate::new(rate, mtu)),
-            CcChoice::Wan(hint) => Box::new(WanController::new(mtu, hint)),
-            CcChoice::Fair => Box::new(WanController::fair(mtu)),
+            CcChoice::Wan(hint) => wan(WanController::new(mtu, hint)),
+            CcChoice::Fair => wan(WanController::fair(mtu)),
         }
     }
 }
@@ -242,6 +250,8 @@ pub struct Switchable {
     handle: Arc<CcHandle>,
     max_rate: u64,
     rtt: Duration,
+    /// The least RTT measured so far (None before the first ACK).
+    min_rtt: Option<Duration>,
     mtu: u16,
     created: Instant,
 }
@@ -253,7 +263,9 @@ impl Switchable {
         }
         if let Some((choice, max_rate)) = self.handle.pending.lock().unwrap().take() {
             if let Some(c) = choice {
-                self.inner = c.hinted(max_rate).build(self.created, self.mtu);
+                self.inner = c
+                    .hinted(max_rate)
+                    .build(self.created, self.mtu, self.min_rtt);
             }
             self.max_rate = max_rate;
         }
@@ -274,6 +286,7 @@ impl Controller for Switchable {
         rtt: &quinn_proto::RttEstimator,
     ) {
         self.rtt = rtt.get();
+        self.min_rtt = Some(rtt.min());
         self.inner.on_ack(now, sent, bytes, app_limited, rtt)
     }
     fn on_end_acks(
@@ -309,6 +322,7 @@ impl Controller for Switchable {
             handle: self.handle.clone(),
             max_rate: self.max_rate,
             rtt: self.rtt,
+            min_rtt: self.min_rtt,
             mtu: self.mtu,
             created: self.created,
         })
@@ -350,10 +364,11 @@ impl ControllerFactory for CcFactory {
         let handle = Arc::new(CcHandle::default());
         *self.last.lock().unwrap() = Some(handle.clone());
         Box::new(Switchable {
-            inner: self.default.hinted(self.max_rate).build(now, mtu),
+            inner: self.default.hinted(self.max_rate).build(now, mtu, None),
             handle,
             max_rate: self.max_rate,
             rtt: Duration::from_millis(100),
+            min_rtt: None,
             mtu,
             created: now,
         })

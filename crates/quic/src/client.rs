@@ -9,7 +9,7 @@ use crate::proto::{Frame, Hello, Op, RootSpec, ALPN, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, DestSpec, RecvOpts};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
-use crate::sender::{run_sender, Source, SourceResult};
+use crate::sender::{run_sender, SendOpts, Source, SourceResult};
 use cap_std::fs::Dir;
 use longhaul_transfer::sync::SyncMode;
 use longhaul_transfer::RelPath;
@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 #[derive(Debug, Clone)]
 pub struct ClientOpts {
@@ -150,7 +150,13 @@ fn conn_err(msg: impl Into<String>) -> Problem {
     Problem::new(Kind::Connection, msg)
 }
 
-async fn connect(host: &str, port: u16, opts: &ClientOpts, op: Op) -> Result<Session, Problem> {
+async fn connect(
+    host: &str,
+    port: u16,
+    opts: &ClientOpts,
+    op: Op,
+    fresh: bool,
+) -> Result<Session, Problem> {
     let addr: SocketAddr = tokio::net::lookup_host((host, port))
         .await
         .map_err(|e| conn_err(format!("cannot resolve {host}: {e}")))?
@@ -224,6 +230,7 @@ async fn connect(host: &str, port: u16, opts: &ClientOpts, op: Op) -> Result<Ses
         op,
         max_rate: opts.net.max_rate,
         cc: opts.cc.map(|c| c.name()),
+        fresh,
     }))
     .await?;
     let server = match rx.recv().await {
@@ -258,7 +265,11 @@ async fn connect(host: &str, port: u16, opts: &ClientOpts, op: Op) -> Result<Ses
     })
 }
 
-/// Close politely once the session's control stream has ended both ways.
+/// Close once this side's role is over. The client of a get received the
+/// last data: with every file settled and `Done` sent it closes at once (the
+/// server's end of the control stream would come a round trip later and say
+/// nothing it needs). The client of a put waits for the server's `Done`, which
+/// its end of the control stream follows.
 async fn close(
     s: Session,
     started: Instant,
@@ -277,20 +288,37 @@ async fn close(
         welcomed,
     } = s;
     let data_seconds = welcomed.elapsed().as_secs_f64();
+    let frames = conn.stats().frame_tx.stream;
     drop(ctl);
     let _ = writer.await;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-        while rx.recv().await.is_some() {}
-    })
-    .await;
+    if op == "put" {
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            while rx.recv().await.is_some() {}
+        })
+        .await;
+    } else {
+        // quinn drops stream data it has not sent when the connection
+        // closes: let the end of the control stream (Done, then its FIN, a
+        // STREAM frame after `frames`) leave first. Losing it costs only the
+        // server's summary of the session.
+        until(Duration::from_millis(50), || {
+            conn.stats().frame_tx.stream > frames
+        })
+        .await;
+    }
     let stats = conn.stats();
     tracing::debug!("connection stats: {stats:?}");
     conn.close(0u32.into(), b"done");
-    // Long enough for the endpoint to send CONNECTION_CLOSE; waiting out the
-    // draining period (three PTOs: 2 s or more at 700 ms RTT) would only add to
-    // every transfer's time. A server that misses the close times the
-    // connection out.
-    let _ = tokio::time::timeout(std::time::Duration::from_millis(250), endpoint.wait_idle()).await;
+    // Until the CONNECTION_CLOSE has left. Waiting out the draining period
+    // (three PTOs: 2 s or more at 700 ms RTT) would only add to every
+    // transfer's time; a server that misses the close times the connection
+    // out.
+    let sent = stats.udp_tx.datagrams;
+    until(Duration::from_millis(250), || {
+        conn.stats().udp_tx.datagrams > sent
+    })
+    .await;
+    drop(endpoint);
     let seconds = started.elapsed().as_secs_f64();
     let mut t = Totals {
         dirs: r.dirs,
@@ -335,6 +363,14 @@ fn name_of(b: &[u8]) -> Vec<u8> {
     RelPath::from_request(b)
         .map(|p| p.file_name().to_vec())
         .unwrap_or_default()
+}
+
+/// Polls `done` every millisecond until it holds or `max` has passed.
+async fn until(max: Duration, done: impl Fn() -> bool) {
+    let end = Instant::now() + max;
+    while !done() && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// `get HOST:PATH... DEST`.
@@ -394,14 +430,18 @@ pub async fn get(
         paths: remote.iter().map(|p| p.as_bytes().to_vec()).collect(),
     };
     let (opts, remembered) = &recall_rate(opts, "get");
-    let mut s = connect(host, port, opts, op).await?;
+    let fresh = spec.is_fresh();
+    let mut s = connect(host, port, opts, op, fresh).await?;
     spawn_window_tuner(s.conn.clone(), opts.net);
     let r = run_receiver(
         s.conn.clone(),
         s.ctl.clone(),
         &mut s.rx,
         spec,
-        RecvOpts { sync: opts.sync },
+        RecvOpts {
+            sync: opts.sync,
+            fresh,
+        },
         progress,
     )
     .await;
@@ -463,14 +503,17 @@ pub async fn put(
         roots,
     };
     let (opts, remembered) = &recall_rate(opts, "put");
-    let mut s = connect(host, port, opts, op).await?;
+    let mut s = connect(host, port, opts, op, false).await?;
     let r = run_sender(
         s.conn.clone(),
         s.ctl.clone(),
         &mut s.rx,
         sources,
-        opts.streams,
-        opts.net.max_rate,
+        SendOpts {
+            streams: opts.streams,
+            max_rate: opts.net.max_rate,
+            fresh: false,
+        },
         progress,
     )
     .await;

@@ -1,4 +1,4 @@
-//! Wire format of protocol version 2 (see docs/PROTOCOL.md). Sans-IO: encoders and
+//! Wire format of protocol version 3 (see docs/PROTOCOL.md). Sans-IO: encoders and
 //! decoders over byte buffers, no sockets.
 //!
 //! Control stream (the connection's first bidirectional stream): frames of
@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 /// 2: a record of a file's only chunk carries the file's hash (version 1
 /// sent it in `FileDone` on the control stream, which queues behind the
 /// manifest: a receiver could not place a small file when it was written).
-pub const VERSION: u32 = 2;
+/// 3: `Hello.fresh`: a get into a destination that holds none of its targets
+/// asks the sender not to wait for a `Want` per file (a round trip).
+pub const VERSION: u32 = 3;
 pub const ALPN: &[u8] = b"longhaul/1";
 /// Largest control frame accepted (payload bytes, after the length prefix).
 pub const MAX_FRAME: usize = 1 << 20;
@@ -73,6 +75,11 @@ pub struct Hello {
     pub max_rate: u64,
     /// Ask the sending side for a congestion controller (`bbr`, `cubic`, `fixed:RATE`).
     pub cc: Option<String>,
+    /// Get only: the client's destination holds none of the targets (nor
+    /// their part files), so it wants every file whole. The server sends each
+    /// file as soon as its entry is out, without waiting for a `Want`, and the
+    /// client sends none. A server ignores it on a put.
+    pub fresh: bool,
 }
 
 /// What the receiver wants of one file.
@@ -149,6 +156,30 @@ pub enum ProtoError {
     Unaligned(u64),
     #[error("stream ended inside a frame")]
     Truncated,
+    /// A Hello of another version, whose fields this side cannot decode.
+    #[error("protocol version {0} {OTHER_VERSION} {VERSION})")]
+    Version(u32),
+}
+
+/// What the error of a Hello of another version says (and a server looks for).
+pub const OTHER_VERSION: &str = "is not supported (this side speaks";
+
+/// The version a Hello body names, if it is a Hello of another version
+/// (whose other fields need not decode): variant 0, then the version as a
+/// LEB128 varint.
+fn other_hello_version(body: &[u8]) -> Option<u32> {
+    let (&variant, rest) = body.split_first()?;
+    if variant != 0 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for (i, &b) in rest.iter().take(5).enumerate() {
+        v |= ((b & 0x7f) as u64) << (7 * i);
+        if b & 0x80 == 0 {
+            return u32::try_from(v).ok().filter(|&v| v != VERSION);
+        }
+    }
+    None
 }
 
 pub fn encode(frame: &Frame) -> Vec<u8> {
@@ -200,6 +231,9 @@ impl FrameDecoder {
         let body = &avail[4..4 + len];
         let frame = match postcard::take_from_bytes::<Frame>(body) {
             Ok((f, [])) => f,
+            Ok(_) | Err(_) if other_hello_version(body).is_some() => {
+                return Err(ProtoError::Version(other_hello_version(body).unwrap()))
+            }
             Ok(_) => return Err(ProtoError::Malformed("trailing bytes after frame".into())),
             Err(e) => return Err(ProtoError::Malformed(e.to_string())),
         };
@@ -280,6 +314,7 @@ mod tests {
                 },
                 max_rate: 0,
                 cc: Some("bbr".into()),
+                fresh: true,
             }),
             Frame::Entry(Entry {
                 id: 9,

@@ -14,7 +14,9 @@ use crate::proto::{
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use cap_std::fs::Dir;
 use longhaul_transfer::chunk::hex;
-use longhaul_transfer::place::{Checkpoint, Dest, FinishError, Incoming, Settled, MAX_FILE_SIZE};
+use longhaul_transfer::place::{
+    sibling_name, Checkpoint, Dest, FinishError, Incoming, Settled, JOURNAL, MAX_FILE_SIZE, PART,
+};
 use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
 use longhaul_transfer::{Entry, EntryKind, RelPath, CHUNK_SIZE};
 use std::collections::HashMap;
@@ -58,9 +60,68 @@ impl DestSpec {
     }
 }
 
+impl DestSpec {
+    /// Whether none of the targets this request can create is there yet, nor
+    /// a part or journal an earlier run left beside one: every file will be
+    /// wanted whole, so the client can say so in `Hello.fresh` and save the
+    /// sender a round trip of `Want`s. A target that is an empty directory
+    /// counts as absent. Any doubt (an error, two roots landing on the same
+    /// name) says no.
+    pub fn is_fresh(&self) -> bool {
+        let mut targets: Vec<RelPath> = Vec::new();
+        for spec in &self.roots {
+            let t = if spec.name.is_empty() {
+                Ok(self.prefix.clone())
+            } else {
+                self.prefix.join_name(&spec.name)
+            };
+            match t {
+                Ok(t) if !targets.contains(&t) => targets.push(t),
+                _ => return false,
+            }
+        }
+        // A single file root lands on the destination itself.
+        if self.roots.len() == 1 && !self.dest_is_dir && !targets.contains(&self.prefix) {
+            targets.push(self.prefix.clone());
+        }
+        targets.iter().all(|t| self.absent_or_empty(t))
+    }
+
+    fn absent_or_empty(&self, t: &RelPath) -> bool {
+        use std::io::ErrorKind::NotFound;
+        let empty_dir = |d: std::io::Result<Dir>| {
+            d.and_then(|d| d.entries().map(|mut e| e.next().is_none()))
+                .unwrap_or(false)
+        };
+        if t.is_root() {
+            return empty_dir(self.base.try_clone());
+        }
+        match self.base.symlink_metadata(t.as_path()) {
+            Ok(m) if m.is_dir() => empty_dir(self.base.open_dir(t.as_path())),
+            Ok(_) => false,
+            Err(e) if e.kind() == NotFound => {
+                let Some(parent) = t.parent() else {
+                    return false;
+                };
+                [PART, JOURNAL].iter().all(|suffix| {
+                    let sib = parent
+                        .join_name(&sibling_name(t.file_name(), suffix))
+                        .map(|p| self.base.symlink_metadata(p.as_path()));
+                    matches!(sib, Ok(Err(e)) if e.kind() == NotFound)
+                })
+            }
+            Err(_) => false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct RecvOpts {
     pub sync: SyncMode,
+    /// The sender sends every file whole without waiting for a `Want`
+    /// (`Hello.fresh`): none is sent, nothing is looked up or resumed, and a
+    /// record may come before its file's entry.
+    pub fresh: bool,
 }
 
 struct InFile {
@@ -105,6 +166,11 @@ struct Shared {
     ctl: CtlTx,
     progress: Arc<Progress>,
     events: mpsc::UnboundedSender<Event>,
+    fresh: bool,
+    /// The highest entry id the control loop has acted on (`u64::MAX` once
+    /// the manifest has ended): in a fresh session a record of a later file
+    /// waits for its entry.
+    entries: tokio::sync::watch::Sender<u64>,
 }
 
 fn io_problem(path: &str, e: impl std::fmt::Display) -> Problem {
@@ -131,18 +197,28 @@ pub async fn run_receiver(
         ctl: ctl.clone(),
         progress,
         events: etx,
+        fresh: opts.fresh,
+        entries: tokio::sync::watch::Sender::new(0),
     });
+    // The stream tasks live in the acceptor's set: aborting the acceptor at
+    // the end stops those still reading a stream the sender has not finished
+    // yet, and with them their handles on the control stream (whose end the
+    // client of a get would otherwise wait a round trip for).
     let acceptor = {
         let shared = shared.clone();
         tokio::spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
             while let Ok(s) = conn.accept_uni().await {
+                while tasks.try_join_next().is_some() {}
                 let shared = shared.clone();
-                tokio::spawn(async move {
+                tasks.spawn(async move {
                     if let Err(p) = read_stream(&shared, s).await {
                         let _ = shared.events.send(Event::Failed(p));
                     }
                 });
             }
+            // The connection is gone: let the tasks see it and end.
+            while tasks.join_next().await.is_some() {}
         })
     };
     let mut dest_fs = Dest::new(dest.base.try_clone().map_err(|e| io_problem(".", e))?);
@@ -234,13 +310,14 @@ async fn control_loop(
                 // no need to hand the runtime's other tasks to another thread.
                 let light = e.kind == EntryKind::File
                     && e.size <= CHUNK_SIZE
-                    && opts.sync == SyncMode::Always
+                    && (opts.sync == SyncMode::Always || opts.fresh)
                     && fs.parent_cached(&target);
                 let replies = if light {
                     on_entry(shared, fs, &e, &target, opts)?
                 } else {
                     tokio::task::block_in_place(|| on_entry(shared, fs, &e, &target, opts))?
                 };
+                shared.entries.send_modify(|s| *s = (*s).max(e.id));
                 for f in replies {
                     shared.ctl.send(f).await?;
                 }
@@ -270,7 +347,10 @@ async fn control_loop(
                     message,
                 ));
             }
-            Frame::ManifestEnd => manifest_done = true,
+            Frame::ManifestEnd => {
+                manifest_done = true;
+                shared.entries.send_replace(u64::MAX);
+            }
             Frame::FileDone {
                 id,
                 hash,
@@ -416,7 +496,7 @@ fn on_entry(
             Progress::add(&shared.progress.files_total, 1);
             Progress::add(&shared.progress.bytes_total, e.size);
             // Without --sync whatever is there is replaced: no lookup.
-            let existing = if opts.sync == SyncMode::Always {
+            let existing = if opts.sync == SyncMode::Always || opts.fresh {
                 None
             } else {
                 fs.existing_file(target)
@@ -460,10 +540,11 @@ fn on_entry(
             let (dir, name) = fs
                 .parent_of(target)
                 .map_err(|err| io_problem(&display, err))?;
-            let resume = !matches!(decision, Decision::UnlessHash(_));
+            let resume = !matches!(decision, Decision::UnlessHash(_)) && !opts.fresh;
             let (mut inc, ranges) =
                 Incoming::open(dir, &name, e, resume).map_err(|err| io_problem(&display, err))?;
-            if fs.in_fresh_dir(target) {
+            // A fresh get's destination held none of its targets, nor parts.
+            if opts.fresh || fs.in_fresh_dir(target) {
                 inc.in_fresh_dir();
             }
             let want = match decision {
@@ -482,6 +563,9 @@ fn on_entry(
                     checkpointing: Arc::new(AtomicBool::new(false)),
                 },
             );
+            if opts.fresh {
+                return Ok(vec![]);
+            }
             Ok(vec![Frame::Want { id: e.id, want }])
         }
     }
@@ -606,6 +690,7 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
         return Err(protocol(ProtoError::BadPrelude.to_string()));
     }
     let mut spare: Vec<u8> = Vec::new();
+    let mut entries = shared.entries.subscribe();
     loop {
         let mut hdr = [0u8; RECORD_HEADER_LEN];
         if !read_exact_or_eof(&mut rs, &mut hdr).await? {
@@ -629,6 +714,10 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
         let mut hash = [0u8; RECORD_HASH_LEN];
         if h.hash && !read_exact_or_eof(&mut rs, &mut hash).await? {
             return Err(protocol(ProtoError::Truncated.to_string()));
+        }
+        // The entry travels on the control stream and may come later.
+        if shared.fresh && entries.wait_for(|&seen| seen >= h.id).await.is_err() {
+            return Ok(()); // the session is over
         }
         let (file, plan, placer) = {
             let mut st = shared.st.lock().unwrap();

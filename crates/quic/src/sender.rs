@@ -1,7 +1,8 @@
 //! The sending role of a session (the server for `get`, the client for `put`).
 //!
 //! A walker thread streams the manifest onto the control stream while the receiver
-//! answers each file with a `Want`; wanted chunks go into one work queue served by
+//! answers each file with a `Want` (or, in a fresh get, wants every file whole
+//! without saying so); wanted chunks go into one work queue served by
 //! N stream workers, so small files are packed back to back on each stream and a
 //! large file's chunks spread over all of them. Every chunk is hashed as it is
 //! read; the file's BLAKE3 (a tree over the chunk digests) follows in `FileDone`.
@@ -50,6 +51,8 @@ struct SendState {
     remaining: u64,
     failed: bool,
     sent: u64,
+    /// Sent whole unasked (a fresh get): a `Want` for it is a protocol error.
+    fresh: bool,
 }
 
 enum Job {
@@ -131,16 +134,31 @@ struct Shared {
     progress: Arc<Progress>,
 }
 
+/// How a session's sending side runs.
+#[derive(Debug, Clone, Copy)]
+pub struct SendOpts {
+    /// Data streams at once.
+    pub streams: usize,
+    /// Cap on the sending rate (bits/s), 0 = none.
+    pub max_rate: u64,
+    /// Send every file whole at once, wanted or not (`Hello.fresh`).
+    pub fresh: bool,
+}
+
 /// Run the sending role until the receiver says `Done` (or the session fails).
 pub async fn run_sender(
     conn: quinn::Connection,
     ctl: CtlTx,
     rx: &mut CtlRx,
     sources: Vec<SourceResult>,
-    streams: usize,
-    max_rate: u64,
+    opts: SendOpts,
     progress: Arc<Progress>,
 ) -> Result<SessionReport, Problem> {
+    let SendOpts {
+        streams,
+        max_rate,
+        fresh,
+    } = opts;
     let shared = Arc::new(Shared {
         files: Mutex::new(HashMap::new()),
         pacer: (max_rate > 0).then(|| Pacer {
@@ -155,7 +173,7 @@ pub async fn run_sender(
     });
     let walker = {
         let shared = shared.clone();
-        tokio::task::spawn_blocking(move || walk_all(&shared, sources))
+        tokio::task::spawn_blocking(move || walk_all(&shared, sources, fresh))
     };
     let mut workers = Vec::new();
     for _ in 0..streams.max(1) {
@@ -191,7 +209,9 @@ pub async fn run_sender(
     }
 }
 
-fn walk_all(shared: &Shared, sources: Vec<SourceResult>) -> Result<(), Problem> {
+/// Stream the manifest; with `fresh`, queue each file whole right after its
+/// entry (the receiver sends no `Want`).
+fn walk_all(shared: &Shared, sources: Vec<SourceResult>, fresh: bool) -> Result<(), Problem> {
     let mut next_id = 0u64;
     for (root, src) in sources.into_iter().enumerate() {
         let root = root as u32;
@@ -225,24 +245,27 @@ fn walk_all(shared: &Shared, sources: Vec<SourceResult>) -> Result<(), Problem> 
                 EntryKind::Symlink => shared.symlinks.fetch_add(1, Ordering::Relaxed),
                 EntryKind::File => 0,
             };
-            if it.kind == EntryKind::File {
+            let file = if it.kind == EntryKind::File {
                 let path = src
                     .start
                     .join(&it.path)
                     .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
                 let plan = ChunkPlan::new(it.size);
-                let f = SendFile {
+                let f = Arc::new(SendFile {
                     dir: src.dir.clone(),
                     display: path.display(),
                     path,
                     plan,
                     mtime_ns: it.mtime_ns,
                     st: Mutex::new(SendState::default()),
-                };
-                shared.files.lock().unwrap().insert(id, Arc::new(f));
+                });
+                shared.files.lock().unwrap().insert(id, f.clone());
                 Progress::add(&shared.progress.files_total, 1);
                 Progress::add(&shared.progress.bytes_total, it.size);
-            }
+                Some(f)
+            } else {
+                None
+            };
             shared.ctl.blocking_send(Frame::Entry(Entry {
                 id,
                 root,
@@ -253,6 +276,17 @@ fn walk_all(shared: &Shared, sources: Vec<SourceResult>) -> Result<(), Problem> 
                 mtime_ns: it.mtime_ns,
                 link: it.link,
             }))?;
+            // After its entry, so that an empty file's FileDone follows it
+            // on the control stream; its data may still overtake the entry.
+            if let (true, Some(f)) = (fresh, file) {
+                let n = f.plan.count();
+                start_file(&f, n, true);
+                if n == 0 {
+                    shared.ctl.blocking_send(empty_done(id, &f))?;
+                } else {
+                    queue_jobs(shared, id, &f, &vec![true; n as usize]);
+                }
+            }
         }
     }
     shared.ctl.blocking_send(Frame::ManifestEnd)
@@ -380,13 +414,10 @@ async fn want_file(
             m
         }
     };
-    {
-        let mut st = f.st.lock().unwrap();
-        if !st.digests.is_empty() || st.remaining > 0 {
-            return Err(protocol(format!("second Want for file {id}")));
-        }
-        st.digests = vec![None; n as usize];
-        st.remaining = n;
+    if !start_file(&f, n, false) {
+        return Err(protocol(format!(
+            "a second Want for file {id}, or one in a fresh get"
+        )));
     }
     if let Want::UnlessHash(hash) = want {
         shared.queue.push_all([Job::Compare { id, f, hash }]);
@@ -403,18 +434,38 @@ async fn queue_chunks(
     f: &Arc<SendFile>,
     send: &[bool],
 ) -> Result<(), Problem> {
-    let n = f.plan.count();
-    if n == 0 {
-        let hash = f.plan.root(&[]);
-        return shared
-            .ctl
-            .send(Frame::FileDone {
-                id,
-                hash,
-                unchanged: false,
-            })
-            .await;
+    if f.plan.count() == 0 {
+        return shared.ctl.send(empty_done(id, f)).await;
     }
+    queue_jobs(shared, id, f, send);
+    Ok(())
+}
+
+/// Make room for a file's chunk digests: it is wanted (once; false if it
+/// was already, or it is a fresh get's and `fresh` is not this call's).
+fn start_file(f: &SendFile, n: u64, fresh: bool) -> bool {
+    let mut st = f.st.lock().unwrap();
+    if !st.digests.is_empty() || st.remaining > 0 || st.fresh {
+        return false;
+    }
+    st.digests = vec![None; n as usize];
+    st.remaining = n;
+    st.fresh = fresh;
+    true
+}
+
+/// An empty file is done as soon as it is wanted.
+fn empty_done(id: u64, f: &SendFile) -> Frame {
+    Frame::FileDone {
+        id,
+        hash: f.plan.root(&[]),
+        unchanged: false,
+    }
+}
+
+/// Queue every chunk of a file of at least one chunk.
+fn queue_jobs(shared: &Shared, id: u64, f: &Arc<SendFile>, send: &[bool]) {
+    let n = f.plan.count();
     let skipped: u64 = (0..n)
         .filter(|&i| !send[i as usize])
         .filter_map(|i| f.plan.len(i))
@@ -426,7 +477,6 @@ async fn queue_chunks(
         index,
         send: send[index as usize],
     }));
-    Ok(())
 }
 
 fn open_source(f: &SendFile) -> std::io::Result<Arc<File>> {

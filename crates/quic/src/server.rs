@@ -8,7 +8,7 @@ use crate::net::{endpoint, spawn_window_tuner, udp_socket, NetOpts};
 use crate::proto::{ErrorCode, Frame, Hello, Op, ALPN, VERSION};
 use crate::receiver::{run_receiver, DestSpec, RecvOpts};
 use crate::report::{Problem, Progress, SessionReport};
-use crate::sender::{run_sender, Source, SourceResult};
+use crate::sender::{run_sender, SendOpts, Source, SourceResult};
 use anyhow::{Context, Result};
 use cap_std::fs::Dir;
 use longhaul_transfer::sync::SyncMode;
@@ -136,16 +136,32 @@ async fn fatal(ctl: &CtlTx, conn: &quinn::Connection, code: ErrorCode, message: 
 
 struct VarIntCode;
 impl VarIntCode {
+    const DONE: quinn::VarInt = quinn::VarInt::from_u32(0);
     const FATAL: quinn::VarInt = quinn::VarInt::from_u32(1);
 }
 
-async fn hello(rx: &mut CtlRx) -> Result<Hello, String> {
+/// The peer closed the connection with code 0 (`done`).
+fn closed_done(conn: &quinn::Connection) -> bool {
+    matches!(
+        conn.close_reason(),
+        Some(quinn::ConnectionError::ApplicationClosed(a)) if a.error_code == VarIntCode::DONE
+    )
+}
+
+async fn hello(rx: &mut CtlRx) -> Result<Hello, (ErrorCode, String)> {
+    let protocol = |m: String| (ErrorCode::Protocol, m);
     match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
-        Err(_) => Err("no Hello within 10 s".into()),
-        Ok(None) => Err("connection closed before Hello".into()),
-        Ok(Some(Err(p))) => Err(p.message),
+        Err(_) => Err(protocol("no Hello within 10 s".into())),
+        Ok(None) => Err(protocol("connection closed before Hello".into())),
+        // A Hello of another version, which did not decode as ours.
+        Ok(Some(Err(p))) if p.message.contains(crate::proto::OTHER_VERSION) => {
+            Err((ErrorCode::Version, p.message))
+        }
+        Ok(Some(Err(p))) => Err(protocol(p.message)),
         Ok(Some(Ok(Frame::Hello(h)))) => Ok(h),
-        Ok(Some(Ok(other))) => Err(format!("protocol error: expected Hello, got {other:?}")),
+        Ok(Some(Ok(other))) => Err(protocol(format!(
+            "protocol error: expected Hello, got {other:?}"
+        ))),
     }
 }
 
@@ -174,7 +190,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
     let mut rx = spawn_reader(recv);
     let h = match hello(&mut rx).await {
         Ok(h) => h,
-        Err(m) => return fatal(&ctl, &conn, ErrorCode::Protocol, m).await,
+        Err((code, m)) => return fatal(&ctl, &conn, code, m).await,
     };
     if h.version != VERSION {
         let m = format!(
@@ -230,8 +246,11 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                     ctl.clone(),
                     &mut rx,
                     sources,
-                    ctx.opts.streams,
-                    rate,
+                    SendOpts {
+                        streams: ctx.opts.streams,
+                        max_rate: rate,
+                        fresh: h.fresh,
+                    },
                     progress,
                 )
                 .await,
@@ -275,6 +294,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
             let what = "put".to_string();
             let opts = RecvOpts {
                 sync: SyncMode::Always,
+                fresh: false,
             };
             (
                 what,
@@ -284,6 +304,12 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
     };
     let secs = started.elapsed().as_secs_f64();
     tracing::debug!("{remote}: connection stats: {:?}", conn.stats());
+    // A get's client closes as soon as it has settled every file; its Done
+    // may not have been read yet.
+    if result.is_err() && closed_done(&conn) {
+        tracing::info!("{remote}: {what}: the client closed as done after {secs:.2} s");
+        return;
+    }
     match &result {
         Ok(r) => tracing::info!(
             "{remote}: {what}: {} file(s), {} problem(s) in {secs:.2} s",

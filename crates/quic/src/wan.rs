@@ -237,6 +237,11 @@ pub struct Wan {
     /// Competing since (or since the last yield), and yield rounds left.
     compete_since: Option<Instant>,
     yield_left: u32,
+    /// The connection's RTT before this controller took over (the server
+    /// switches controllers after the handshake, when the client has said
+    /// which it wants): sizes a hinted first round, which otherwise assumes
+    /// 100 ms.
+    seed_rtt: Option<Duration>,
 }
 
 impl Wan {
@@ -276,6 +281,7 @@ impl Wan {
             last_overflow: None,
             compete_since: None,
             yield_left: 0,
+            seed_rtt: None,
         };
         if hint > 0 {
             w.bw = hint as f64 / 8.0;
@@ -297,6 +303,11 @@ impl Wan {
         let mut w = Wan::new(mtu, 0);
         w.fair = true;
         w
+    }
+
+    /// The RTT the connection measured before this controller existed.
+    pub fn seed_rtt(&mut self, rtt: Duration) {
+        self.seed_rtt = Some(rtt);
     }
 
     /// The path's datagram size changed (MTU discovery): the window's floor
@@ -354,8 +365,11 @@ impl Wan {
         }
         let Some(rtt) = self.min_rtt() else {
             return if self.bw > 0.0 {
-                // A hint, no RTT yet: a round of 100 ms at the hinted rate.
-                ((self.bw * 0.1) as u64).max(initial)
+                // A hint, no RTT of its own yet: a round at the hinted rate
+                // over the connection's RTT so far (else 100 ms). Pacing
+                // spreads it over that round.
+                let round = self.seed_rtt.map_or(0.1, |r| r.as_secs_f64());
+                ((self.bw * round) as u64).max(initial)
             } else {
                 initial
             };
@@ -689,6 +703,12 @@ mod tests {
         w.on_ack(t, 1452, Duration::from_millis(700));
         // 100 MB/s x 0.7 s + 5 ms of headroom.
         assert_eq!(w.window(), 70_000_000 + 500_000);
+        // Switched to after the handshake measured 700 ms (a server's
+        // controller): the first round is a whole RTT at the hint, not 100 ms
+        // (which held a fresh get's first round trip at 1/7 of the rate).
+        let mut w = Wan::new(1452, 800_000_000);
+        w.seed_rtt(Duration::from_millis(700));
+        assert_eq!(w.window(), 70_000_000);
     }
 
     #[test]
