@@ -166,11 +166,22 @@ fn the_rate_memory_gives_wan_its_start() {
         .and_then(|rest| rest.split(' ').next())
         .and_then(|b| b.parse().ok())
         .unwrap_or_else(|| panic!("no entry for {key} in {text:?}"));
+    // The best second on the wire; a transfer shorter than a second and a
+    // quarter has none, and leaves its payload rate.
+    let peak = j["peak_bps"].as_u64().expect("peak_bps in the report");
     let data_mbps = 64.0 * MIB as f64 * 8.0 / 1e6 / j["data_seconds"].as_f64().unwrap();
-    assert!(
-        (bps as f64 / 1e6 - data_mbps).abs() < 1.0,
-        "{bps} remembered, {data_mbps} Mbit/s measured"
-    );
+    if peak > 0 {
+        assert_eq!(bps, peak, "the best second is remembered");
+        assert!(
+            peak as f64 / 1e6 >= data_mbps * 0.9,
+            "{peak} vs {data_mbps}"
+        );
+    } else {
+        assert!(
+            (bps as f64 / 1e6 - data_mbps).abs() < 1.0,
+            "{bps} remembered, {data_mbps} Mbit/s measured"
+        );
+    }
     // The next wan session starts at it, and says so.
     let j = get("small.bin", &["--cc", "wan", "--rates", r]);
     assert_eq!(j["remembered_bps"], bps);

@@ -4,7 +4,7 @@
 use crate::cc::CcChoice;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
-use crate::net::{endpoint, spawn_window_tuner, udp_socket, NetOpts};
+use crate::net::{endpoint, spawn_peak_meter, spawn_window_tuner, udp_socket, Flow, NetOpts};
 use crate::proto::{Frame, Hello, Op, RootSpec, ALPN, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, DestSpec, RecvOpts};
@@ -17,6 +17,7 @@ use serde::Serialize;
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -78,6 +79,10 @@ pub struct ClientReport {
     /// `wan`'s starting rate, bits/s, when it came from the rate memory
     /// (0: none remembered, or a hint or --max-rate given).
     pub remembered_bps: u64,
+    /// The largest rate the connection carried over any second, bits/s of
+    /// UDP payload (received for a get, sent and not lost for a put): what
+    /// the rate memory keeps.
+    pub peak_bps: u64,
     pub rtt_ms: f64,
     /// Bytes of packets QUIC declared lost and sent again.
     pub retransmitted_bytes: u64,
@@ -345,6 +350,7 @@ async fn close(
         rate_mbps: t.bytes_transferred as f64 * 8.0 / 1e6 / seconds.max(1e-9),
         data_seconds,
         remembered_bps: 0,
+        peak_bps: 0,
         totals: t,
         files: r.files,
         problems: r.problems,
@@ -433,6 +439,7 @@ pub async fn get(
     let fresh = spec.is_fresh();
     let mut s = connect(host, port, opts, op, fresh).await?;
     spawn_window_tuner(s.conn.clone(), opts.net);
+    let peak = spawn_peak_meter(s.conn.clone(), Flow::Rx);
     let r = run_receiver(
         s.conn.clone(),
         s.ctl.clone(),
@@ -446,7 +453,7 @@ pub async fn get(
     )
     .await;
     let report = finish(s, started, "get", opts, r).await;
-    remember_rate(opts, *remembered, report)
+    remember_rate(opts, *remembered, peak.load(Ordering::Relaxed), report)
 }
 
 /// `put PATH... HOST:DEST`.
@@ -504,6 +511,7 @@ pub async fn put(
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
+    let peak = spawn_peak_meter(s.conn.clone(), Flow::Tx);
     let r = run_sender(
         s.conn.clone(),
         s.ctl.clone(),
@@ -518,7 +526,7 @@ pub async fn put(
     )
     .await;
     let report = finish(s, started, "put", opts, r).await;
-    remember_rate(opts, *remembered, report)
+    remember_rate(opts, *remembered, peak.load(Ordering::Relaxed), report)
 }
 
 /// The key of a server and a direction in the rate memory: the known-hosts
@@ -545,23 +553,27 @@ fn recall_rate(opts: &ClientOpts, op: &str) -> (ClientOpts, u64) {
     (o, remembered)
 }
 
-/// Remembers what a large, complete `wan` transfer of large files without a
-/// rate cap achieved in its data phase (another controller's rate, a capped
-/// one, or small files' say less about the path; see [`worth_remembering`]).
+/// Remembers the best second of a large, complete `wan` transfer of large
+/// files without a rate cap (another controller's rate, a capped one, or
+/// small files' say less about the path; see [`worth_remembering`]); without
+/// a second measured, the payload rate of its data phase.
 fn remember_rate(
     opts: &ClientOpts,
     remembered: u64,
+    peak: u64,
     report: Result<ClientReport, Problem>,
 ) -> Result<ClientReport, Problem> {
     let mut report = report?;
     report.remembered_bps = remembered;
+    report.peak_bps = peak;
     let t = &report.totals;
     let wan = matches!(opts.cc_choice(), CcChoice::Wan(_)) && opts.net.max_rate == 0;
     if let (Some(p), true) = (
         &opts.rates,
         wan && report.ok && worth_remembering(t.bytes_transferred, t.verified),
     ) {
-        let bps = (t.bytes_transferred as f64 * 8.0 / report.data_seconds.max(1e-3)) as u64;
+        let mean = (t.bytes_transferred as f64 * 8.0 / report.data_seconds.max(1e-3)) as u64;
+        let bps = if peak > 0 { peak } else { mean };
         let m = RateMemory::new(p.clone());
         if let Err(e) = m.remember(&server_key(report.op, opts), bps, SystemTime::now()) {
             tracing::warn!("not remembering the rate: {e:#}");

@@ -6,6 +6,7 @@ use crate::cc::{CcChoice, CcFactory};
 use anyhow::{Context, Result};
 use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -141,6 +142,50 @@ pub fn spawn_window_tuner(conn: quinn::Connection, opts: NetOpts) {
             }
         }
     });
+}
+
+/// Which bytes [`spawn_peak_meter`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Received (this side receives the files: what the path delivered).
+    Rx,
+    /// Sent less what was declared lost (this side sends the files).
+    Tx,
+}
+
+/// The largest rate, bits/s of UDP payload, the connection carried over any
+/// second of its life (sampled every 250 ms), for the rate memory: what the
+/// path carried at best, not a mean that includes the start-up and the tail.
+/// A remembered mean of the data phase (payload, start-up included) sat 10-20 %
+/// below the path's rate, and `wan` started there grows only by its probes.
+pub fn spawn_peak_meter(conn: quinn::Connection, flow: Flow) -> Arc<AtomicU64> {
+    let peak = Arc::new(AtomicU64::new(0));
+    let out = peak.clone();
+    tokio::spawn(async move {
+        let count = |c: &quinn::Connection| {
+            let s = c.stats();
+            match flow {
+                Flow::Rx => s.udp_rx.bytes,
+                Flow::Tx => s.udp_tx.bytes.saturating_sub(s.path.lost_bytes),
+            }
+        };
+        let mut last = std::collections::VecDeque::from([count(&conn)]);
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = conn.closed() => return,
+            }
+            last.push_back(count(&conn));
+            if last.len() > 5 {
+                last.pop_front();
+                let bytes = last.back().unwrap() - last.front().unwrap();
+                peak.fetch_max(bytes * 8, Ordering::Relaxed);
+            }
+        }
+    });
+    out
 }
 
 /// A UDP socket with large kernel buffers (forced past rmem_max when root).

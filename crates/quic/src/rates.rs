@@ -1,6 +1,10 @@
-//! Rates remembered per server: what the last large transfer with a server
-//! achieved, kept in a small text file, and used as `wan`'s starting hint the
-//! next time (fast start without `--max-rate`).
+//! Rates remembered per server: the best second of the last large transfer
+//! with a server (UDP payload bits per second, `net::spawn_peak_meter`), kept
+//! in a small text file, and used as `wan`'s starting hint the next time (fast
+//! start without `--max-rate`). The mean rate of the data phase, remembered
+//! before, sat 10-20 % below the path's rate (payload, not wire bytes, and the
+//! start-up included), and `wan` started below the path's rate grows only by
+//! its probes and headroom.
 //!
 //! Why a remembered rate is a safe start: it is what this client measured on
 //! this path, not a guess; `wan` paces at it from the first round trip, and the
