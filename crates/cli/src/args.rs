@@ -139,8 +139,8 @@ pub struct TransferArgs {
     /// Trust a server seen for the first time and remember it.
     #[arg(long)]
     pub accept_new: bool,
-    /// The rate memory: what large uncapped `wan` transfers of large files with each server
-    /// achieved (per direction), the start of the next one's `wan` (when
+    /// The rate memory: the best second of large uncapped `wan` transfers of large files
+    /// with each server (per direction), the start of the next one's `wan` (when
     /// neither wan:HINT nor --max-rate gives one)
     /// [default: $XDG_STATE_HOME/longhaul/rates].
     #[arg(long, value_name = "FILE")]
