@@ -301,6 +301,11 @@ impl Tool {
                     longhaul_cc,
                 ),
                 ("max-rate", "longhaul get --max-rate: a rate cap and wan's start hint", rate),
+                (
+                    "window",
+                    "longhaul get --window: memory bound of the receive window, default 256M",
+                    size,
+                ),
             ],
             _ => &[],
         }
@@ -449,7 +454,7 @@ impl Tool {
                             // the runs before it (on other paths).
                             "--no-rates",
                         ]);
-                        for k in ["cc", "max-rate"] {
+                        for k in ["cc", "max-rate", "window"] {
                             if let Some(x) = s.settings.get(k) {
                                 argv.extend([format!("--{k}"), x.clone()]);
                             }
@@ -946,6 +951,12 @@ mod tests {
             "{a}"
         );
         assert!(!argv("longhaul").contains("--cc"));
+        let a = argv("longhaul:cc=wan:1G,window=1G");
+        assert!(
+            a.ends_with(r#""--cc", "wan:1G", "--window", "1G", "10.77.0.1:./", "/d"]"#),
+            "{a}"
+        );
+        assert!(err("longhaul:window=lots").contains("window=lots"));
         assert!(argv("iperf3:cc=bbr").ends_with(r#""-C", "bbr"]"#));
         assert!(!argv("iperf3").contains("-C"));
     }

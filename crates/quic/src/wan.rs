@@ -598,6 +598,18 @@ impl Wan {
         self.queued_rounds = if queued { self.queued_rounds + 1 } else { 0 };
         let competing =
             self.mode == Mode::Cruise && !self.fair && self.competition(now, path, congested);
+        tracing::trace!(
+            mode = ?self.mode,
+            gain = self.gain,
+            rate_mbps = rate * 8e-6,
+            bw_mbps = self.bw * 8e-6,
+            round_min_rtt_ms = self.round_min_rtt.map_or(0.0, |r| r.as_secs_f64() * 1e3),
+            path_ms = path.as_secs_f64() * 1e3,
+            lost = self.round_lost,
+            queued,
+            congested,
+            "wan round"
+        );
         match self.mode {
             Mode::Startup => {
                 if self.bw > self.full_bw * 1.25 {
