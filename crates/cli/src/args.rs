@@ -123,7 +123,8 @@ pub struct NetArgs {
     /// Cap the sending rate (bits/s: 400M, 1G); a server caps every session.
     #[arg(long, value_name = "RATE")]
     pub max_rate: Option<String>,
-    /// Memory bound of the receive window (bytes: 64M, 1G) [default: 256M].
+    /// Memory bound of the receive and send windows (bytes: 64M, 1G); they grow
+    /// with the measured BDP up to it [default: 1G].
     #[arg(long, value_name = "BYTES")]
     pub window: Option<String>,
 }

@@ -303,7 +303,7 @@ impl Tool {
                 ("max-rate", "longhaul get --max-rate: a rate cap and wan's start hint", rate),
                 (
                     "window",
-                    "longhaul get --window: memory bound of the receive window, default 256M",
+                    "longhaul get --window: memory bound of the client's windows, default 1G",
                     size,
                 ),
             ],

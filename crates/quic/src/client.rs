@@ -511,6 +511,7 @@ pub async fn put(
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
+    spawn_window_tuner(s.conn.clone(), opts.net);
     let peak = spawn_peak_meter(s.conn.clone(), Flow::Tx);
     let r = run_sender(
         s.conn.clone(),

@@ -218,6 +218,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
     }
     let started = Instant::now();
     let progress = Arc::new(Progress::default());
+    spawn_window_tuner(conn.clone(), ctx.opts.net);
     let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
         Op::Get { paths } => {
             let sources: Vec<SourceResult> = paths
@@ -290,7 +291,6 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                     server: server_name(),
                 })
                 .await;
-            spawn_window_tuner(conn.clone(), ctx.opts.net);
             let what = "put".to_string();
             let opts = RecvOpts {
                 sync: SyncMode::Always,
