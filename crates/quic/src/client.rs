@@ -4,7 +4,7 @@
 use crate::cc::CcChoice;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
-use crate::net::{endpoint, spawn_peak_meter, spawn_window_tuner, udp_socket, Flow, NetOpts};
+use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts};
 use crate::proto::{Frame, Hello, Op, RootSpec, ALPN, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, DestSpec, RecvOpts};
@@ -438,8 +438,7 @@ pub async fn get(
     let (opts, remembered) = &recall_rate(opts, "get");
     let fresh = spec.is_fresh();
     let mut s = connect(host, port, opts, op, fresh).await?;
-    spawn_window_tuner(s.conn.clone(), opts.net);
-    let peak = spawn_peak_meter(s.conn.clone(), Flow::Rx);
+    let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx);
     let r = run_receiver(
         s.conn.clone(),
         s.ctl.clone(),
@@ -511,8 +510,7 @@ pub async fn put(
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
-    spawn_window_tuner(s.conn.clone(), opts.net);
-    let peak = spawn_peak_meter(s.conn.clone(), Flow::Tx);
+    let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Tx);
     let r = run_sender(
         s.conn.clone(),
         s.ctl.clone(),

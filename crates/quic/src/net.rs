@@ -125,24 +125,52 @@ pub fn path_payload(peer: SocketAddr) -> Option<u16> {
     Some((v - headers).clamp(1200, MAX_UDP_PAYLOAD as libc::c_int) as u16)
 }
 
-/// Grow the connection's windows when the measured BDP needs it: every 250 ms,
-/// if twice (rate x smoothed RTT) exceeds a window, it becomes four times that
-/// BDP, never above the memory bound. The receive window follows what arrives;
-/// the send window (stream data quinn keeps until it is acknowledged) what
-/// leaves. Both need more than one BDP on a lossy path: a stream's data is
-/// released only up to its first unacknowledged byte, and read only up to its
-/// first missing one, so a loss holds a stream's data for the two to three
-/// round trips its repair takes (at 1 s and 1e-2, a 256 MiB send window held
-/// a cold start to 520 Mbit/s, 1 GiB gave 565 and steady rounds).
-pub fn spawn_window_tuner(conn: quinn::Connection, opts: NetOpts) {
+/// Which bytes the peak of [`spawn_window_tuner`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Received (this side receives the files: what the path delivered).
+    Rx,
+    /// Sent less what was declared lost (this side sends the files).
+    Tx,
+}
+
+/// Every 250 ms, from the connection's counters: grow its windows when the
+/// measured BDP needs it, and keep the peak rate of `flow`, which it returns.
+///
+/// Windows: if twice (rate x smoothed RTT) exceeds a window, it becomes four
+/// times that BDP, never above the memory bound. The receive window follows
+/// what arrives; the send window (stream data quinn keeps until it is
+/// acknowledged) what leaves. Both need more than one BDP on a lossy path: a
+/// stream's data is released only up to its first unacknowledged byte, and
+/// read only up to its first missing one, so a loss holds a stream's data for
+/// the two to three round trips its repair takes (at 1 s and 1e-2, a 256 MiB
+/// send window held a cold start to 520 Mbit/s, 1 GiB gave 565 and steady
+/// rounds).
+///
+/// Peak: the largest rate, bits/s of UDP payload, over any second of the
+/// connection's life, for the rate memory: what the path carried at best, not
+/// a mean that includes the start-up and the tail. A remembered mean of the
+/// data phase (payload, start-up included) sat 10-20 % below the path's rate,
+/// and `wan` started there grows only by its probes.
+pub fn spawn_window_tuner(conn: quinn::Connection, opts: NetOpts, flow: Flow) -> Arc<AtomicU64> {
+    let peak = Arc::new(AtomicU64::new(0));
+    let out = peak.clone();
     tokio::spawn(async move {
         let mut recv_window = opts.initial_window();
         let mut send_window = opts.initial_window();
+        // (received, sent, sent and not lost) bytes.
         let counts = |c: &quinn::Connection| {
             let s = c.stats();
-            (s.udp_rx.bytes, s.udp_tx.bytes)
+            let tx = s.udp_tx.bytes;
+            (s.udp_rx.bytes, tx, tx.saturating_sub(s.path.lost_bytes))
         };
-        let mut last = counts(&conn);
+        let first = counts(&conn);
+        let mut last = first;
+        // The counts of `flow` over the last second.
+        let mut second = std::collections::VecDeque::from([match flow {
+            Flow::Rx => first.0,
+            Flow::Tx => first.2,
+        }]);
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.tick().await;
         loop {
@@ -165,58 +193,24 @@ pub fn spawn_window_tuner(conn: quinn::Connection, opts: NetOpts) {
                 send_window = w;
                 conn.set_send_window(w);
             }
+            second.push_back(match flow {
+                Flow::Rx => now.0,
+                Flow::Tx => now.2,
+            });
+            if second.len() > 5 {
+                second.pop_front();
+                let bytes = second.back().unwrap() - second.front().unwrap();
+                peak.fetch_max(bytes * 8, Ordering::Relaxed);
+            }
         }
     });
+    out
 }
 
 /// The window after a measured `bdp`: four times it once twice it exceeds
 /// `window`, never above `bound`; None when it stays.
 fn grown(window: u64, bdp: u64, bound: u64) -> Option<u64> {
     (2 * bdp > window && window < bound).then(|| (4 * bdp).min(bound).max(window))
-}
-
-/// Which bytes [`spawn_peak_meter`] counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
-    /// Received (this side receives the files: what the path delivered).
-    Rx,
-    /// Sent less what was declared lost (this side sends the files).
-    Tx,
-}
-
-/// The largest rate, bits/s of UDP payload, the connection carried over any
-/// second of its life (sampled every 250 ms), for the rate memory: what the
-/// path carried at best, not a mean that includes the start-up and the tail.
-/// A remembered mean of the data phase (payload, start-up included) sat 10-20 %
-/// below the path's rate, and `wan` started there grows only by its probes.
-pub fn spawn_peak_meter(conn: quinn::Connection, flow: Flow) -> Arc<AtomicU64> {
-    let peak = Arc::new(AtomicU64::new(0));
-    let out = peak.clone();
-    tokio::spawn(async move {
-        let count = |c: &quinn::Connection| {
-            let s = c.stats();
-            match flow {
-                Flow::Rx => s.udp_rx.bytes,
-                Flow::Tx => s.udp_tx.bytes.saturating_sub(s.path.lost_bytes),
-            }
-        };
-        let mut last = std::collections::VecDeque::from([count(&conn)]);
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = conn.closed() => return,
-            }
-            last.push_back(count(&conn));
-            if last.len() > 5 {
-                last.pop_front();
-                let bytes = last.back().unwrap() - last.front().unwrap();
-                peak.fetch_max(bytes * 8, Ordering::Relaxed);
-            }
-        }
-    });
-    out
 }
 
 /// A UDP socket with large kernel buffers (forced past rmem_max when root).

@@ -231,11 +231,13 @@ impl FrameDecoder {
         let body = &avail[4..4 + len];
         let frame = match postcard::take_from_bytes::<Frame>(body) {
             Ok((f, [])) => f,
-            Ok(_) | Err(_) if other_hello_version(body).is_some() => {
-                return Err(ProtoError::Version(other_hello_version(body).unwrap()))
+            bad => {
+                return Err(match (other_hello_version(body), bad) {
+                    (Some(v), _) => ProtoError::Version(v),
+                    (None, Ok(_)) => ProtoError::Malformed("trailing bytes after frame".into()),
+                    (None, Err(e)) => ProtoError::Malformed(e.to_string()),
+                })
             }
-            Ok(_) => return Err(ProtoError::Malformed("trailing bytes after frame".into())),
-            Err(e) => return Err(ProtoError::Malformed(e.to_string())),
         };
         self.pos += 4 + len;
         if self.pos > 1 << 16 && self.pos * 2 > self.buf.len() {

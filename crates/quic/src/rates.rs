@@ -1,5 +1,5 @@
 //! Rates remembered per server: the best second of the last large transfer
-//! with a server (UDP payload bits per second, `net::spawn_peak_meter`), kept
+//! with a server (UDP payload bits per second, `net::spawn_window_tuner`), kept
 //! in a small text file, and used as `wan`'s starting hint the next time (fast
 //! start without `--max-rate`). The mean rate of the data phase, remembered
 //! before, sat 10-20 % below the path's rate (payload, not wire bytes, and the

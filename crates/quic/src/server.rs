@@ -4,7 +4,7 @@
 use crate::cc::{CcChoice, CcFactory, CcHandle};
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, Identity};
-use crate::net::{endpoint, spawn_window_tuner, udp_socket, NetOpts};
+use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts};
 use crate::proto::{ErrorCode, Frame, Hello, Op, ALPN, VERSION};
 use crate::receiver::{run_receiver, DestSpec, RecvOpts};
 use crate::report::{Problem, Progress, SessionReport};
@@ -218,7 +218,12 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
     }
     let started = Instant::now();
     let progress = Arc::new(Progress::default());
-    spawn_window_tuner(conn.clone(), ctx.opts.net);
+    // (The peak is the client's to remember.)
+    let flow = match h.op {
+        Op::Get { .. } => Flow::Tx,
+        Op::Put { .. } => Flow::Rx,
+    };
+    spawn_window_tuner(conn.clone(), ctx.opts.net, flow);
     let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
         Op::Get { paths } => {
             let sources: Vec<SourceResult> = paths
