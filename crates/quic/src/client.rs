@@ -148,6 +148,8 @@ struct Session {
     rx: CtlRx,
     fingerprint: Option<String>,
     server: String,
+    /// The server's `Welcome.fresh`: the session runs without `Want`s.
+    fresh: bool,
     welcomed: Instant,
 }
 
@@ -238,8 +240,8 @@ async fn connect(
         fresh,
     }))
     .await?;
-    let server = match rx.recv().await {
-        Some(Ok(Frame::Welcome { server, .. })) => server,
+    let (server, fresh) = match rx.recv().await {
+        Some(Ok(Frame::Welcome { server, fresh, .. })) => (server, fresh),
         Some(Ok(Frame::Fatal { code, message })) => {
             let kind = Kind::of_peer(code);
             return Err(Problem::new(kind, format!("the server refused: {message}")));
@@ -266,6 +268,7 @@ async fn connect(
         rx,
         fingerprint,
         server,
+        fresh,
         welcomed: Instant::now(),
     })
 }
@@ -290,6 +293,7 @@ async fn close(
         mut rx,
         fingerprint,
         server,
+        fresh: _,
         welcomed,
     } = s;
     let data_seconds = welcomed.elapsed().as_secs_f64();
@@ -438,6 +442,13 @@ pub async fn get(
     let (opts, remembered) = &recall_rate(opts, "get");
     let fresh = spec.is_fresh();
     let mut s = connect(host, port, opts, op, fresh).await?;
+    if s.fresh != fresh {
+        let m = format!(
+            "protocol error: a get with Hello.fresh = {fresh} was welcomed with fresh = {}",
+            s.fresh
+        );
+        return finish(s, started, "get", opts, Err(conn_err(m))).await;
+    }
     let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx);
     let r = run_receiver(
         s.conn.clone(),
@@ -519,7 +530,7 @@ pub async fn put(
         SendOpts {
             streams: opts.streams,
             max_rate: opts.net.max_rate,
-            fresh: false,
+            fresh: s.fresh,
         },
         progress,
     )

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 /// manifest: a receiver could not place a small file when it was written).
 /// 3: `Hello.fresh`: a get into a destination that holds none of its targets
 /// asks the sender not to wait for a `Want` per file (a round trip).
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 pub const ALPN: &[u8] = b"longhaul/1";
 /// Largest control frame accepted (payload bytes, after the length prefix).
 pub const MAX_FRAME: usize = 1 << 20;
@@ -105,8 +105,14 @@ pub enum Outcome {
 pub enum Frame {
     /// client → server, first frame.
     Hello(Hello),
-    /// server → client, the answer to a good Hello.
-    Welcome { version: u32, server: String },
+    /// server → client, the answer to a good Hello. `fresh`: the session
+    /// runs without `Want`s (a get whose Hello said so; a put whose
+    /// destination on the server holds none of its targets).
+    Welcome {
+        version: u32,
+        server: String,
+        fresh: bool,
+    },
     /// Either way: the session is over.
     Fatal { code: ErrorCode, message: String },
     /// sender → receiver: a requested root could not be served.

@@ -63,8 +63,9 @@ impl DestSpec {
 impl DestSpec {
     /// Whether none of the targets this request can create is there yet, nor
     /// a part or journal an earlier run left beside one: every file will be
-    /// wanted whole, so the client can say so in `Hello.fresh` and save the
-    /// sender a round trip of `Want`s. A target that is an empty directory
+    /// wanted whole, so the receiver can say so (a get's client in
+    /// `Hello.fresh`, a put's server in `Welcome.fresh`) and save the sender a
+    /// round trip of `Want`s. A target that is an empty directory
     /// counts as absent. Any doubt (an error, two roots landing on the same
     /// name) says no.
     pub fn is_fresh(&self) -> bool {
@@ -119,7 +120,7 @@ impl DestSpec {
 pub struct RecvOpts {
     pub sync: SyncMode,
     /// The sender sends every file whole without waiting for a `Want`
-    /// (`Hello.fresh`): none is sent, nothing is looked up or resumed, and a
+    /// (a get's `Hello.fresh`, a put's `Welcome.fresh`): none is sent, nothing is looked up or resumed, and a
     /// record may come before its file's entry.
     pub fresh: bool,
 }
@@ -543,7 +544,7 @@ fn on_entry(
             let resume = !matches!(decision, Decision::UnlessHash(_)) && !opts.fresh;
             let (mut inc, ranges) =
                 Incoming::open(dir, &name, e, resume).map_err(|err| io_problem(&display, err))?;
-            // A fresh get's destination held none of its targets, nor parts.
+            // A fresh session's destination held none of its targets, nor parts.
             if opts.fresh || fs.in_fresh_dir(target) {
                 inc.in_fresh_dir();
             }

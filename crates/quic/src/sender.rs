@@ -1,8 +1,8 @@
 //! The sending role of a session (the server for `get`, the client for `put`).
 //!
 //! A walker thread streams the manifest onto the control stream while the receiver
-//! answers each file with a `Want` (or, in a fresh get, wants every file whole
-//! without saying so); wanted chunks go into one work queue served by
+//! answers each file with a `Want` (or, in a fresh session, wants every file
+//! whole without saying so); wanted chunks go into one work queue served by
 //! N stream workers, so small files are packed back to back on each stream and a
 //! large file's chunks spread over all of them. Every chunk is hashed as it is
 //! read; the file's BLAKE3 (a tree over the chunk digests) follows in `FileDone`.
@@ -51,7 +51,7 @@ struct SendState {
     remaining: u64,
     failed: bool,
     sent: u64,
-    /// Sent whole unasked (a fresh get): a `Want` for it is a protocol error.
+    /// Sent whole unasked (a fresh session): a `Want` for it is a protocol error.
     fresh: bool,
 }
 
@@ -141,7 +141,8 @@ pub struct SendOpts {
     pub streams: usize,
     /// Cap on the sending rate (bits/s), 0 = none.
     pub max_rate: u64,
-    /// Send every file whole at once, wanted or not (`Hello.fresh`).
+    /// Send every file whole at once, unasked (a fresh session: a get's
+    /// `Hello.fresh`, a put's `Welcome.fresh`).
     pub fresh: bool,
 }
 
@@ -416,7 +417,7 @@ async fn want_file(
     };
     if !start_file(&f, n, false) {
         return Err(protocol(format!(
-            "a second Want for file {id}, or one in a fresh get"
+            "a second Want for file {id}, or one in a fresh session"
         )));
     }
     if let Want::UnlessHash(hash) = want {
@@ -442,7 +443,7 @@ async fn queue_chunks(
 }
 
 /// Make room for a file's chunk digests: it is wanted (once; false if it
-/// was already, or it is a fresh get's and `fresh` is not this call's).
+/// was already, or it is a fresh session's and `fresh` is not this call's).
 fn start_file(f: &SendFile, n: u64, fresh: bool) -> bool {
     let mut st = f.st.lock().unwrap();
     if !st.digests.is_empty() || st.remaining > 0 || st.fresh {

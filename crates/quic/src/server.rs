@@ -242,6 +242,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                 .send(Frame::Welcome {
                     version: VERSION,
                     server: server_name(),
+                    fresh: h.fresh,
                 })
                 .await;
             let what = format!("get of {} path(s)", paths.len());
@@ -290,16 +291,20 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                 dest_is_dir: dest_is_dir || is_dir,
                 roots,
             };
+            // None of the put's targets here, nor parts of them: the client
+            // sends each file at once, and nothing is looked up or resumed.
+            let fresh = spec.is_fresh();
             let _ = ctl
                 .send(Frame::Welcome {
                     version: VERSION,
                     server: server_name(),
+                    fresh,
                 })
                 .await;
-            let what = "put".to_string();
+            let what = if fresh { "fresh put" } else { "put" }.to_string();
             let opts = RecvOpts {
                 sync: SyncMode::Always,
-                fresh: false,
+                fresh,
             };
             (
                 what,

@@ -48,6 +48,8 @@ struct Seen {
 
 /// What the scripted server does after its Welcome, in order.
 enum Step {
+    /// First only: the Welcome says this instead of echoing `Hello.fresh`.
+    Welcome(bool),
     /// File 1's only record, with its hash, on a data stream of its own.
     Record,
     /// A control frame.
@@ -75,15 +77,21 @@ async fn script(endpoint: quinn::Endpoint, steps: Vec<Step>) -> Seen {
         Some(Frame::Hello(h)) => h.fresh,
         other => panic!("expected Hello, got {other:?}"),
     };
+    let welcome_fresh = match steps.first() {
+        Some(Step::Welcome(f)) => *f,
+        _ => fresh,
+    };
     send.write_all(&encode(&Frame::Welcome {
         version: VERSION,
         server: "scripted".into(),
+        fresh: welcome_fresh,
     }))
     .await
     .unwrap();
     // (Writes fail once a client that refused something has closed.)
     for step in steps {
         match step {
+            Step::Welcome(_) => {}
             Step::Record => {
                 let Ok(mut data) = conn.open_uni().await else {
                     break;
@@ -253,5 +261,28 @@ async fn a_destination_that_holds_a_target_is_not_fresh() {
     assert!(
         p.message.contains("data for unknown or settled file 1"),
         "{p}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_welcomed_as_not_fresh_when_it_asked_fresh_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let dest = t.path().join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let mut steps = vec![Step::Welcome(false)];
+    steps.extend(record_first(root_entry(EntryKind::File)));
+    let (r, seen) = get_with(steps, &dest, t.path()).await;
+    assert!(seen.fresh, "an empty destination is fresh");
+    let p = r.expect_err("the get failed");
+    assert_eq!(p.kind, Kind::Connection, "{p}");
+    assert!(
+        p.message.contains(
+            "protocol error: a get with Hello.fresh = true was welcomed with fresh = false"
+        ),
+        "{p}"
+    );
+    assert!(
+        std::fs::read_dir(&dest).unwrap().next().is_none(),
+        "nothing is written"
     );
 }

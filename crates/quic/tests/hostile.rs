@@ -116,15 +116,19 @@ impl Raw {
         .await;
     }
 
-    async fn welcome(&mut self) {
+    /// The server's Welcome; returns its `fresh`.
+    async fn welcome(&mut self) -> bool {
         match self.next().await {
-            Some(Frame::Welcome { version, .. }) => assert_eq!(version, VERSION),
+            Some(Frame::Welcome { version, fresh, .. }) => {
+                assert_eq!(version, VERSION);
+                fresh
+            }
             other => panic!("expected Welcome, got {other:?}"),
         }
     }
 
-    /// A put of one directory root `x` into `in/`, up to the Welcome.
-    async fn put_session(s: &Srv) -> Raw {
+    /// A put of one directory root `x` into `in/`, up to its Hello.
+    async fn put_hello(s: &Srv) -> Raw {
         let mut r = connect(s).await;
         r.hello(Op::Put {
             dest: b"in".to_vec(),
@@ -134,6 +138,12 @@ impl Raw {
             }],
         })
         .await;
+        r
+    }
+
+    /// The same up to the Welcome (fresh unless `in/x` holds something).
+    async fn put_session(s: &Srv) -> Raw {
+        let mut r = Raw::put_hello(s).await;
         r.welcome().await;
         r
     }
@@ -320,7 +330,7 @@ async fn garbage_on_the_control_stream() {
     )
     .await;
     // A version 2 client's Hello, which has no `fresh` (its last byte here):
-    // it does not decode as a version 3 Hello, yet is answered as a version.
+    // it does not decode as this version's Hello, yet is answered as a version.
     let mut r = connect(&s).await;
     let mut v2 = encode(&Frame::Hello(Hello {
         version: 2,
@@ -338,7 +348,9 @@ async fn garbage_on_the_control_stream() {
     r.write(&v2).await;
     r.expect_fatal(
         ErrorCode::Version,
-        &["protocol version 2 is not supported (this side speaks 3)"],
+        &[&format!(
+            "protocol version 2 is not supported (this side speaks {VERSION})"
+        )],
     )
     .await;
     assert_nothing_escaped(&s, &[]);
@@ -454,9 +466,14 @@ async fn put_manifest_entries_that_leave_the_root() {
 async fn broken_data_streams() {
     let s = start();
 
+    // The put's destination holds a file, so the server asks per file (the
+    // fresh path, which sends no Want, takes data through the same code).
+    std::fs::create_dir_all(s.root.join("in/x")).unwrap();
+    std::fs::write(s.root.join("in/x/keep"), b"keep").unwrap();
     // A put of one 10-byte file up to the receiver's Want.
     async fn ready(s: &Srv, size: u64) -> Raw {
-        let mut r = Raw::put_session(s).await;
+        let mut r = Raw::put_hello(s).await;
+        assert!(!r.welcome().await, "in/x holds a file: not fresh");
         r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
         r.frame(&entry(2, b"f", EntryKind::File, size, b"")).await;
         r.frame(&Frame::ManifestEnd).await;
@@ -595,12 +612,13 @@ async fn broken_data_streams() {
         other => panic!("expected Done {{ ok: false }}, got {other:?}"),
     }
 
-    // The receiver wrote at most a hidden part file beside in/x/f; no final file.
+    // The receiver wrote at most a hidden part file beside in/x/f; no final
+    // file (`keep` was there before).
     assert!(std::fs::symlink_metadata(s.root.join("in/x/f")).is_err());
     for p in tree(&s.root.join("in")) {
         let n = p.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
-            p.is_dir() || n.starts_with(".f.lh-"),
+            p.is_dir() || n.starts_with(".f.lh-") || n == "keep",
             "unexpected {}",
             p.display()
         );
