@@ -93,8 +93,12 @@ async fn read_frames(
     recv: &mut RecvStream,
     tx: &mpsc::Sender<Result<Frame, Problem>>,
 ) -> Result<(), Problem> {
-    let protocol = |e: crate::proto::ProtoError| {
-        Problem::new(Kind::Connection, format!("protocol error: {e}"))
+    let protocol = |e: crate::proto::ProtoError| Problem {
+        peer_version: match e {
+            crate::proto::ProtoError::Version(v) => Some(v),
+            _ => None,
+        },
+        ..Problem::new(Kind::Connection, format!("protocol error: {e}"))
     };
     let mut dec = FrameDecoder::new();
     loop {

@@ -167,8 +167,8 @@ pub enum ProtoError {
     Version(u32),
 }
 
-/// What the error of a Hello of another version says (and a server looks for).
-pub const OTHER_VERSION: &str = "is not supported (this side speaks";
+/// What the error of a Hello of another version says.
+const OTHER_VERSION: &str = "is not supported (this side speaks";
 
 /// The version a Hello body names, if it is a Hello of another version
 /// (whose other fields need not decode): variant 0, then the version as a

@@ -335,9 +335,8 @@ async fn control_loop(
                 let mut st = shared.st.lock().unwrap();
                 let kind = Kind::of_peer(code);
                 st.report.problems.push(Problem {
-                    kind,
                     path: name.filter(|n| !n.is_empty()),
-                    message,
+                    ..Problem::new(kind, message)
                 });
             }
             Frame::EntryError { path, message, .. } => {

@@ -46,6 +46,10 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     pub message: String,
+    /// The peer's first frame was a Hello of this other protocol version,
+    /// which did not decode as ours (a server answers `Fatal { Version }`).
+    #[serde(skip)]
+    pub peer_version: Option<u32>,
 }
 
 impl Problem {
@@ -54,14 +58,14 @@ impl Problem {
             kind,
             path: None,
             message: message.into(),
+            peer_version: None,
         }
     }
 
     pub fn at(kind: Kind, path: impl Into<String>, message: impl Into<String>) -> Self {
         Problem {
-            kind,
             path: Some(path.into()),
-            message: message.into(),
+            ..Problem::new(kind, message)
         }
     }
 }

@@ -154,9 +154,7 @@ async fn hello(rx: &mut CtlRx) -> Result<Hello, (ErrorCode, String)> {
         Err(_) => Err(protocol("no Hello within 10 s".into())),
         Ok(None) => Err(protocol("connection closed before Hello".into())),
         // A Hello of another version, which did not decode as ours.
-        Ok(Some(Err(p))) if p.message.contains(crate::proto::OTHER_VERSION) => {
-            Err((ErrorCode::Version, p.message))
-        }
+        Ok(Some(Err(p))) if p.peer_version.is_some() => Err((ErrorCode::Version, p.message)),
         Ok(Some(Err(p))) => Err(protocol(p.message)),
         Ok(Some(Ok(Frame::Hello(h)))) => Ok(h),
         Ok(Some(Ok(other))) => Err(protocol(format!(
