@@ -627,6 +627,25 @@ mod tests {
         }
     }
 
+    /// The suites docs/PERFORMANCE.md gives commands for (docs/lab/*.toml)
+    /// still load, and name tools that exist with settings they take.
+    #[test]
+    fn every_suite_in_docs_lab_parses() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/lab");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            // Loading checks every scenario's tools and their settings too.
+            let s = Suite::load(path.to_str().unwrap()).unwrap_or_else(|e| panic!("{e:#}"));
+            assert!(!s.plans().unwrap().is_empty(), "{}", path.display());
+            n += 1;
+        }
+        assert!(n >= 5, "{n} suites in {}", dir.display());
+    }
+
     #[test]
     fn profiles_scale_counts_then_single_files() {
         assert_eq!(scale_group((10_000, 20_000), 0.02), (10_000, 400));

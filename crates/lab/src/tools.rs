@@ -128,12 +128,45 @@ fn longhaul_cc(v: &str) -> Result<()> {
     }
 }
 
+/// Which way longhaul moves the data set.
+fn get_or_put(v: &str) -> Result<()> {
+    match v {
+        "get" | "put" => Ok(()),
+        _ => bail!("get or put"),
+    }
+}
+
 /// A kernel TCP congestion control iperf3 may ask for (`-C`).
 fn kernel_cc(v: &str) -> Result<()> {
     match v {
         "cubic" | "bbr" | "reno" => Ok(()),
         _ => bail!("cubic, bbr or reno"),
     }
+}
+
+/// `longhaul get|put` up to its paths: trust on first use, quiet, cold, and
+/// the tool's settings.
+fn longhaul_client(exe: &str, op: &str, known_hosts: &Path, settings: &Settings) -> Vec<String> {
+    let mut argv: Vec<String> = [
+        exe,
+        op,
+        "--accept-new",
+        "--known-hosts",
+        &known_hosts.display().to_string(),
+        "--quiet",
+        // Every run starts cold: no rate remembered from the runs before it
+        // (on other paths).
+        "--no-rates",
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    for k in ["cc", "max-rate", "window"] {
+        if let Some(x) = settings.get(k) {
+            argv.extend([format!("--{k}"), x.clone()]);
+        }
+    }
+    argv
 }
 
 /// A setting's value, or the default.
@@ -247,7 +280,9 @@ impl Tool {
     /// What it is, for reports.
     pub fn describe(self) -> &'static str {
         match self {
-            Tool::Longhaul => "longhaul serve + get (QUIC); one get per receiver",
+            Tool::Longhaul => {
+                "longhaul serve + get (QUIC); one get per receiver (op=put: a serve in every receiver, a put to each)"
+            }
             Tool::LonghaulMc => {
                 "longhaul multicast send → receive (RaptorQ), closed group, at 90% of the line rate; IP multicast to every receiver"
             }
@@ -296,14 +331,19 @@ impl Tool {
             ],
             Tool::Longhaul => &[
                 (
+                    "op",
+                    "get (default: a read-only server beside the data, a get per receiver) or put (a server in every receiver, a put to each from beside the data)",
+                    get_or_put,
+                ),
+                (
                     "cc",
-                    "longhaul get --cc: the server's congestion controller for the data, default longhaul's",
+                    "longhaul --cc: the sender's congestion controller for the data, default longhaul's",
                     longhaul_cc,
                 ),
-                ("max-rate", "longhaul get --max-rate: a rate cap and wan's start hint", rate),
+                ("max-rate", "longhaul --max-rate: a rate cap and wan's start hint", rate),
                 (
                     "window",
-                    "longhaul get --window: memory bound of the client's windows, default 1G",
+                    "longhaul --window: memory bound of the client's windows, default 1G",
                     size,
                 ),
             ],
@@ -424,6 +464,44 @@ impl Tool {
             }
         };
         Ok(match self {
+            Tool::Longhaul if get(s.settings, "op", "get") == "put" => {
+                // A server in every receiver, its root the destination; a put
+                // to each from the data's host, in parallel.
+                let exe = p(s.exe);
+                let daemons = receiver_daemons(7878, &|i, r| {
+                    v(&[
+                        &exe,
+                        "serve",
+                        "--root",
+                        &p(&r.dst),
+                        "--listen",
+                        &format!("{}:7878", r.addr),
+                        "--state-dir",
+                        &p(&s.run.join(format!("serve-state-{i}"))),
+                    ])
+                });
+                let actors = s
+                    .receivers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let mut argv = longhaul_client(
+                            &exe,
+                            "put",
+                            &s.run.join(format!("known_hosts-{i}")),
+                            s.settings,
+                        );
+                        // The directory's contents into the server's root.
+                        argv.extend([format!("{}/", p(s.src)), format!("{}:./", r.addr)]);
+                        Proc {
+                            host: Host::Server,
+                            argv,
+                            cwd: None,
+                        }
+                    })
+                    .collect();
+                Commands { daemons, actors }
+            }
             Tool::Longhaul => {
                 let exe = p(s.exe);
                 Commands {
@@ -443,22 +521,12 @@ impl Tool {
                         7878,
                     )],
                     actors: per_receiver(&|i, r| {
-                        let mut argv = v(&[
+                        let mut argv = longhaul_client(
                             &exe,
                             "get",
-                            "--accept-new",
-                            "--known-hosts",
-                            &p(&s.run.join(format!("known_hosts-{i}"))),
-                            "--quiet",
-                            // Every run starts cold: no rate remembered from
-                            // the runs before it (on other paths).
-                            "--no-rates",
-                        ]);
-                        for k in ["cc", "max-rate", "window"] {
-                            if let Some(x) = s.settings.get(k) {
-                                argv.extend([format!("--{k}"), x.clone()]);
-                            }
-                        }
+                            &s.run.join(format!("known_hosts-{i}")),
+                            s.settings,
+                        );
                         argv.extend([format!("{a}:./"), p(&r.dst)]);
                         argv
                     }),
@@ -887,6 +955,26 @@ mod tests {
         );
     }
 
+    /// A setup at 1 Gbit/s with the server at 10.77.0.1.
+    fn setup<'a>(
+        src: &'a Path,
+        run: &'a Path,
+        receivers: &'a [Receiver],
+        settings: &'a Settings,
+    ) -> Setup<'a> {
+        Setup {
+            exe: Path::new("/x/longhaul"),
+            src,
+            run,
+            server: Ipv4Addr::new(10, 77, 0, 1),
+            receivers,
+            bytes: 1,
+            line_rate_bps: 1_000_000_000,
+            rtt: std::time::Duration::ZERO,
+            settings,
+        }
+    }
+
     /// The first client command `tool` runs for one receiver, as Debug text.
     fn first_client(tool: Tool, settings: &Settings) -> String {
         let t = tempfile::tempdir().unwrap();
@@ -894,17 +982,7 @@ mod tests {
             addr: Ipv4Addr::new(10, 77, 0, 2),
             dst: PathBuf::from("/d"),
         }];
-        let s = Setup {
-            exe: Path::new("/x/longhaul"),
-            src: t.path(),
-            run: t.path(),
-            server: Ipv4Addr::new(10, 77, 0, 1),
-            receivers: &rx,
-            bytes: 1,
-            line_rate_bps: 1_000_000_000,
-            rtt: std::time::Duration::ZERO,
-            settings,
-        };
+        let s = setup(t.path(), t.path(), &rx, settings);
         format!("{:?}", tool.commands(&s).unwrap().actors[0].argv)
     }
 
@@ -957,6 +1035,7 @@ mod tests {
             "{a}"
         );
         assert!(err("longhaul:window=lots").contains("window=lots"));
+        assert!(err("longhaul:op=push").contains("op=push: get or put"));
         assert!(argv("iperf3:cc=bbr").ends_with(r#""-C", "bbr"]"#));
         assert!(!argv("iperf3").contains("-C"));
     }
@@ -1058,5 +1137,48 @@ mod tests {
         );
         let conf = std::fs::read_to_string(t.path().join("vsftpd.conf")).unwrap();
         assert!(conf.contains("anon_root=") && conf.contains("write_enable=NO"));
+    }
+
+    #[test]
+    fn longhaul_puts_from_the_data_to_a_server_in_every_receiver() {
+        let t = tempfile::tempdir().unwrap();
+        let rx = [
+            Receiver {
+                addr: Ipv4Addr::new(10, 77, 0, 2),
+                dst: PathBuf::from("/d0"),
+            },
+            Receiver {
+                addr: Ipv4Addr::new(10, 77, 0, 3),
+                dst: PathBuf::from("/d1"),
+            },
+        ];
+        let spec: ToolSpec = "longhaul:op=put,cc=fair".parse().unwrap();
+        let s = setup(Path::new("/data"), t.path(), &rx, &spec.settings);
+        let c = spec.tool.commands(&s).unwrap();
+        let daemons: Vec<_> = c.daemons.iter().map(|d| (d.proc.host, d.ready)).collect();
+        assert_eq!(
+            daemons,
+            [
+                (Host::Receiver(0), (Proto::Udp, 7878)),
+                (Host::Receiver(1), (Proto::Udp, 7878))
+            ]
+        );
+        let serve = format!("{:?}", c.daemons[1].proc.argv);
+        assert!(
+            serve.contains(r#""serve", "--root", "/d1", "--listen", "10.77.0.3:7878""#),
+            "{serve}"
+        );
+        assert!(!serve.contains("--read-only"), "{serve}");
+        assert_eq!(c.actors.len(), 2);
+        assert!(c.actors.iter().all(|a| a.host == Host::Server));
+        let put = format!("{:?}", c.actors[1].argv);
+        assert!(
+            put.contains(r#""/x/longhaul", "put", "--accept-new""#),
+            "{put}"
+        );
+        assert!(
+            put.ends_with(r#""--no-rates", "--cc", "fair", "/data/", "10.77.0.3:./"]"#),
+            "{put}"
+        );
     }
 }
