@@ -95,3 +95,40 @@ fn a_put_over_an_earlier_one_is_not_fresh_and_replaces_what_is_there() {
         "not fresh: {line}"
     );
 }
+
+#[test]
+fn a_part_beside_the_only_target_makes_a_put_ask_per_file() {
+    let t = Tmp::new("put-part");
+    let src = source(&t);
+    let root = t.join("served");
+    let dest = root.join("in");
+    std::fs::create_dir_all(&dest).unwrap();
+    // Only an earlier run's part of the one target, nothing else.
+    std::fs::write(dest.join(".big.bin.lh-part"), b"stale part").unwrap();
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let out = c.run(
+        "put",
+        [
+            OsString::from("--accept-new"),
+            "--json".into(),
+            src.join("big.bin").into(),
+            srv.remote("in/"),
+        ],
+    );
+    out.expect_code(0);
+    assert_eq!(
+        hash_file(&dest.join("big.bin")),
+        hash_file(&src.join("big.bin"))
+    );
+    let left: Vec<_> = std::fs::read_dir(&dest)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["big.bin"], "the part is gone");
+    let line = session_line(&srv);
+    assert!(
+        line.contains(": put: 1 file(s), 0 problem(s)"),
+        "not fresh: {line}"
+    );
+}

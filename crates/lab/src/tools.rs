@@ -343,7 +343,7 @@ impl Tool {
                 ("max-rate", "longhaul --max-rate: a rate cap and wan's start hint", rate),
                 (
                     "window",
-                    "longhaul --window: memory bound of the client's windows, default 1G",
+                    "longhaul --window: memory bound of the client's windows, default 1G (with op=put the receiving server keeps its own)",
                     size,
                 ),
             ],

@@ -1,4 +1,4 @@
-//! Wire format of protocol version 3 (see docs/PROTOCOL.md). Sans-IO: encoders and
+//! Wire format of protocol version 4 (see docs/PROTOCOL.md). Sans-IO: encoders and
 //! decoders over byte buffers, no sockets.
 //!
 //! Control stream (the connection's first bidirectional stream): frames of
@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 /// manifest: a receiver could not place a small file when it was written).
 /// 3: `Hello.fresh`: a get into a destination that holds none of its targets
 /// asks the sender not to wait for a `Want` per file (a round trip).
+/// 4: `Welcome.fresh`: a put's server grants the same when its destination
+/// holds none of the put's targets (and repeats a get's `Hello.fresh`).
 pub const VERSION: u32 = 4;
 pub const ALPN: &[u8] = b"longhaul/1";
 /// Largest control frame accepted (payload bytes, after the length prefix).

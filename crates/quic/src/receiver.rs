@@ -20,7 +20,7 @@ use longhaul_transfer::place::{
 use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
 use longhaul_transfer::{Entry, EntryKind, RelPath, CHUNK_SIZE};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -172,7 +172,16 @@ struct Shared {
     /// the manifest has ended): in a fresh session a record of a later file
     /// waits for its entry.
     entries: tokio::sync::watch::Sender<u64>,
+    /// Payload bytes of records waiting for their entries (see [`MAX_WAITING`]).
+    waiting: AtomicU64,
 }
+
+/// The most record bytes a fresh session holds for entries not yet seen. A
+/// sender sends a file's entry before its data, so records wait only while
+/// the control stream is behind (none did in the lab); without a bound, a
+/// client that names a fresh destination could pin a full record on each of
+/// its streams (1024 × 1 MiB) for ids it never announces.
+pub const MAX_WAITING: u64 = 64 << 20;
 
 fn io_problem(path: &str, e: impl std::fmt::Display) -> Problem {
     Problem::at(Kind::LocalIo, path, e.to_string())
@@ -200,6 +209,7 @@ pub async fn run_receiver(
         events: etx,
         fresh: opts.fresh,
         entries: tokio::sync::watch::Sender::new(0),
+        waiting: AtomicU64::new(0),
     });
     // The stream tasks live in the acceptor's set: aborting the acceptor at
     // the end stops those still reading a stream the sender has not finished
@@ -716,8 +726,20 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
             return Err(protocol(ProtoError::Truncated.to_string()));
         }
         // The entry travels on the control stream and may come later.
-        if shared.fresh && entries.wait_for(|&seen| seen >= h.id).await.is_err() {
-            return Ok(()); // the session is over
+        if shared.fresh && *entries.borrow() < h.id {
+            let held = shared.waiting.fetch_add(h.len as u64, Ordering::Relaxed) + h.len as u64;
+            if held > MAX_WAITING {
+                return Err(protocol(format!(
+                    "more than {} MiB of data waits for manifest entries (file {} not announced)",
+                    MAX_WAITING >> 20,
+                    h.id
+                )));
+            }
+            let seen = entries.wait_for(|&seen| seen >= h.id).await.is_ok();
+            shared.waiting.fetch_sub(h.len as u64, Ordering::Relaxed);
+            if !seen {
+                return Ok(()); // the session is over
+            }
         }
         let (file, plan, placer) = {
             let mut st = shared.st.lock().unwrap();

@@ -46,8 +46,9 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     pub message: String,
-    /// The peer's first frame was a Hello of this other protocol version,
-    /// which did not decode as ours (a server answers `Fatal { Version }`).
+    /// A frame that did not decode as ours was a Hello of this other
+    /// protocol version (a server reading its first frame answers
+    /// `Fatal { Version }`).
     #[serde(skip)]
     pub peer_version: Option<u32>,
 }

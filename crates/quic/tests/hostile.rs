@@ -229,6 +229,31 @@ fn tree(p: &Path) -> Vec<PathBuf> {
 }
 
 /// Nothing was written outside the root, and inside it at most directories under `in/`.
+/// One data stream carrying `bytes`, finished.
+async fn data(r: &Raw, bytes: &[u8]) {
+    let mut u = r.conn.open_uni().await.unwrap();
+    u.write_all(bytes).await.unwrap();
+    let _ = u.finish();
+}
+/// A data stream of one record; with `hash`, the record carries it
+/// (protocol 2: a file's only chunk).
+fn record_with(id: u64, offset: u64, len: u32, payload: &[u8], hash: Option<&[u8; 32]>) -> Vec<u8> {
+    let mut v = DATA_PRELUDE.to_vec();
+    let h = RecordHeader {
+        id,
+        offset,
+        len,
+        hash: hash.is_some(),
+    };
+    v.extend_from_slice(&h.encode());
+    v.extend_from_slice(payload);
+    v.extend_from_slice(hash.map_or(&[][..], |h| &h[..]));
+    v
+}
+fn record(id: u64, offset: u64, len: u32, payload: &[u8]) -> Vec<u8> {
+    record_with(id, offset, len, payload, None)
+}
+
 fn assert_nothing_escaped(s: &Srv, abs: &[&Path]) {
     let outside: Vec<_> = tree(s.t.path())
         .into_iter()
@@ -466,8 +491,8 @@ async fn put_manifest_entries_that_leave_the_root() {
 async fn broken_data_streams() {
     let s = start();
 
-    // The put's destination holds a file, so the server asks per file (the
-    // fresh path, which sends no Want, takes data through the same code).
+    // The put's destination holds a file, so the server asks per file;
+    // `fresh_put_data` tries the fresh path, which sends no Want.
     std::fs::create_dir_all(s.root.join("in/x")).unwrap();
     std::fs::write(s.root.join("in/x/keep"), b"keep").unwrap();
     // A put of one 10-byte file up to the receiver's Want.
@@ -482,35 +507,6 @@ async fn broken_data_streams() {
             other => panic!("expected Want for file 2, got {other:?}"),
         }
         r
-    }
-    async fn data(r: &Raw, bytes: &[u8]) {
-        let mut u = r.conn.open_uni().await.unwrap();
-        u.write_all(bytes).await.unwrap();
-        let _ = u.finish();
-    }
-    /// A data stream of one record; with `hash`, the record carries it
-    /// (protocol 2: a file's only chunk).
-    fn record_with(
-        id: u64,
-        offset: u64,
-        len: u32,
-        payload: &[u8],
-        hash: Option<&[u8; 32]>,
-    ) -> Vec<u8> {
-        let mut v = DATA_PRELUDE.to_vec();
-        let h = RecordHeader {
-            id,
-            offset,
-            len,
-            hash: hash.is_some(),
-        };
-        v.extend_from_slice(&h.encode());
-        v.extend_from_slice(payload);
-        v.extend_from_slice(hash.map_or(&[][..], |h| &h[..]));
-        v
-    }
-    fn record(id: u64, offset: u64, len: u32, payload: &[u8]) -> Vec<u8> {
-        record_with(id, offset, len, payload, None)
     }
 
     // (d) A bad prelude.
@@ -702,5 +698,70 @@ async fn get_session_with_hostile_wants() {
     assert!(errors[1].2.contains("absolute path"), "{errors:?}");
     r.frame(&Frame::Done { ok: false }).await;
     let _ = r.send.finish();
+    normal_get_works(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fresh_put_data() {
+    let s = start();
+    // A fresh put (in/x absent): no Want; a record may come before its entry.
+    async fn fresh(s: &Srv) -> Raw {
+        let mut r = Raw::put_hello(s).await;
+        assert!(r.welcome().await, "in/x absent: fresh");
+        r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
+        r
+    }
+    // The record of file 2 first, its entry 300 ms later: held, then placed.
+    let body = b"early bird";
+    let mut r = fresh(&s).await;
+    let hash = *blake3::hash(body).as_bytes();
+    data(&r, &record_with(2, 0, body.len() as u32, body, Some(&hash))).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    r.frame(&entry(2, b"f", EntryKind::File, body.len() as u64, b""))
+        .await;
+    r.frame(&Frame::ManifestEnd).await;
+    let mut frames = Vec::new();
+    loop {
+        match r.next().await {
+            Some(Frame::Done { ok }) => {
+                assert!(ok, "{frames:?}");
+                break;
+            }
+            Some(f) => frames.push(f),
+            None => panic!("no Done; frames: {frames:?}"),
+        }
+    }
+    assert!(
+        frames.iter().all(|f| !matches!(f, Frame::Want { .. })),
+        "{frames:?}"
+    );
+    assert_eq!(std::fs::read(s.root.join("in/x/f")).unwrap(), body);
+
+    // Data for a file never announced, in a new fresh destination: refused
+    // once the manifest has ended (file 2, still owed, keeps the session on).
+    std::fs::remove_dir_all(s.root.join("in")).unwrap();
+    let mut r = fresh(&s).await;
+    r.frame(&entry(2, b"f", EntryKind::File, 10, b"")).await;
+    data(&r, &record(999, 0, 10, b"0123456789")).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    r.frame(&Frame::ManifestEnd).await;
+    r.expect_fatal(
+        ErrorCode::Protocol,
+        &["data for unknown or settled file 999"],
+    )
+    .await;
+
+    // More held data than the bound: refused at once, not held.
+    std::fs::remove_dir_all(s.root.join("in")).unwrap();
+    let r = fresh(&s).await;
+    let mib = vec![1u8; 1 << 20];
+    for _ in 0..66 {
+        data(&r, &record(5, 0, 1 << 20, &mib)).await;
+    }
+    r.expect_fatal(
+        ErrorCode::Protocol,
+        &["more than 64 MiB of data waits for manifest entries (file 5 not announced)"],
+    )
+    .await;
     normal_get_works(&s).await;
 }
