@@ -21,7 +21,7 @@ use crate::path::RelPath;
 use crate::sync::Existing;
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, SystemTimeSpec};
 use cap_std::fs::{Dir, MetadataExt, OpenOptions};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -232,6 +232,34 @@ pub enum FinishError {
     Io(#[from] io::Error),
 }
 
+/// Targets a session of this process is receiving, by directory (device,
+/// inode) and name: two sessions writing one target would share its part
+/// file, and each would verify only what it received, not what the part then
+/// holds.
+static RECEIVING: Mutex<BTreeSet<(u64, u64, Vec<u8>)>> = Mutex::new(BTreeSet::new());
+
+/// This process's claim on a target, given up when the file is dropped.
+struct Claim((u64, u64, Vec<u8>));
+
+impl Claim {
+    fn take(dir: &Dir, name: &[u8]) -> io::Result<Claim> {
+        let m = dir.dir_metadata()?;
+        let key = (m.dev(), m.ino(), name.to_vec());
+        if !RECEIVING.lock().unwrap().insert(key.clone()) {
+            return Err(io::Error::other(
+                "this file is already being received (by another session, or another root of this one; a session whose peer vanished holds it until its connection times out), and is not written twice at once",
+            ));
+        }
+        Ok(Claim(key))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        RECEIVING.lock().unwrap().remove(&self.0);
+    }
+}
+
 /// A file being received.
 pub struct Incoming {
     pub plan: ChunkPlan,
@@ -266,6 +294,7 @@ pub struct Incoming {
     writing: std::collections::BTreeSet<u64>,
     /// Bytes already held from an earlier run.
     pub resumed_bytes: u64,
+    _claim: Claim,
 }
 
 /// Removes the part file an earlier run left for `name` (an error if there is
@@ -389,6 +418,8 @@ impl Incoming {
                 ),
             ));
         }
+        // Before anything is truncated.
+        let claim = Claim::take(&dir, name)?;
         let plan = ChunkPlan::new(entry.size);
         let part = sibling_name(name, PART);
         let jname = sibling_name(name, JOURNAL);
@@ -470,6 +501,7 @@ impl Incoming {
                 fresh: false,
                 writing: Default::default(),
                 resumed_bytes,
+                _claim: claim,
             },
             ranges,
         ))
@@ -788,6 +820,33 @@ mod tests {
     }
 
     #[test]
+    fn a_target_is_received_by_one_session_at_a_time() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 3 * CHUNK_SIZE + 5;
+        let bytes = data(size as usize);
+        let (mut a, _) = Incoming::open(dir.clone(), b"f", &entry(size), false).unwrap();
+        put_chunk(&mut a, &bytes, 0);
+        // A second session's open would truncate the part under the first.
+        let err = Incoming::open(dir.clone(), b"f", &entry(size), false)
+            .err()
+            .expect("refused while the first holds it");
+        assert!(err.to_string().contains("already being received"), "{err}");
+        let part = t.path().join(".f.lh-part");
+        assert_eq!(std::fs::metadata(&part).unwrap().len(), size);
+        let chunk0 = &std::fs::read(&part).unwrap()[..CHUNK_SIZE as usize];
+        assert_eq!(
+            chunk0,
+            &bytes[..CHUNK_SIZE as usize],
+            "the first session's data is intact"
+        );
+        // Another name in the same directory is not held up.
+        assert!(Incoming::open(dir.clone(), b"g", &entry(size), false).is_ok());
+        drop(a);
+        assert!(Incoming::open(dir, b"f", &entry(size), true).is_ok());
+    }
+
+    #[test]
     fn absurd_sizes_are_refused_before_allocating() {
         let t = tempfile::tempdir().unwrap();
         let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
@@ -982,6 +1041,12 @@ mod tests {
         write(&mut inc, 1);
         cp.commit().unwrap();
         std::mem::forget(inc);
+        // The killed process's claim on the file goes with it.
+        let m = dir.dir_metadata().unwrap();
+        RECEIVING
+            .lock()
+            .unwrap()
+            .remove(&(m.dev(), m.ino(), name.clone()));
         let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
         assert_eq!(want, vec![(1, 3)], "the journal names chunk 0 only");
 
