@@ -232,10 +232,10 @@ pub enum FinishError {
     Io(#[from] io::Error),
 }
 
-/// Targets a session of this process is receiving, by directory (device,
-/// inode) and name: two sessions writing one target would share its part
-/// file, and each would verify only what it received, not what the part then
-/// holds.
+/// Files of several chunks a session of this process is receiving, by
+/// directory (device, inode) and name: two sessions writing one target would
+/// share its part file, and each would verify only what it received, not what
+/// the part then holds.
 static RECEIVING: Mutex<BTreeSet<(u64, u64, Vec<u8>)>> = Mutex::new(BTreeSet::new());
 
 /// This process's claim on a target, given up when the file is dropped.
@@ -294,7 +294,7 @@ pub struct Incoming {
     writing: std::collections::BTreeSet<u64>,
     /// Bytes already held from an earlier run.
     pub resumed_bytes: u64,
-    _claim: Claim,
+    _claim: Option<Claim>,
 }
 
 /// Removes the part file an earlier run left for `name` (an error if there is
@@ -418,12 +418,17 @@ impl Incoming {
                 ),
             ));
         }
-        // Before anything is truncated.
-        let claim = Claim::take(&dir, name)?;
         let plan = ChunkPlan::new(entry.size);
         let part = sibling_name(name, PART);
         let jname = sibling_name(name, JOURNAL);
         let journaled = plan.count() > 1;
+        // Before the part is truncated. A file of one chunk needs none: each
+        // writer has a file of its own until it is linked or renamed whole.
+        let claim = if journaled {
+            Some(Claim::take(&dir, name)?)
+        } else {
+            None
+        };
         let header = JournalHeader {
             size: entry.size,
             mtime_ns: entry.mtime_ns,
