@@ -37,6 +37,30 @@ fn put_contents(c: &Client, src: &std::path::Path, srv: &Server, trust: &[OsStri
     c.run("put", args)
 }
 
+/// A server on an empty root, a client, and the source tree.
+struct Fixture {
+    /// First, so the server stops before its directory goes.
+    srv: Server,
+    c: Client,
+    src: std::path::PathBuf,
+    root: std::path::PathBuf,
+    _t: Tmp,
+}
+
+fn fixture(label: &str) -> Fixture {
+    let t = Tmp::new(label);
+    let src = source(&t);
+    let root = t.join("served");
+    std::fs::create_dir(&root).unwrap();
+    Fixture {
+        srv: Server::start(&root, &t.join("state")),
+        c: Client::new(t.join("kh")),
+        src,
+        root,
+        _t: t,
+    }
+}
+
 /// The server's log line for the session, once it has been written.
 fn session_line(srv: &Server) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -52,19 +76,16 @@ fn session_line(srv: &Server) -> String {
 
 #[test]
 fn a_put_into_a_fresh_destination_sends_without_wants() {
-    let t = Tmp::new("put-fresh");
-    let src = source(&t);
-    let root = t.join("served");
-    std::fs::create_dir(&root).unwrap();
-    let srv = Server::start(&root, &t.join("state"));
-    let c = Client::new(t.join("kh"));
+    let Fixture {
+        srv, c, src, root, ..
+    } = &fixture("put-fresh");
     let trust = ["--fingerprint".into(), srv.fingerprint.clone().into()];
-    let out = put_contents(&c, &src, &srv, &trust);
+    let out = put_contents(c, src, srv, &trust);
     out.expect_code(0);
-    assert_same_tree(&src, &root.join("in"), Compare::ALL);
+    assert_same_tree(src, &root.join("in"), Compare::ALL);
     let j = out.json();
     assert_eq!(j["totals"]["verified"], 202, "{j:#}");
-    let line = session_line(&srv);
+    let line = session_line(srv);
     assert!(
         line.contains("fresh put: 202 file(s), 0 problem(s)"),
         "{line}"
@@ -73,9 +94,9 @@ fn a_put_into_a_fresh_destination_sends_without_wants() {
 
 #[test]
 fn a_put_over_an_earlier_one_is_not_fresh_and_replaces_what_is_there() {
-    let t = Tmp::new("put-not-fresh");
-    let src = source(&t);
-    let root = t.join("served");
+    let Fixture {
+        srv, c, src, root, ..
+    } = &fixture("put-not-fresh");
     let dest = root.join("in");
     std::fs::create_dir_all(dest.join("sub")).unwrap();
     // Other contents under two of the names, and an earlier run's part (no
@@ -83,13 +104,11 @@ fn a_put_over_an_earlier_one_is_not_fresh_and_replaces_what_is_there() {
     std::fs::write(dest.join("f000.bin"), b"old contents").unwrap();
     std::fs::write(dest.join("sub/f001.bin"), b"old").unwrap();
     std::fs::write(dest.join(".big.bin.lh-part"), b"stale part").unwrap();
-    let srv = Server::start(&root, &t.join("state"));
-    let c = Client::new(t.join("kh"));
-    let out = put_contents(&c, &src, &srv, &["--accept-new".into()]);
+    let out = put_contents(c, src, srv, &["--accept-new".into()]);
     out.expect_code(0);
     // Replaced, and no part left: the trees are the same.
-    assert_same_tree(&src, &dest, Compare::ALL);
-    let line = session_line(&srv);
+    assert_same_tree(src, &dest, Compare::ALL);
+    let line = session_line(srv);
     assert!(
         line.contains(": put: 202 file(s), 0 problem(s)"),
         "not fresh: {line}"
@@ -98,15 +117,13 @@ fn a_put_over_an_earlier_one_is_not_fresh_and_replaces_what_is_there() {
 
 #[test]
 fn a_part_beside_the_only_target_makes_a_put_ask_per_file() {
-    let t = Tmp::new("put-part");
-    let src = source(&t);
-    let root = t.join("served");
+    let Fixture {
+        srv, c, src, root, ..
+    } = &fixture("put-part");
     let dest = root.join("in");
     std::fs::create_dir_all(&dest).unwrap();
     // Only an earlier run's part of the one target, nothing else.
     std::fs::write(dest.join(".big.bin.lh-part"), b"stale part").unwrap();
-    let srv = Server::start(&root, &t.join("state"));
-    let c = Client::new(t.join("kh"));
     let out = c.run(
         "put",
         [
@@ -126,7 +143,7 @@ fn a_part_beside_the_only_target_makes_a_put_ask_per_file() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left, ["big.bin"], "the part is gone");
-    let line = session_line(&srv);
+    let line = session_line(srv);
     assert!(
         line.contains(": put: 1 file(s), 0 problem(s)"),
         "not fresh: {line}"

@@ -164,13 +164,15 @@ pub fn spawn_window_tuner(conn: quinn::Connection, opts: NetOpts, flow: Flow) ->
             let tx = s.udp_tx.bytes;
             (s.udp_rx.bytes, tx, tx.saturating_sub(s.path.lost_bytes))
         };
+        // The count the peak is of.
+        let of_flow = |c: (u64, u64, u64)| match flow {
+            Flow::Rx => c.0,
+            Flow::Tx => c.2,
+        };
         let first = counts(&conn);
         let mut last = first;
         // The counts of `flow` over the last second.
-        let mut second = std::collections::VecDeque::from([match flow {
-            Flow::Rx => first.0,
-            Flow::Tx => first.2,
-        }]);
+        let mut second = std::collections::VecDeque::from([of_flow(first)]);
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.tick().await;
         loop {
@@ -193,10 +195,7 @@ pub fn spawn_window_tuner(conn: quinn::Connection, opts: NetOpts, flow: Flow) ->
                 send_window = w;
                 conn.set_send_window(w);
             }
-            second.push_back(match flow {
-                Flow::Rx => now.0,
-                Flow::Tx => now.2,
-            });
+            second.push_back(of_flow(now));
             if second.len() > 5 {
                 second.pop_front();
                 let bytes = second.back().unwrap() - second.front().unwrap();

@@ -119,9 +119,9 @@ impl DestSpec {
 #[derive(Debug, Clone, Copy)]
 pub struct RecvOpts {
     pub sync: SyncMode,
-    /// The sender sends every file whole without waiting for a `Want`
-    /// (a get's `Hello.fresh`, a put's `Welcome.fresh`): none is sent, nothing is looked up or resumed, and a
-    /// record may come before its file's entry.
+    /// The sender sends every file whole without waiting for a `Want` (a
+    /// get's `Hello.fresh`, a put's `Welcome.fresh`): none is sent, nothing is
+    /// looked up or resumed, and a record may come before its file's entry.
     pub fresh: bool,
 }
 
@@ -727,7 +727,8 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
         }
         // The entry travels on the control stream and may come later.
         if shared.fresh && *entries.borrow() < h.id {
-            let held = shared.waiting.fetch_add(h.len as u64, Ordering::Relaxed) + h.len as u64;
+            let len = h.len as u64;
+            let held = shared.waiting.fetch_add(len, Ordering::Relaxed) + len;
             if held > MAX_WAITING {
                 return Err(protocol(format!(
                     "more than {} MiB of data waits for manifest entries (file {} not announced)",
@@ -736,7 +737,7 @@ async fn read_stream(shared: &Shared, mut rs: quinn::RecvStream) -> Result<(), P
                 )));
             }
             let seen = entries.wait_for(|&seen| seen >= h.id).await.is_ok();
-            shared.waiting.fetch_sub(h.len as u64, Ordering::Relaxed);
+            shared.waiting.fetch_sub(len, Ordering::Relaxed);
             if !seen {
                 return Ok(()); // the session is over
             }

@@ -242,9 +242,14 @@ static RECEIVING: Mutex<BTreeSet<(u64, u64, Vec<u8>)>> = Mutex::new(BTreeSet::ne
 struct Claim((u64, u64, Vec<u8>));
 
 impl Claim {
-    fn take(dir: &Dir, name: &[u8]) -> io::Result<Claim> {
+    /// The registry's key of `name` in `dir`.
+    fn key(dir: &Dir, name: &[u8]) -> io::Result<(u64, u64, Vec<u8>)> {
         let m = dir.dir_metadata()?;
-        let key = (m.dev(), m.ino(), name.to_vec());
+        Ok((m.dev(), m.ino(), name.to_vec()))
+    }
+
+    fn take(dir: &Dir, name: &[u8]) -> io::Result<Claim> {
+        let key = Claim::key(dir, name)?;
         if !RECEIVING.lock().unwrap().insert(key.clone()) {
             return Err(io::Error::other(
                 "this file is already being received (by another session, or another root of this one; a session whose peer vanished holds it until its connection times out), and is not written twice at once",
@@ -1047,11 +1052,10 @@ mod tests {
         cp.commit().unwrap();
         std::mem::forget(inc);
         // The killed process's claim on the file goes with it.
-        let m = dir.dir_metadata().unwrap();
         RECEIVING
             .lock()
             .unwrap()
-            .remove(&(m.dev(), m.ino(), name.clone()));
+            .remove(&Claim::key(&dir, &name).unwrap());
         let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
         assert_eq!(want, vec![(1, 3)], "the journal names chunk 0 only");
 
