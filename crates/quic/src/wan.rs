@@ -146,6 +146,15 @@ impl Cubic {
         }
         let b = bytes as f64;
         let epoch = *self.epoch.get_or_insert(now);
+        // RFC 8312's K, from W_max alone: an epoch that starts at W_max (the
+        // start of competition) holds its window for K before it probes.
+        // RFC 9438's K, from W_max - cwnd (as Linux), probes at once; it
+        // took `wan` to 2.4 fair shares beside 5 CUBIC flows and `fair` to
+        // 1.2-1.4 beside 3 in the simulation (its start and β were tuned
+        // with this K), for little alone: `fair` at 70 ms with 1e-3 loss
+        // holds 410 Mbit/s for the K (11 s) and then grows, and with K = 0 its
+        // convex growth still needs 20 s to the BDP (lab, 1 GB: 442 Mbit/s
+        // against 389-403).
         let k = (self.w_max / CUBIC_MSS * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt();
         let t = (now.saturating_duration_since(epoch) + rtt).as_secs_f64();
         let target = (CUBIC_C * (t - k).powi(3) + self.w_max / CUBIC_MSS) * CUBIC_MSS;
@@ -606,6 +615,8 @@ impl Wan {
             round_min_rtt_ms = self.round_min_rtt.map_or(0.0, |r| r.as_secs_f64() * 1e3),
             path_ms = path.as_secs_f64() * 1e3,
             lost = self.round_lost,
+            window = self.window(),
+            w_max = self.cubic.w_max as u64,
             queued,
             congested,
             "wan round"
