@@ -93,9 +93,26 @@ impl Dest {
         &self.base
     }
 
-    /// Metadata of a regular file at `path`, if one is there (links are not followed).
+    /// The directory holding `path` and `path`'s name in it, if that
+    /// directory is there; reached through no link, as [`open_dirs`].
+    fn lookup<'p>(&self, path: &'p RelPath) -> io::Result<Option<(Dir, &'p [u8])>> {
+        let Some(parent) = path.parent() else {
+            return Ok(None);
+        };
+        match open_dirs(&self.base, &parent, false) {
+            Ok((dir, _)) => Ok(Some((dir, path.file_name()))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Metadata of a regular file at `path`, if one is there (links are not
+    /// followed, on the way or at the end).
     pub fn existing_file(&self, path: &RelPath) -> io::Result<Option<Existing>> {
-        match self.base.symlink_metadata(path.as_path()) {
+        let Some((dir, name)) = self.lookup(path)? else {
+            return Ok(None);
+        };
+        match dir.symlink_metadata(os(name)) {
             Ok(m) if m.is_file() => Ok(Some(Existing {
                 size: m.len(),
                 mtime_ns: m
@@ -111,7 +128,10 @@ impl Dest {
 
     /// BLAKE3 of the regular file at `path` (for `--checksum`).
     pub fn hash_file(&self, path: &RelPath) -> io::Result<Digest> {
-        let f = open_read(&self.base, path.as_path())?;
+        let (dir, name) = self
+            .lookup(path)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "its directory is not there"))?;
+        let f = open_read(&dir, os(name))?;
         let mut h = blake3::Hasher::new();
         h.update_reader(f)?;
         Ok(*h.finalize().as_bytes())
@@ -121,19 +141,9 @@ impl Dest {
     /// [`Dest::finish_dirs`], after its contents are in place.
     pub fn make_dir(&mut self, path: &RelPath, mode: u32, mtime_ns: i64) -> io::Result<()> {
         if !path.is_root() {
-            match self.base.symlink_metadata(path.as_path()) {
-                Ok(m) if m.is_dir() => {}
-                Ok(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::AlreadyExists,
-                        format!("{}: exists and is not a directory", path.display()),
-                    ))
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    self.base.create_dir_all(path.as_path())?;
-                    self.fresh.insert(path.clone());
-                }
-                Err(e) => return Err(e),
+            let (_, created) = open_dirs(&self.base, path, true)?;
+            if created {
+                self.fresh.insert(path.clone());
             }
         }
         self.dirs.push((path.clone(), mode, mtime_ns));
@@ -169,8 +179,7 @@ impl Dest {
         let dir = if parent.is_root() {
             self.base.try_clone()?
         } else {
-            self.base.create_dir_all(parent.as_path())?;
-            self.base.open_dir(parent.as_path())?
+            open_dirs(&self.base, &parent, true)?.0
         };
         let dir = Arc::new(dir);
         self.cached = Some((parent, dir.clone()));
@@ -204,6 +213,55 @@ impl Dest {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+}
+
+/// The directory `path` beneath `base`, reached one component at a time
+/// through no symbolic link, and with `create` created where missing; and
+/// whether its last component was created. A link on the way is an error: the sender of a
+/// session may send links (`Symlink`), and a later entry under one would be
+/// written wherever it points. The base confines that to the base, but a
+/// get's base is the destination's parent when the destination does not
+/// exist yet (`get srv:proj ~/proj` with a link `proj/l` → `..` and a file
+/// `proj/l/.bashrc` would write `~/.bashrc`), and a put's is the whole root.
+fn open_dirs(base: &Dir, path: &RelPath, create: bool) -> io::Result<(Dir, bool)> {
+    let mut dir = base.try_clone()?;
+    let mut created = false;
+    let mut walked = std::path::PathBuf::new();
+    for c in path.as_path().components() {
+        walked.push(c);
+        created = false;
+        let next = match dir.open_dir_nofollow(c) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+                match dir.create_dir(c) {
+                    Ok(()) => created = true,
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+                dir.open_dir_nofollow(c)
+                    .map_err(|e| not_a_dir(&dir, c.as_os_str(), &walked, e))?
+            }
+            Err(e) => return Err(not_a_dir(&dir, c.as_os_str(), &walked, e)),
+        };
+        dir = next;
+    }
+    Ok((dir, created))
+}
+
+/// Why `name` in `dir` (at `walked` beneath the base) could not be opened as a
+/// directory: a link, something else, or `e` itself.
+fn not_a_dir(dir: &Dir, name: &std::ffi::OsStr, walked: &Path, e: io::Error) -> io::Error {
+    match dir.symlink_metadata(name) {
+        Ok(m) if m.is_symlink() => io::Error::other(format!(
+            "{}: is a symbolic link, and longhaul writes nothing through a link in the destination",
+            walked.display()
+        )),
+        Ok(m) if !m.is_dir() => io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{}: exists and is not a directory", walked.display()),
+        ),
+        _ => e,
     }
 }
 
@@ -854,6 +912,75 @@ mod tests {
         assert!(Incoming::open(dir.clone(), b"g", &entry(size), false).is_ok());
         drop(a);
         assert!(Incoming::open(dir, b"f", &entry(size), true).is_ok());
+    }
+
+    #[test]
+    fn nothing_is_written_through_a_link_in_the_destination() {
+        // A get into `proj` (not there yet) has the parent as its base: a
+        // sender's link `proj/l` -> `..` must not carry later entries out.
+        let t = tempfile::tempdir().unwrap();
+        let base = Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap();
+        let mut dest = Dest::new(base);
+        let rel = |p: &[u8]| RelPath::from_wire(p).unwrap();
+        dest.make_dir(&rel(b"proj"), 0o755, 0).unwrap();
+        dest.make_symlink(&rel(b"proj/l"), b"..", 0).unwrap();
+        let err = dest
+            .parent_of(&rel(b"proj/l/.bashrc"))
+            .expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "proj/l: is a symbolic link, and longhaul writes nothing through a link in the destination"
+        );
+        // Nor read through one: a sync's size, mtime or hash of a file there
+        // would go back to the sender.
+        std::fs::write(t.path().join("secret"), b"s").unwrap();
+        let err = dest
+            .existing_file(&rel(b"proj/l/secret"))
+            .expect_err("refused");
+        assert!(
+            err.to_string().starts_with("proj/l: is a symbolic link"),
+            "{err}"
+        );
+        let err = dest.hash_file(&rel(b"proj/l/secret")).expect_err("refused");
+        assert!(
+            err.to_string().starts_with("proj/l: is a symbolic link"),
+            "{err}"
+        );
+        assert!(dest.existing_file(&rel(b"proj/none/x")).unwrap().is_none());
+        let err = dest
+            .make_dir(&rel(b"proj/l/d/e"), 0o755, 0)
+            .expect_err("refused");
+        assert!(
+            err.to_string().starts_with("proj/l: is a symbolic link"),
+            "{err}"
+        );
+        assert!(
+            !t.path().join("d").exists(),
+            "nothing was created outside proj"
+        );
+        // A link as the last component of a directory entry is refused too,
+        // and a file where a directory is wanted says so.
+        let err = dest
+            .make_dir(&rel(b"proj/l"), 0o755, 0)
+            .expect_err("refused");
+        assert!(
+            err.to_string().starts_with("proj/l: is a symbolic link"),
+            "{err}"
+        );
+        std::fs::write(t.path().join("proj/f"), b"x").unwrap();
+        let err = dest.parent_of(&rel(b"proj/f/g")).expect_err("refused");
+        assert_eq!(err.to_string(), "proj/f: exists and is not a directory");
+        // Real directories, old and new, are walked and created as before.
+        let (dir, name) = dest.parent_of(&rel(b"proj/a/b/c")).unwrap();
+        assert_eq!(name, b"c");
+        dir.write("c", b"ok").unwrap();
+        assert_eq!(std::fs::read(t.path().join("proj/a/b/c")).unwrap(), b"ok");
+        // A directory this session created counts as fresh; one already there does not.
+        std::fs::create_dir(t.path().join("proj/old")).unwrap();
+        dest.make_dir(&rel(b"proj/old"), 0o755, 0).unwrap();
+        dest.make_dir(&rel(b"proj/new"), 0o755, 0).unwrap();
+        assert!(!dest.in_fresh_dir(&rel(b"proj/old/x")));
+        assert!(dest.in_fresh_dir(&rel(b"proj/new/x")));
     }
 
     #[test]
