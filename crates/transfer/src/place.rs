@@ -510,6 +510,27 @@ impl Incoming {
                 }
             }
         }
+        // The journal is emptied before the part is truncated, and made
+        // durable first when it held records: a crash between the two must
+        // not leave records that a resume would trust beside a zeroed part.
+        if journaled {
+            let had_journal = !kept && dir.symlink_metadata(os(&jname)).is_ok();
+            let mut jo = OpenOptions::new();
+            jo.write(true).create(true).follow(FollowSymlinks::No);
+            if kept {
+                jo.append(true);
+            } else {
+                jo.truncate(true);
+            }
+            let mut j = dir.open_with(os(&jname), &jo)?.into_std();
+            if !kept {
+                use std::io::Write;
+                j.write_all(&journal::encode_header(&header))?;
+                if had_journal {
+                    j.sync_data()?;
+                }
+            }
+        }
         if journaled {
             let mut opts = OpenOptions::new();
             opts.read(true)
@@ -523,7 +544,16 @@ impl Incoming {
                 use cap_std::fs::OpenOptionsExt;
                 opts.mode(0o600);
             }
-            let file = dir.open_with(os(&part), &opts)?.into_std();
+            // A part an earlier run gave its final mode (read-only, say) before
+            // a rename that failed: writable again, as it is ours.
+            let file = match dir.open_with(os(&part), &opts) {
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    dir.set_permissions(os(&part), perms(0o600))?;
+                    dir.open_with(os(&part), &opts)?
+                }
+                r => r?,
+            }
+            .into_std();
             if kept && file.metadata()?.len() < entry.size {
                 // Chunks the journal names must be inside the part file.
                 let len = file.metadata()?.len();
@@ -531,20 +561,6 @@ impl Incoming {
             }
             file.set_len(entry.size)?;
             drop(file);
-        }
-        if journaled {
-            let mut jo = OpenOptions::new();
-            jo.write(true).create(true).follow(FollowSymlinks::No);
-            if kept {
-                jo.append(true);
-            } else {
-                jo.truncate(true);
-            }
-            let mut j = dir.open_with(os(&jname), &jo)?.into_std();
-            if !kept {
-                use std::io::Write;
-                j.write_all(&journal::encode_header(&header))?;
-            }
         }
         let missing = plan.count() - digests.len() as u64;
         let resumed_bytes = digests.keys().filter_map(|&i| plan.len(i)).sum();
@@ -1095,6 +1111,39 @@ mod tests {
         inc.finish().unwrap();
         assert_eq!(listing(t.path()), ["a", "b", "empty"]);
         assert_placed(&t.path().join("empty"), b"");
+    }
+
+    #[test]
+    fn a_restart_empties_the_journal_before_it_touches_the_part() {
+        // A first run journals two chunks; a run that starts over (no resume:
+        // `--sync --checksum`) fails on the part. Had it truncated the part
+        // first and died, the records left would pass zeros for data on resume.
+        let t = tempfile::tempdir().unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 3 * CHUNK_SIZE + 100;
+        let (bytes, e) = (data(size as usize), entry(size));
+        let (mut inc, _) = Incoming::open(dir.clone(), b"f", &e, true).unwrap();
+        for i in [0u64, 2] {
+            put_chunk(&mut inc, &bytes, i);
+        }
+        inc.flush_journal().unwrap();
+        drop(inc);
+        let journal = t.path().join(".f.lh-journal");
+        let records = |p: &Path| {
+            journal::read(std::fs::File::open(p).unwrap(), 4)
+                .unwrap()
+                .map_or(0, |(_, r)| r.len())
+        };
+        assert_eq!(records(&journal), 2);
+        // The part cannot be opened now (a directory took its name).
+        let part = t.path().join(".f.lh-part");
+        std::fs::remove_file(&part).unwrap();
+        std::fs::create_dir(&part).unwrap();
+        assert!(Incoming::open(dir.clone(), b"f", &e, false).is_err());
+        assert_eq!(records(&journal), 0, "no record outlives a restart");
+        std::fs::remove_dir(&part).unwrap();
+        let (_, want) = Incoming::open(dir, b"f", &e, true).unwrap();
+        assert_eq!(want, vec![(0, 4)], "a resume trusts nothing");
     }
 
     #[test]
