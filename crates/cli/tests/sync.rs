@@ -148,3 +148,58 @@ fn sync_skips_unchanged_and_fetches_changed() {
     out.expect_code(2);
     assert!(out.stderr.contains("--checksum"), "{}", out.stderr);
 }
+
+#[test]
+fn an_interrupted_transfer_in_the_source_is_not_sent_and_destroys_nothing() {
+    // The source tree holds what an interrupted longhaul run leaves: parts
+    // and a journal beside the files they belong to. Sent, each would be
+    // taken for the part of its namesake at the destination.
+    let t = Tmp::new("reserved");
+    let root = t.join("root");
+    let set = root.join("set");
+    std::fs::create_dir_all(&set).unwrap();
+    gen_file(&set.join("x"), 1, 3 * MIB);
+    gen_file(&set.join(".x.lh-part"), 2, 100_000);
+    std::fs::write(set.join(".x.lh-journal"), b"j").unwrap();
+    std::fs::write(set.join("y"), b"why").unwrap();
+    std::fs::write(set.join(".y.lh-part"), b"part of y").unwrap();
+    let before = std::fs::read(set.join(".x.lh-part")).unwrap();
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    for _ in 0..2 {
+        let out = c.run(
+            "get",
+            [
+                OsString::from("--json"),
+                "--accept-new".into(),
+                srv.remote("set/"),
+                dest.clone().into(),
+            ],
+        );
+        out.expect_code(0);
+        let got = statuses(&out.json());
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            ["x", "y"],
+            "only the files themselves are sent"
+        );
+        assert_eq!(
+            std::fs::read(dest.join("x")).unwrap(),
+            std::fs::read(set.join("x")).unwrap()
+        );
+        assert_eq!(std::fs::read(dest.join("y")).unwrap(), b"why");
+        let left: Vec<_> = std::fs::read_dir(&dest)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            left.len(),
+            2,
+            "no part or journal at the destination: {left:?}"
+        );
+    }
+    assert_eq!(std::fs::read(set.join(".x.lh-part")).unwrap(), before);
+    assert_eq!(std::fs::read(set.join(".y.lh-part")).unwrap(), b"part of y");
+}

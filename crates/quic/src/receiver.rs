@@ -15,7 +15,8 @@ use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use cap_std::fs::Dir;
 use longhaul_transfer::chunk::hex;
 use longhaul_transfer::place::{
-    sibling_name, Checkpoint, Dest, FinishError, Incoming, Settled, JOURNAL, MAX_FILE_SIZE, PART,
+    is_reserved_name, sibling_name, Checkpoint, Dest, FinishError, Incoming, Settled, JOURNAL,
+    MAX_FILE_SIZE, PART,
 };
 use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
 use longhaul_transfer::{Entry, EntryKind, RelPath, CHUNK_SIZE};
@@ -483,6 +484,15 @@ fn on_entry(
     opts: RecvOpts,
 ) -> Result<Vec<Frame>, Problem> {
     let display = target.display();
+    if is_reserved_name(target.file_name()) {
+        return Err(io_problem(
+            &display,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a name longhaul keeps for its own part, journal and link files; not received",
+            ),
+        ));
+    }
     match e.kind {
         EntryKind::Dir => {
             fs.make_dir(target, e.mode, e.mtime_ns)

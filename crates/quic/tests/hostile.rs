@@ -488,6 +488,46 @@ async fn put_manifest_entries_that_leave_the_root() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn put_entries_through_a_link_in_the_root_or_by_a_reserved_name() {
+    let s = start();
+    // A link that stays inside the root, then a file through it: it would
+    // land in in/ instead of in/x/ (for a get into a new destination, in
+    // the destination's parent).
+    let mut r = Raw::put_session(&s).await;
+    r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
+    r.frame(&entry(2, b"up", EntryKind::Symlink, 0, b".."))
+        .await;
+    r.frame(&entry(3, b"up/side", EntryKind::File, 5, b""))
+        .await;
+    r.expect_fatal_frame(
+        ErrorCode::Io,
+        &[
+            "the receiver failed",
+            "in/x/up: is a symbolic link, and longhaul writes nothing through a link",
+        ],
+    )
+    .await;
+    r.conn.close(0u32.into(), b"bye");
+    assert!(!s.root.join("in/side").exists(), "nothing beside in/x");
+    std::fs::remove_file(s.root.join("in/x/up")).unwrap();
+
+    // A file named as another file's part would be truncated, renamed or
+    // removed with that file: refused.
+    let mut r = Raw::put_session(&s).await;
+    r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
+    r.frame(&entry(2, b".f.lh-part", EntryKind::File, 5, b""))
+        .await;
+    r.expect_fatal_frame(
+        ErrorCode::Io,
+        &["in/x/.f.lh-part: a name longhaul keeps for its own part, journal and link files"],
+    )
+    .await;
+    r.conn.close(0u32.into(), b"bye");
+    assert!(!s.root.join("in/x/.f.lh-part").exists());
+    normal_get_works(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn broken_data_streams() {
     let s = start();
 

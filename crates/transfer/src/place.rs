@@ -55,6 +55,20 @@ pub fn sibling_name(name: &[u8], suffix: &str) -> Vec<u8> {
     }
 }
 
+/// A name of the form longhaul gives its own part, journal and link files
+/// (`.NAME.lh-part` or `.lh-HASH.lh-part`, and the same with `lh-journal`,
+/// `lh-link`). A sender's walk skips them and a receiver refuses entries by
+/// such names: received, one would be the part of the file it is named
+/// after, and be truncated, renamed or removed with it.
+pub fn is_reserved_name(name: &[u8]) -> bool {
+    name.first() == Some(&b'.')
+        && [PART, JOURNAL, LINK].iter().any(|s| {
+            name.len() > s.len() + 2
+                && name.ends_with(s.as_bytes())
+                && name[name.len() - s.len() - 1] == b'.'
+        })
+}
+
 pub const PART: &str = "lh-part";
 /// Largest file accepted from a peer (16 TiB, ext4's limit): bounds the per-chunk
 /// state a manifest entry can make a receiver allocate.
@@ -890,6 +904,25 @@ mod tests {
         let d =
             Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, i, &[&bytes[o..o + l]]).unwrap();
         inc.record(i, d);
+    }
+
+    #[test]
+    fn part_journal_and_link_names_are_reserved() {
+        for suffix in [PART, JOURNAL, LINK] {
+            assert!(is_reserved_name(&sibling_name(b"x", suffix)));
+            assert!(is_reserved_name(&sibling_name(&[b'n'; 250], suffix)));
+        }
+        for name in [
+            &b"x.lh-part"[..],
+            b".lh-part",
+            b"..lh-part",
+            b".x.lh-parts",
+            b".xlh-journal",
+            b"x",
+            b"",
+        ] {
+            assert!(!is_reserved_name(name), "{}", String::from_utf8_lossy(name));
+        }
     }
 
     #[test]

@@ -91,10 +91,16 @@ fn item(dir: &Dir, name: &std::path::Path, path: RelPath) -> io::Result<Option<W
     }))
 }
 
+/// The names in `dir`, sorted, without longhaul's own part, journal and link
+/// files ([`crate::place::is_reserved_name`]): a tree that holds an
+/// interrupted transfer sends what it holds, not the pieces.
 fn list(dir: &Dir) -> io::Result<Vec<Vec<u8>>> {
     let mut names = Vec::new();
     for e in dir.entries()? {
-        names.push(e?.file_name().as_bytes().to_vec());
+        let name = e?.file_name().as_bytes().to_vec();
+        if !crate::place::is_reserved_name(&name) {
+            names.push(name);
+        }
     }
     names.sort();
     Ok(names)
@@ -193,6 +199,9 @@ mod tests {
         std::fs::create_dir_all(p.join("root/b/c")).unwrap();
         std::fs::write(p.join("root/a"), b"hello").unwrap();
         std::fs::write(p.join("root/b/c/d"), b"").unwrap();
+        // An interrupted transfer's pieces are not walked.
+        std::fs::write(p.join("root/b/.d.lh-part"), b"half").unwrap();
+        std::fs::write(p.join("root/b/.d.lh-journal"), b"j").unwrap();
         std::fs::write(p.join("outside"), b"secret").unwrap();
         std::os::unix::fs::symlink("../outside", p.join("root/b/esc")).unwrap();
         std::os::unix::fs::symlink("/", p.join("root/b/slash")).unwrap();
