@@ -107,7 +107,9 @@ pub struct ServeArgs {
 /// Transport knobs shared by `serve`, `get` and `put`.
 #[derive(Args)]
 pub struct NetArgs {
-    /// Concurrent data streams when sending [default: 4].
+    /// Data streams the sending side uses at once [default: 4]. For `get`
+    /// the server sends: the client asks it for N (at most 64), and without
+    /// --streams the server uses its own --streams.
     #[arg(long, value_name = "N")]
     pub streams: Option<usize>,
     /// Congestion control when sending [default: wan]: wan / wan:HINT

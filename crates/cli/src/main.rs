@@ -250,7 +250,7 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
         streams: match a.net.streams {
             Some(0) => return Err(usage("--streams must be at least 1")),
             Some(n) => n,
-            None => 4,
+            None => 0,
         },
         sync: match (a.sync, a.checksum) {
             (true, true) => SyncMode::Checksum,

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use longhaul_quic::identity::{provider, PinVerifier, TrustPolicy};
 use longhaul_quic::proto::{
-    encode, ErrorCode, Frame, FrameDecoder, Hello, Op, RootSpec, ALPN, VERSION,
+    encode, ErrorCode, Frame, FrameDecoder, Hello, Op, PutSync, RootSpec, ALPN, VERSION,
 };
 use longhaul_transfer::{Entry, EntryKind};
 use std::sync::Arc;
@@ -45,10 +45,12 @@ async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(Er
             roots: vec![RootSpec {
                 name: b"huge".to_vec(),
             }],
+            sync: PutSync::Always,
         },
         max_rate: 0,
         cc: None,
         fresh: false,
+        streams: 0,
     }));
     wire.extend(encode(&Frame::Entry(Entry {
         id: 1,

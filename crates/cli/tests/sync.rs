@@ -203,3 +203,78 @@ fn an_interrupted_transfer_in_the_source_is_not_sent_and_destroys_nothing() {
     assert_eq!(std::fs::read(set.join(".x.lh-part")).unwrap(), before);
     assert_eq!(std::fs::read(set.join(".y.lh-part")).unwrap(), b"part of y");
 }
+
+#[test]
+fn put_sync_skips_what_the_server_has() {
+    // Protocol 4 had no field for a put's --sync: every put sent everything.
+    let t = Tmp::new("putsync");
+    let root = t.join("root");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let set = t.join("set");
+    std::fs::create_dir_all(&set).unwrap();
+    gen_file(&set.join("big.bin"), 1, 3 * MIB + 7);
+    std::fs::write(set.join("small.txt"), b"small\n").unwrap();
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let put = |extra: &[&str]| {
+        let mut a: Vec<OsString> = vec!["--json".into(), "--accept-new".into()];
+        a.extend(extra.iter().map(OsString::from));
+        a.push(set.clone().into());
+        a.push(srv.remote("in/"));
+        c.run("put", a)
+    };
+    put(&[]).expect_code(0);
+    assert_same_tree(&set, &root.join("in/set"), Compare::ALL);
+
+    let out = put(&["--sync"]);
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(totals(&j, "skipped"), 2, "{j:#}");
+    assert_eq!(totals(&j, "bytes_transferred"), 0, "{j:#}");
+
+    // A new mtime, same bytes: --sync sends it, --sync --checksum does not.
+    set_mtime_ns(&set.join("big.bin"), 1_700_000_000_123_456_789);
+    let out = put(&["--sync", "--checksum"]);
+    out.expect_code(0);
+    assert_eq!(
+        totals(&out.json(), "bytes_transferred"),
+        0,
+        "{:#}",
+        out.json()
+    );
+    let out = put(&["--sync"]);
+    out.expect_code(0);
+    let st = statuses(&out.json());
+    assert_eq!(st["big.bin"], ("verified".to_string(), 3 * MIB + 7));
+    assert_eq!(st["small.txt"], ("skipped".to_string(), 0));
+    assert_same_tree(&set, &root.join("in/set"), Compare::ALL);
+}
+
+#[test]
+fn get_streams_reaches_the_server() {
+    let t = Tmp::new("streams");
+    let root = t.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    gen_file(&root.join("f"), 5, 2 * MIB);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    for (extra, want) in [
+        (vec![], 4),
+        (vec!["--streams", "7"], 7),
+        (vec!["--streams", "999"], 64),
+    ] {
+        let mut a: Vec<OsString> = vec!["--json".into(), "--accept-new".into()];
+        a.extend(extra.iter().map(OsString::from));
+        a.push(srv.remote("f"));
+        a.push(dest.clone().into());
+        let out = c.run("get", a);
+        out.expect_code(0);
+        assert_eq!(out.json()["streams"], want, "{extra:?}");
+    }
+    assert_eq!(
+        std::fs::read(dest.join("f")).unwrap(),
+        std::fs::read(root.join("f")).unwrap()
+    );
+}

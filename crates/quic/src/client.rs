@@ -28,6 +28,8 @@ pub struct ClientOpts {
     /// Controller for the sending side (None: the sender's default).
     pub cc: Option<CcChoice>,
     pub net: NetOpts,
+    /// Data streams the sending side uses; 0 leaves it to that side (4, or a
+    /// server's `--streams` on a get).
     pub streams: usize,
     pub sync: SyncMode,
     /// The rate memory (`crate::rates`): None keeps none.
@@ -41,7 +43,7 @@ impl ClientOpts {
     }
 
     /// Defaults for a server whose fingerprint is already known (pinned), as the
-    /// demo and tests have it: no token, 4 streams, no sync, the sender's controller.
+    /// demo and tests have it: no token, the sender's streams, no sync, the sender's controller.
     pub fn pinned(host: String, known_hosts: PathBuf, fingerprint: String) -> ClientOpts {
         ClientOpts {
             trust: TrustPolicy {
@@ -53,7 +55,7 @@ impl ClientOpts {
             token: vec![],
             cc: None,
             net: NetOpts::default(),
-            streams: 4,
+            streams: 0,
             sync: SyncMode::Always,
             rates: None,
         }
@@ -150,8 +152,13 @@ struct Session {
     server: String,
     /// The server's `Welcome.fresh`: the session runs without `Want`s.
     fresh: bool,
+    /// The server's `Welcome.streams`: a get's data streams.
+    streams: u32,
     welcomed: Instant,
 }
+
+/// Data streams a sender uses when nobody says (`--streams`).
+pub const DEFAULT_STREAMS: usize = 4;
 
 fn conn_err(msg: impl Into<String>) -> Problem {
     Problem::new(Kind::Connection, msg)
@@ -164,6 +171,7 @@ async fn connect(
     op: Op,
     fresh: bool,
 ) -> Result<Session, Problem> {
+    let op_is_get = matches!(op, Op::Get { .. });
     let addr: SocketAddr = tokio::net::lookup_host((host, port))
         .await
         .map_err(|e| conn_err(format!("cannot resolve {host}: {e}")))?
@@ -238,10 +246,19 @@ async fn connect(
         max_rate: opts.net.max_rate,
         cc: opts.cc.map(|c| c.name()),
         fresh,
+        streams: match op_is_get {
+            true => opts.streams.min(u32::MAX as usize) as u32,
+            false => 0,
+        },
     }))
     .await?;
-    let (server, fresh) = match rx.recv().await {
-        Some(Ok(Frame::Welcome { server, fresh, .. })) => (server, fresh),
+    let (server, fresh, streams) = match rx.recv().await {
+        Some(Ok(Frame::Welcome {
+            server,
+            fresh,
+            streams,
+            ..
+        })) => (server, fresh, streams),
         Some(Ok(Frame::Fatal { code, message })) => {
             let kind = Kind::of_peer(code);
             return Err(Problem::new(kind, format!("the server refused: {message}")));
@@ -269,6 +286,7 @@ async fn connect(
         fingerprint,
         server,
         fresh,
+        streams,
         welcomed: Instant::now(),
     })
 }
@@ -294,6 +312,7 @@ async fn close(
         fingerprint,
         server,
         fresh: _,
+        streams,
         welcomed,
     } = s;
     let data_seconds = welcomed.elapsed().as_secs_f64();
@@ -365,7 +384,11 @@ async fn close(
         udp_rx_bytes: stats.udp_rx.bytes,
         mtu: stats.path.current_mtu,
         cc: opts.cc_choice().name(),
-        streams: opts.streams,
+        streams: match (op, opts.streams) {
+            ("get", _) => streams as usize,
+            (_, 0) => DEFAULT_STREAMS,
+            (_, n) => n,
+        },
     }
 }
 
@@ -518,6 +541,7 @@ pub async fn put(
         dest: remote_dest.as_bytes().to_vec(),
         dest_is_dir: remote_dest.ends_with('/') || local.len() > 1,
         roots,
+        sync: opts.sync.into(),
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
@@ -528,7 +552,10 @@ pub async fn put(
         &mut s.rx,
         sources,
         SendOpts {
-            streams: opts.streams,
+            streams: match opts.streams {
+                0 => DEFAULT_STREAMS,
+                n => n,
+            },
             max_rate: opts.net.max_rate,
             fresh: s.fresh,
         },

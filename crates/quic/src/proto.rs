@@ -1,4 +1,4 @@
-//! Wire format of protocol version 4 (see docs/PROTOCOL.md). Sans-IO: encoders and
+//! Wire format of protocol version 5 (see docs/PROTOCOL.md). Sans-IO: encoders and
 //! decoders over byte buffers, no sockets.
 //!
 //! Control stream (the connection's first bidirectional stream): frames of
@@ -7,6 +7,7 @@
 //! then records of a 20-byte [`RecordHeader`] followed by `len` payload bytes
 //! and, for a file's only chunk, its 32-byte BLAKE3 ([`RecordHeader::hash`]).
 
+use longhaul_transfer::sync::SyncMode;
 use longhaul_transfer::{Entry, CHUNK_SIZE};
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +18,11 @@ use serde::{Deserialize, Serialize};
 /// asks the sender not to wait for a `Want` per file (a round trip).
 /// 4: `Welcome.fresh`: a put's server grants the same when its destination
 /// holds none of the put's targets (and repeats a get's `Hello.fresh`).
-pub const VERSION: u32 = 4;
+/// 5: `Op::Put.sync`: a put's `--sync` reaches the server, which receives
+/// (version 4 had no field for it: every put sent everything);
+/// `Hello.streams` and `Welcome.streams`: a get's `--streams` reaches the
+/// server, which sends (it used its own), and the client learns the count.
+pub const VERSION: u32 = 5;
 pub const ALPN: &[u8] = b"longhaul/1";
 /// Largest control frame accepted (payload bytes, after the length prefix).
 pub const MAX_FRAME: usize = 1 << 20;
@@ -58,7 +63,41 @@ pub enum Op {
         dest: Vec<u8>,
         dest_is_dir: bool,
         roots: Vec<RootSpec>,
+        /// What the server, the receiver, skips (`--sync`, `--sync --checksum`).
+        sync: PutSync,
     },
+}
+
+/// Which files already at the destination a receiver skips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum PutSync {
+    /// None: every file is sent (a part with a matching journal is resumed).
+    #[default]
+    Always,
+    /// Those whose size and mtime match.
+    SizeMtime,
+    /// Those whose BLAKE3 matches (equal sizes only).
+    Checksum,
+}
+
+impl From<SyncMode> for PutSync {
+    fn from(m: SyncMode) -> PutSync {
+        match m {
+            SyncMode::Always => PutSync::Always,
+            SyncMode::SizeMtime => PutSync::SizeMtime,
+            SyncMode::Checksum => PutSync::Checksum,
+        }
+    }
+}
+
+impl From<PutSync> for SyncMode {
+    fn from(s: PutSync) -> SyncMode {
+        match s {
+            PutSync::Always => SyncMode::Always,
+            PutSync::SizeMtime => SyncMode::SizeMtime,
+            PutSync::Checksum => SyncMode::Checksum,
+        }
+    }
 }
 
 /// How a requested root is named at the destination: `name` is its basename, empty
@@ -82,7 +121,13 @@ pub struct Hello {
     /// file as soon as its entry is out, without waiting for a `Want`, and the
     /// client sends none. A server ignores it on a put.
     pub fresh: bool,
+    /// Get only: data streams the server sends on at once (`--streams`); 0
+    /// leaves it to the server. A server caps it at [`MAX_STREAMS`].
+    pub streams: u32,
 }
+
+/// Most data streams a client may ask a server to send on at once.
+pub const MAX_STREAMS: u32 = 64;
 
 /// What the receiver wants of one file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,11 +154,13 @@ pub enum Frame {
     Hello(Hello),
     /// server → client, the answer to a good Hello. `fresh`: the session
     /// runs without `Want`s (a get whose Hello said so; a put whose
-    /// destination on the server holds none of its targets).
+    /// destination on the server holds none of its targets). `streams`: on
+    /// a get, the data streams the server sends on; 0 on a put.
     Welcome {
         version: u32,
         server: String,
         fresh: bool,
+        streams: u32,
     },
     /// Either way: the session is over.
     Fatal { code: ErrorCode, message: String },
@@ -325,7 +372,30 @@ mod tests {
                 max_rate: 0,
                 cc: Some("bbr".into()),
                 fresh: true,
+                streams: 7,
             }),
+            Frame::Hello(Hello {
+                version: VERSION,
+                token: vec![],
+                op: Op::Put {
+                    dest: b"in".to_vec(),
+                    dest_is_dir: true,
+                    roots: vec![RootSpec {
+                        name: b"x".to_vec(),
+                    }],
+                    sync: PutSync::Checksum,
+                },
+                max_rate: 5,
+                cc: None,
+                fresh: false,
+                streams: 0,
+            }),
+            Frame::Welcome {
+                version: VERSION,
+                server: "s".into(),
+                fresh: false,
+                streams: 9,
+            },
             Frame::Entry(Entry {
                 id: 9,
                 root: 1,

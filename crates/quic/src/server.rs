@@ -5,13 +5,12 @@ use crate::cc::{CcChoice, CcFactory, CcHandle};
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, Identity};
 use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts};
-use crate::proto::{ErrorCode, Frame, Hello, Op, ALPN, VERSION};
+use crate::proto::{ErrorCode, Frame, Hello, Op, ALPN, MAX_STREAMS, VERSION};
 use crate::receiver::{run_receiver, DestSpec, RecvOpts};
 use crate::report::{Problem, Progress, SessionReport};
 use crate::sender::{run_sender, SendOpts, Source, SourceResult};
 use anyhow::{Context, Result};
 use cap_std::fs::Dir;
-use longhaul_transfer::sync::SyncMode;
 use longhaul_transfer::RelPath;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -236,11 +235,17 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                         .map_err(|e| (ErrorCode::BadPath, e.to_string()))
                 })
                 .collect();
+            // The client's --streams, else ours.
+            let streams = match h.streams {
+                0 => ctx.opts.streams,
+                n => n.min(MAX_STREAMS) as usize,
+            };
             let _ = ctl
                 .send(Frame::Welcome {
                     version: VERSION,
                     server: server_name(),
                     fresh: h.fresh,
+                    streams: streams as u32,
                 })
                 .await;
             let what = format!("get of {} path(s)", paths.len());
@@ -252,7 +257,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                     &mut rx,
                     sources,
                     SendOpts {
-                        streams: ctx.opts.streams,
+                        streams,
                         max_rate: rate,
                         fresh: h.fresh,
                     },
@@ -265,6 +270,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
             dest,
             dest_is_dir,
             roots,
+            sync,
         } => {
             if ctx.opts.read_only {
                 let m = "this server is read-only (--read-only): put refused".to_string();
@@ -297,11 +303,12 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                     version: VERSION,
                     server: server_name(),
                     fresh,
+                    streams: 0,
                 })
                 .await;
             let what = if fresh { "fresh put" } else { "put" }.to_string();
             let opts = RecvOpts {
-                sync: SyncMode::Always,
+                sync: sync.into(),
                 fresh,
             };
             (

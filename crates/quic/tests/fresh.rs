@@ -85,6 +85,7 @@ async fn script(endpoint: quinn::Endpoint, steps: Vec<Step>) -> Seen {
         version: VERSION,
         server: "scripted".into(),
         fresh: welcome_fresh,
+        streams: 0,
     }))
     .await
     .unwrap();

@@ -7,8 +7,8 @@ mod common;
 
 use longhaul_quic::identity::{provider, PinVerifier, TrustPolicy};
 use longhaul_quic::proto::{
-    encode, ErrorCode, Frame, FrameDecoder, Hello, Op, Outcome, RecordHeader, RootSpec, Want, ALPN,
-    DATA_PRELUDE, VERSION,
+    encode, ErrorCode, Frame, FrameDecoder, Hello, Op, Outcome, PutSync, RecordHeader, RootSpec,
+    Want, ALPN, DATA_PRELUDE, VERSION,
 };
 use longhaul_quic::Progress;
 use longhaul_transfer::{Entry, EntryKind};
@@ -112,6 +112,7 @@ impl Raw {
             max_rate: 0,
             cc: None,
             fresh: false,
+            streams: 0,
         }))
         .await;
     }
@@ -136,6 +137,7 @@ impl Raw {
             roots: vec![RootSpec {
                 name: b"x".to_vec(),
             }],
+            sync: PutSync::Always,
         })
         .await;
         r
@@ -347,6 +349,7 @@ async fn garbage_on_the_control_stream() {
         max_rate: 0,
         cc: None,
         fresh: false,
+        streams: 0,
     }))
     .await;
     r.expect_fatal(
@@ -366,6 +369,7 @@ async fn garbage_on_the_control_stream() {
         max_rate: 0,
         cc: None,
         fresh: false,
+        streams: 0,
     }));
     v2.pop();
     let len = (v2.len() - 4) as u32;
@@ -426,6 +430,7 @@ async fn put_manifest_entries_that_leave_the_root() {
         roots: vec![RootSpec {
             name: b"..".to_vec(),
         }],
+        sync: PutSync::Always,
     })
     .await;
     r.welcome().await;
@@ -441,6 +446,7 @@ async fn put_manifest_entries_that_leave_the_root() {
         roots: vec![RootSpec {
             name: b"x".to_vec(),
         }],
+        sync: PutSync::Always,
     })
     .await;
     r.expect_fatal(
