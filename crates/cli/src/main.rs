@@ -188,9 +188,13 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
     writeln!(out, "fingerprint {}", server.fingerprint)?;
     out.flush()?;
     drop(out);
+    let close = server.closer();
     tokio::select! {
         r = server.run() => r?,
-        _ = tokio::signal::ctrl_c() => eprintln!("longhaul serve: interrupted, exiting"),
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("longhaul serve: interrupted, closing connections and exiting");
+            close.await;
+        }
     }
     Ok(0)
 }
@@ -258,6 +262,7 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
             _ => SyncMode::Always,
         },
         rates: (!a.no_rates).then(|| a.rates.clone().unwrap_or_else(default_rates)),
+        interrupt: Default::default(),
     })
 }
 
@@ -285,6 +290,7 @@ async fn get(a: args::GetArgs) -> Result<i32> {
     let progress = Arc::new(Progress::default());
     Ok(drive(
         &a.t,
+        &opts.interrupt,
         progress.clone(),
         longhaul_quic::get(&host, port, &paths, &dest, &opts, progress),
     )
@@ -302,6 +308,7 @@ async fn put(a: args::PutArgs) -> Result<i32> {
     let progress = Arc::new(Progress::default());
     Ok(drive(
         &a.t,
+        &opts.interrupt,
         progress.clone(),
         longhaul_quic::put(&locals, &host, port, &rdest, &opts, progress),
     )
@@ -309,9 +316,11 @@ async fn put(a: args::PutArgs) -> Result<i32> {
 }
 
 /// Run a transfer under a progress bar; Ctrl-C ends it (partials are journaled as
-/// the session state drops) with exit status 130.
+/// the session state drops, and the connection is closed so that the server
+/// ends its side at once) with exit status 130.
 async fn drive(
     t: &TransferArgs,
+    interrupt: &longhaul_quic::Interrupt,
     progress: Arc<Progress>,
     transfer: impl std::future::Future<Output = Result<ClientReport, Problem>>,
 ) -> i32 {
@@ -324,6 +333,7 @@ async fn drive(
     match r {
         Some(r) => conclude(r, t),
         None => {
+            interrupt.close().await;
             eprintln!("longhaul: interrupted; rerun the same command to resume");
             EXIT_INTERRUPTED
         }

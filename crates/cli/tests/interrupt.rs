@@ -94,3 +94,63 @@ fn ctrl_c_keeps_every_written_chunk_for_the_rerun() {
     );
     assert_eq!(list_tree(&dest), vec![dest.join("big.bin")]);
 }
+
+#[test]
+fn ctrl_c_of_a_put_ends_the_servers_session_at_once() {
+    // Without a close on Ctrl-C the server held the session, and the files
+    // it was receiving, until its idle timeout: a rerun right away was
+    // refused ("already being received").
+    let t = Tmp::new("interrupt-put");
+    let root = t.join("root");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let src = t.join("big.bin");
+    gen_file(&src, 12, SIZE);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let args: Vec<OsString> = vec![
+        "--accept-new".into(),
+        "--max-rate".into(),
+        "100M".into(),
+        "--json".into(),
+        src.clone().into(),
+        srv.remote("in/"),
+    ];
+    let mut child = c
+        .cmd("put", &args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let part = root.join("in/.big.bin.lh-part");
+    let started = Instant::now();
+    while !part.exists() && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    // SAFETY: sending SIGINT to our own child by its PID.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    let rerun = Instant::now();
+    let out = c.run("put", &args);
+    out.expect_code(0);
+    let j = out.json();
+    // The sender reports what the server already held (it said 0 before).
+    assert!(totals(&j, "bytes_resumed") > 0, "{j:#}");
+    assert_eq!(
+        totals(&j, "bytes_resumed") + totals(&j, "bytes_transferred"),
+        SIZE,
+        "{j:#}"
+    );
+    assert_eq!(hash_file(&root.join("in/big.bin")), hash_file(&src));
+    assert!(
+        rerun.elapsed() < Duration::from_secs(10),
+        "the rerun took {:?}",
+        rerun.elapsed()
+    );
+    assert!(
+        srv.log_text().contains("interrupted by the user"),
+        "{}",
+        srv.log_text()
+    );
+}

@@ -34,7 +34,41 @@ pub struct ClientOpts {
     pub sync: SyncMode,
     /// The rate memory (`crate::rates`): None keeps none.
     pub rates: Option<PathBuf>,
+    /// Closes the transfer's connection on Ctrl-C.
+    pub interrupt: Interrupt,
 }
+
+/// A handle on a transfer's connection for the user's Ctrl-C: dropping the
+/// transfer alone sends no close before the process exits, and the server
+/// then holds the session, and the files it was receiving, until its idle
+/// timeout (a rerun of a put within it was refused: "already being
+/// received").
+#[derive(Debug, Clone, Default)]
+pub struct Interrupt(Arc<std::sync::Mutex<Option<(quinn::Endpoint, quinn::Connection)>>>);
+
+impl Interrupt {
+    fn set(&self, endpoint: &quinn::Endpoint, conn: &quinn::Connection) {
+        *self.0.lock().unwrap() = Some((endpoint.clone(), conn.clone()));
+    }
+
+    /// Close the connection, if one is up, and wait (at most 250 ms) until
+    /// the close has left.
+    pub async fn close(&self) {
+        let Some((endpoint, conn)) = self.0.lock().unwrap().take() else {
+            return;
+        };
+        let sent = conn.stats().udp_tx.datagrams;
+        conn.close(INTERRUPTED.into(), b"interrupted by the user");
+        until(Duration::from_millis(250), || {
+            conn.stats().udp_tx.datagrams > sent
+        })
+        .await;
+        drop(endpoint);
+    }
+}
+
+/// The application close code of a connection the user interrupted.
+pub const INTERRUPTED: u32 = 2;
 
 impl ClientOpts {
     /// The controller the sending side runs: the user's, else the default.
@@ -58,6 +92,7 @@ impl ClientOpts {
             streams: 0,
             sync: SyncMode::Always,
             rates: None,
+            interrupt: Interrupt::default(),
         }
     }
 }
@@ -206,7 +241,10 @@ async fn connect(
         .await;
     let trust = outcome.lock().unwrap().clone();
     let conn = match conn {
-        Ok(c) => c,
+        Ok(c) => {
+            opts.interrupt.set(&endpoint, &c);
+            c
+        }
         Err(e) => {
             if let Some(msg) = trust
                 .as_ref()

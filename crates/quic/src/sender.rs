@@ -51,6 +51,8 @@ struct SendState {
     remaining: u64,
     failed: bool,
     sent: u64,
+    /// Bytes the receiver already held (a resumed file's chunks not wanted).
+    resumed: u64,
     /// Sent whole unasked (a fresh session): a `Want` for it is a protocol error.
     fresh: bool,
 }
@@ -371,7 +373,7 @@ async fn control_loop(
                     size: f.plan.size,
                     status,
                     bytes_transferred: st.sent,
-                    bytes_resumed: 0,
+                    bytes_resumed: st.resumed,
                     blake3: if done && status == Status::Verified {
                         Some(hex(&f.plan.root(
                             &st.digests.iter().map(|d| d.unwrap()).collect::<Vec<_>>(),
@@ -472,6 +474,7 @@ fn queue_jobs(shared: &Shared, id: u64, f: &Arc<SendFile>, send: &[bool]) {
         .filter_map(|i| f.plan.len(i))
         .sum();
     Progress::add(&shared.progress.bytes_done, skipped);
+    f.st.lock().unwrap().resumed = skipped;
     shared.queue.push_all((0..n).map(|index| Job::Chunk {
         id,
         f: f.clone(),

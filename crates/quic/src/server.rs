@@ -32,6 +32,9 @@ pub struct ServeOpts {
 }
 
 /// A bound server, ready to run.
+/// The application close code of connections a shutting-down server closes.
+pub const SHUTDOWN: u32 = 3;
+
 pub struct Server {
     endpoint: quinn::Endpoint,
     crypto: Arc<quinn::crypto::rustls::QuicServerConfig>,
@@ -68,6 +71,17 @@ impl Server {
 
     pub fn local_addr(&self) -> Result<SocketAddr> {
         Ok(self.endpoint.local_addr()?)
+    }
+
+    /// Close every connection, telling each client that the server is
+    /// shutting down, and wait (at most 1 s) until the closes have left:
+    /// a client would otherwise wait out its idle timeout.
+    pub fn closer(&self) -> impl std::future::Future<Output = ()> {
+        let endpoint = self.endpoint.clone();
+        async move {
+            endpoint.close(SHUTDOWN.into(), b"the server is shutting down");
+            let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        }
     }
 
     /// Serve until the endpoint is closed.

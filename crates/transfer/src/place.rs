@@ -309,6 +309,13 @@ pub enum FinishError {
 /// share its part file, and each would verify only what it received, not what
 /// the part then holds.
 static RECEIVING: Mutex<BTreeSet<(u64, u64, Vec<u8>)>> = Mutex::new(BTreeSet::new());
+/// Signalled whenever a claim is given up.
+static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
+/// How long a second claim waits for the first to be given up. A session
+/// whose client closed (Ctrl-C, then a rerun at once) journals and drops its
+/// files within milliseconds to a few seconds (an fdatasync of the part),
+/// and the rerun's entry can arrive before that.
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// This process's claim on a target, given up when the file is dropped.
 struct Claim((u64, u64, Vec<u8>));
@@ -320,12 +327,20 @@ impl Claim {
         Ok((m.dev(), m.ino(), name.to_vec()))
     }
 
+    /// Blocks up to [`CLAIM_WAIT`] (callers run it off the async runtime).
     fn take(dir: &Dir, name: &[u8]) -> io::Result<Claim> {
         let key = Claim::key(dir, name)?;
-        if !RECEIVING.lock().unwrap().insert(key.clone()) {
-            return Err(io::Error::other(
-                "this file is already being received (by another session, or another root of this one; a session whose peer vanished holds it until its connection times out), and is not written twice at once",
-            ));
+        let deadline = std::time::Instant::now() + CLAIM_WAIT;
+        let mut held = RECEIVING.lock().unwrap();
+        while !held.insert(key.clone()) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::other(format!(
+                    "this file is already being received (by another session, or another root of this one; waited {} s; a session whose peer vanished without closing holds it until its connection times out), and is not written twice at once",
+                    CLAIM_WAIT.as_secs()
+                )));
+            }
+            held = RELEASED.wait_timeout(held, left).unwrap().0;
         }
         Ok(Claim(key))
     }
@@ -334,6 +349,7 @@ impl Claim {
 impl Drop for Claim {
     fn drop(&mut self) {
         RECEIVING.lock().unwrap().remove(&self.0);
+        RELEASED.notify_all();
     }
 }
 
@@ -959,8 +975,18 @@ mod tests {
         );
         // Another name in the same directory is not held up.
         assert!(Incoming::open(dir.clone(), b"g", &entry(size), false).is_ok());
+        // A claim given up while a second one waits is granted to it.
+        let waiter = {
+            let dir = dir.clone();
+            std::thread::spawn(move || Incoming::open(dir, b"f", &entry(size), true).map(|_| ()))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!waiter.is_finished(), "the second claim waits");
         drop(a);
-        assert!(Incoming::open(dir, b"f", &entry(size), true).is_ok());
+        waiter
+            .join()
+            .unwrap()
+            .expect("granted once the first is given up");
     }
 
     #[test]
