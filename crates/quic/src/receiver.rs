@@ -309,6 +309,16 @@ async fn control_loop(
         };
         match frame {
             Frame::Entry(e) => {
+                // Ids rise: a reused one would hand a write in flight for the
+                // old file to the new one, which would be placed with that
+                // chunk never written.
+                let last = *shared.entries.borrow();
+                if e.id <= last {
+                    return Err(protocol(format!(
+                        "entry id {} after {last}: entry ids must rise",
+                        e.id
+                    )));
+                }
                 let path = RelPath::from_wire(&e.path).map_err(|err| protocol(err.to_string()))?;
                 if path.is_root() {
                     root_kinds.insert(e.root, e.kind);

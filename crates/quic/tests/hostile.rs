@@ -530,6 +530,18 @@ async fn put_entries_through_a_link_in_the_root_or_by_a_reserved_name() {
     .await;
     r.conn.close(0u32.into(), b"bye");
     assert!(!s.root.join("in/x/.f.lh-part").exists());
+
+    // An id used twice: a write in flight for the first file would count
+    // for the second.
+    let mut r = Raw::put_session(&s).await;
+    r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
+    r.frame(&entry(2, b"a", EntryKind::File, 5, b"")).await;
+    r.frame(&entry(2, b"b", EntryKind::File, 5, b"")).await;
+    r.expect_fatal(
+        ErrorCode::Protocol,
+        &["entry id 2 after 2: entry ids must rise"],
+    )
+    .await;
     normal_get_works(&s).await;
 }
 
