@@ -47,7 +47,10 @@ struct SendFile {
 #[derive(Default)]
 struct SendState {
     file: Option<Arc<File>>,
+    /// Per chunk, once the first is read.
     digests: Vec<Option<Digest>>,
+    /// Wanted (or sent unasked, in a fresh session).
+    started: bool,
     remaining: u64,
     failed: bool,
     sent: u64,
@@ -68,6 +71,17 @@ enum Job {
         id: u64,
         f: Arc<SendFile>,
         hash: Digest,
+    },
+    /// Chunks `next..` of a file, handed out one [`Job::Chunk`] at a time
+    /// by [`Queue::pop`]: the queue holds one job per file, not per chunk (a
+    /// client that asked for 30 files of 1 TiB made a server queue 30
+    /// million jobs, 2.7 GB, before any data moved). `send`: which chunks
+    /// go out (the others are read and hashed only); None: all of them.
+    Chunks {
+        id: u64,
+        f: Arc<SendFile>,
+        next: u64,
+        send: Option<Arc<Vec<bool>>>,
     },
 }
 
@@ -96,8 +110,24 @@ impl Queue {
             notified.as_mut().enable();
             {
                 let mut g = self.q.lock().unwrap();
-                if let Some(j) = g.0.pop_front() {
-                    return Some(j);
+                while let Some(front) = g.0.front_mut() {
+                    let Job::Chunks { id, f, next, send } = front else {
+                        return g.0.pop_front();
+                    };
+                    let (index, id, f) = (*next, *id, f.clone());
+                    *next += 1;
+                    let job = (index < f.plan.count()).then(|| Job::Chunk {
+                        id,
+                        send: send.as_ref().is_none_or(|s| s[index as usize]),
+                        f: f.clone(),
+                        index,
+                    });
+                    if index + 1 >= f.plan.count() {
+                        g.0.pop_front();
+                    }
+                    if job.is_some() {
+                        return job;
+                    }
                 }
                 if g.1 {
                     return None;
@@ -287,7 +317,7 @@ fn walk_all(shared: &Shared, sources: Vec<SourceResult>, fresh: bool) -> Result<
                 if n == 0 {
                     shared.ctl.blocking_send(empty_done(id, &f))?;
                 } else {
-                    queue_jobs(shared, id, &f, &vec![true; n as usize]);
+                    queue_jobs(shared, id, &f, None);
                 }
             }
         }
@@ -367,7 +397,8 @@ async fn control_loop(
                     Progress::add(&shared.progress.bytes_done, f.plan.size);
                 }
                 Progress::add(&shared.progress.files_done, 1);
-                let done = st.digests.iter().all(Option::is_some);
+                let done = st.digests.len() as u64 == f.plan.count()
+                    && st.digests.iter().all(Option::is_some);
                 report.files.push(FileReport {
                     path: f.display.clone(),
                     size: f.plan.size,
@@ -401,9 +432,9 @@ async fn want_file(
     want: Want,
 ) -> Result<(), Problem> {
     let n = f.plan.count();
-    let send_mask: Vec<bool> = match &want {
+    let send_mask: Option<Vec<bool>> = match &want {
         Want::Skip => return Ok(()),
-        Want::All | Want::UnlessHash(_) => vec![true; n as usize],
+        Want::All | Want::UnlessHash(_) => None,
         Want::Chunks(ranges) => {
             let mut m = vec![false; n as usize];
             for &(a, b) in ranges {
@@ -414,7 +445,7 @@ async fn want_file(
                 }
                 m[a as usize..b as usize].iter_mut().for_each(|x| *x = true);
             }
-            m
+            Some(m)
         }
     };
     if !start_file(&f, n, false) {
@@ -426,16 +457,16 @@ async fn want_file(
         shared.queue.push_all([Job::Compare { id, f, hash }]);
         return Ok(());
     }
-    queue_chunks(shared, id, &f, &send_mask).await
+    queue_chunks(shared, id, &f, send_mask).await
 }
 
-/// Queue every chunk of a file (those not in `send` are read and hashed only); an
-/// empty file is done at once.
+/// Queue every chunk of a file (those not in `send` are read and hashed only;
+/// None: all go out); an empty file is done at once.
 async fn queue_chunks(
     shared: &Shared,
     id: u64,
     f: &Arc<SendFile>,
-    send: &[bool],
+    send: Option<Vec<bool>>,
 ) -> Result<(), Problem> {
     if f.plan.count() == 0 {
         return shared.ctl.send(empty_done(id, f)).await;
@@ -444,14 +475,16 @@ async fn queue_chunks(
     Ok(())
 }
 
-/// Make room for a file's chunk digests: it is wanted (once; false if it
-/// was already, or it is a fresh session's and `fresh` is not this call's).
+/// A file is wanted (once; false if it was already, or it is a fresh
+/// session's and `fresh` is not this call's). Its chunk digests get room
+/// with its first chunk read, not here: a long queue of wanted files holds
+/// no per-chunk state.
 fn start_file(f: &SendFile, n: u64, fresh: bool) -> bool {
     let mut st = f.st.lock().unwrap();
-    if !st.digests.is_empty() || st.remaining > 0 || st.fresh {
+    if st.started {
         return false;
     }
-    st.digests = vec![None; n as usize];
+    st.started = true;
     st.remaining = n;
     st.fresh = fresh;
     true
@@ -466,21 +499,24 @@ fn empty_done(id: u64, f: &SendFile) -> Frame {
     }
 }
 
-/// Queue every chunk of a file of at least one chunk.
-fn queue_jobs(shared: &Shared, id: u64, f: &Arc<SendFile>, send: &[bool]) {
+/// Queue every chunk of a file of at least one chunk (`send`: which go out,
+/// None: all).
+fn queue_jobs(shared: &Shared, id: u64, f: &Arc<SendFile>, send: Option<Vec<bool>>) {
     let n = f.plan.count();
-    let skipped: u64 = (0..n)
-        .filter(|&i| !send[i as usize])
-        .filter_map(|i| f.plan.len(i))
-        .sum();
+    let skipped: u64 = send.as_ref().map_or(0, |send| {
+        (0..n)
+            .filter(|&i| !send[i as usize])
+            .filter_map(|i| f.plan.len(i))
+            .sum()
+    });
     Progress::add(&shared.progress.bytes_done, skipped);
     f.st.lock().unwrap().resumed = skipped;
-    shared.queue.push_all((0..n).map(|index| Job::Chunk {
+    shared.queue.push_all([Job::Chunks {
         id,
         f: f.clone(),
-        index,
-        send: send[index as usize],
-    }));
+        next: 0,
+        send: send.map(Arc::new),
+    }]);
 }
 
 fn open_source(f: &SendFile) -> std::io::Result<Arc<File>> {
@@ -582,6 +618,9 @@ async fn chunk_read(
 ) -> Result<Finish, Problem> {
     let finished = {
         let mut st = f.st.lock().unwrap();
+        if st.digests.is_empty() {
+            st.digests = vec![None; f.plan.count() as usize];
+        }
         if st.digests[index as usize].replace(digest).is_none() {
             st.remaining -= 1;
         }
@@ -619,6 +658,7 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
     };
     while let Some(job) = shared.queue.pop().await {
         match job {
+            Job::Chunks { .. } => unreachable!("Queue::pop hands out one chunk at a time"),
             Job::Compare { id, f, hash } => {
                 let f2 = f.clone();
                 let r = tokio::task::spawn_blocking(move || -> std::io::Result<Digest> {
@@ -642,8 +682,7 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
                             .await?;
                     }
                     Ok(_) => {
-                        let all = vec![true; f.plan.count() as usize];
-                        queue_chunks(&shared, id, &f, &all).await?;
+                        queue_chunks(&shared, id, &f, None).await?;
                     }
                     Err(e) => fail_file(&shared, id, &f, format!("{}: {e}", f.display)).await?,
                 }
@@ -700,7 +739,17 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
                         stream = Some(s);
                     }
                     if let Some(p) = &shared.pacer {
-                        tokio::time::sleep(p.reserve(data.len() as u64)).await;
+                        // A slow --max-rate books slots seconds ahead: a
+                        // connection that closes meanwhile ends the wait.
+                        tokio::select! {
+                            _ = tokio::time::sleep(p.reserve(data.len() as u64)) => {}
+                            e = conn.closed() => {
+                                return Err(Problem::new(
+                                    Kind::Connection,
+                                    format!("data stream: {}", crate::control::chain(&e)),
+                                ))
+                            }
+                        }
                     }
                     let s = stream.as_mut().unwrap();
                     let hdr = RecordHeader {
@@ -743,6 +792,86 @@ async fn worker(shared: Arc<Shared>, conn: quinn::Connection) -> Result<(), Prob
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn file(size: u64) -> Arc<SendFile> {
+        let t = std::env::temp_dir();
+        Arc::new(SendFile {
+            dir: Arc::new(Dir::open_ambient_dir(t, cap_std::ambient_authority()).unwrap()),
+            path: RelPath::from_wire(b"x").unwrap(),
+            display: "x".into(),
+            plan: ChunkPlan::new(size),
+            mtime_ns: 0,
+            st: Mutex::default(),
+        })
+    }
+
+    #[tokio::test]
+    async fn the_queue_holds_a_job_per_file_and_hands_out_its_chunks_in_order() {
+        let q = Queue::default();
+        let mib = longhaul_transfer::CHUNK_SIZE;
+        // A file of 1 TiB is one job in the queue, whatever its chunk count.
+        q.push_all([
+            Job::Chunks {
+                id: 1,
+                f: file(3 * mib),
+                next: 0,
+                send: Some(Arc::new(vec![true, false, true])),
+            },
+            Job::Chunks {
+                id: 2,
+                f: file(1 << 40),
+                next: 0,
+                send: None,
+            },
+        ]);
+        assert_eq!(q.q.lock().unwrap().0.len(), 2);
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            match q.pop().await {
+                Some(Job::Chunk {
+                    id, index, send, ..
+                }) => got.push((id, index, send)),
+                _ => panic!("a chunk"),
+            }
+        }
+        assert_eq!(
+            got,
+            [
+                (1, 0, true),
+                (1, 1, false),
+                (1, 2, true),
+                (2, 0, true),
+                (2, 1, true)
+            ]
+        );
+        assert_eq!(q.q.lock().unwrap().0.len(), 1, "file 2 still one job");
+        // A file's last chunk takes its job off the queue; what follows comes next.
+        q.q.lock().unwrap().0.clear();
+        q.push_all([
+            Job::Chunks {
+                id: 3,
+                f: file(10),
+                next: 0,
+                send: None,
+            },
+            Job::Compare {
+                id: 4,
+                f: file(10),
+                hash: [0; 32],
+            },
+        ]);
+        assert!(matches!(
+            q.pop().await,
+            Some(Job::Chunk {
+                id: 3,
+                index: 0,
+                ..
+            })
+        ));
+        assert!(matches!(q.pop().await, Some(Job::Compare { id: 4, .. })));
+        q.close();
+        assert!(q.pop().await.is_none());
+    }
 
     #[test]
     fn no_data_stream_carries_more_than_the_budget_or_one_record() {
