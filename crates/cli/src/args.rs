@@ -11,7 +11,9 @@ Exit status:
   3  connection, trust or access problem (unknown/changed fingerprint, wrong token)
   4  remote error (path missing on the server, server-side I/O, read-only server)
   5  local I/O error (destination not writable, disk full; partials are kept for resume)
-  6  verification failed (BLAKE3 mismatch; the bad partial is removed)";
+  6  verification failed (BLAKE3 mismatch; the bad partial is removed)
+  1  anything else that stops a command (e.g. serve cannot bind its port)
+  130  interrupted (Ctrl-C); rerun the same command to resume";
 
 #[derive(Parser)]
 #[command(
@@ -50,6 +52,13 @@ pub enum Command {
 }
 
 const GET_HELP: &str = "\
+Examples:
+  longhaul get --fingerprint SHA256:7vUb... src.example.org:run42 ./   # ./run42
+  longhaul get src.example.org:9000:run42/ ./run42     # port 9000; contents of run42
+  longhaul get --sync --json src.example.org:run42 /data   # only what changed; a report
+
+HOST[:PORT]: the server (port 7878 unless given; IPv6 in brackets: [::1]:7878:run42).
+
 Paths:
   REMOTE_PATH is relative to the server's --root ('.' or '' is the root itself);
   absolute paths and '..' are refused. Like rsync: 'srv:run42' lands as DEST/run42
@@ -66,15 +75,29 @@ Resume and sync:
   file `.NAME.lh-part` and its journal sit beside the target). --sync skips files
   whose size and mtime match; --sync --checksum compares BLAKE3 instead.
 
-Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O, 6 verification.";
+Symlinks are copied as links, their targets unchanged (also absolute ones);
+nothing is ever written through a link in the destination.
+
+Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O,
+6 verification, 1 other, 130 interrupted.";
 
 const PUT_HELP: &str = "\
+Examples:
+  longhaul put ./obs dst.example.org:incoming/        # stores incoming/obs
+  longhaul put --sync ./obs/ dst.example.org:mirror   # contents of obs; only what changed
+
+HOST[:PORT]: the server (port 7878 unless given; IPv6 in brackets).
+
 Paths:
   REMOTE_DEST is relative to the server's --root. 'put ./obs srv:in/' stores
   in/obs; 'put ./obs/ srv:in' stores the contents of obs in 'in'; a single file to a
   REMOTE_DEST that is not a directory is stored under that name.
 
-Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O, 6 verification.";
+Resume and sync: as for get, on the server's side: a rerun sends only the chunks
+the server lacks; --sync and --sync --checksum skip what the server has.
+
+Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O,
+6 verification, 1 other, 130 interrupted.";
 
 #[derive(Args)]
 pub struct ServeArgs {

@@ -7,7 +7,7 @@ mod lab_args;
 mod multicast;
 mod progress;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use args::{Cli, Command, TransferArgs};
 use clap::Parser;
 use longhaul_quic::cc::{parse_rate, CcChoice};
@@ -69,6 +69,7 @@ fn init_logging(default_level: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
 }
@@ -117,8 +118,8 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 
 fn read_token(file: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
     if let Some(f) = file {
-        let t =
-            std::fs::read(f).with_context(|| format!("reading the token file {}", f.display()))?;
+        let t = std::fs::read(f)
+            .map_err(|e| usage(format!("reading the token file {}: {e}", f.display())))?;
         let t = t.strip_suffix(b"\n").unwrap_or(&t).to_vec();
         if t.is_empty() {
             return Err(usage(format!("the token file {} is empty", f.display())));

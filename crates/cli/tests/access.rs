@@ -43,6 +43,24 @@ fn token_is_required_and_checked() {
     let out = get(&c, &srv, &dest, &[], None);
     out.expect_code(3);
     assert!(out.stderr.contains("access denied"), "{}", out.stderr);
+    // A token file that is not there is a usage error, named.
+    let missing = t.join("missing.token");
+    let out = get(
+        &c,
+        &srv,
+        &dest,
+        &["--token-file".into(), missing.clone().into()],
+        None,
+    );
+    out.expect_code(2);
+    assert!(
+        out.stderr
+            .contains(&format!("reading the token file {}", missing.display())),
+        "{}",
+        out.stderr
+    );
+    // Logs on a pipe carry no colour codes.
+    assert!(!srv.log_text().contains('\u{1b}'), "{}", srv.log_text());
     // Wrong token, by file and by environment; a prefix of the right one.
     let wrong = t.join("wrong.token");
     std::fs::write(&wrong, "s3cret-toke\n").unwrap();

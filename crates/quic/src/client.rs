@@ -252,8 +252,18 @@ async fn connect(
             {
                 return Err(conn_err(msg));
             }
+            let shown = match host.contains(':') {
+                true => format!("[{host}]:{port}"),
+                false => format!("{host}:{port}"),
+            };
+            let hint = match e {
+                quinn::ConnectionError::TimedOut => format!(
+                    " (no answer: is `longhaul serve` running there, and does UDP port {port} reach it?)"
+                ),
+                _ => String::new(),
+            };
             return Err(conn_err(format!(
-                "cannot connect to {host}:{port} ({addr}): {e}"
+                "cannot connect to {shown} ({addr}): {e}{hint}"
             )));
         }
     };
