@@ -291,6 +291,7 @@ async fn get(a: args::GetArgs) -> Result<i32> {
     let progress = Arc::new(Progress::default());
     Ok(drive(
         &a.t,
+        "get",
         &opts.interrupt,
         progress.clone(),
         longhaul_quic::get(&host, port, &paths, &dest, &opts, progress),
@@ -309,6 +310,7 @@ async fn put(a: args::PutArgs) -> Result<i32> {
     let progress = Arc::new(Progress::default());
     Ok(drive(
         &a.t,
+        "put",
         &opts.interrupt,
         progress.clone(),
         longhaul_quic::put(&locals, &host, port, &rdest, &opts, progress),
@@ -321,6 +323,7 @@ async fn put(a: args::PutArgs) -> Result<i32> {
 /// ends its side at once) with exit status 130.
 async fn drive(
     t: &TransferArgs,
+    op: &str,
     interrupt: &longhaul_quic::Interrupt,
     progress: Arc<Progress>,
     transfer: impl std::future::Future<Output = Result<ClientReport, Problem>>,
@@ -332,17 +335,20 @@ async fn drive(
     };
     bar.finish().await;
     match r {
-        Some(r) => conclude(r, t),
+        Some(r) => conclude(r, op, t),
         None => {
             interrupt.close().await;
             eprintln!("longhaul: interrupted; rerun the same command to resume");
+            if t.json {
+                print_failure(op, &[], true);
+            }
             EXIT_INTERRUPTED
         }
     }
 }
 
 /// Print the outcome (JSON or human) and pick the exit status.
-fn conclude(r: Result<ClientReport, Problem>, t: &TransferArgs) -> i32 {
+fn conclude(r: Result<ClientReport, Problem>, op: &str, t: &TransferArgs) -> i32 {
     match r {
         Ok(rep) => {
             if let (Some(fp), false) = (&rep.fingerprint, t.quiet || t.json) {
@@ -365,17 +371,31 @@ fn conclude(r: Result<ClientReport, Problem>, t: &TransferArgs) -> i32 {
         }
         Err(p) => {
             if t.json {
-                let doc = serde_json::json!({ "ok": false, "problems": [p] });
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&doc).expect("serializes")
-                );
+                print_failure(op, std::slice::from_ref(&p), false);
             } else {
                 eprintln!("error: {p}");
             }
             p.kind.exit_code()
         }
     }
+}
+
+/// `--json` for a transfer that produced no report (it failed before or
+/// outside its files, or was interrupted): the report's shape, so a script
+/// reads `ok`, `problems`, `files` and `totals` whatever happened.
+fn print_failure(op: &str, problems: &[Problem], interrupted: bool) {
+    let doc = serde_json::json!({
+        "op": op,
+        "ok": false,
+        "interrupted": interrupted,
+        "problems": problems,
+        "files": [],
+        "totals": longhaul_quic::Totals::default(),
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&doc).expect("serializes")
+    );
 }
 
 fn summary(r: &ClientReport) -> String {

@@ -81,6 +81,13 @@ fn token_is_required_and_checked() {
     let j = out.json();
     assert_eq!(j["ok"], false);
     assert_eq!(j["problems"][0]["kind"], "connection");
+    // The shape of every report, for scripts.
+    assert_eq!(
+        (&j["op"], &j["interrupted"]),
+        (&"get".into(), &false.into())
+    );
+    assert_eq!(j["files"].as_array().map(Vec::len), Some(0), "{j:#}");
+    assert_eq!(j["totals"]["bytes_transferred"], 0, "{j:#}");
     assert!(j["problems"][0]["message"]
         .as_str()
         .unwrap()

@@ -115,10 +115,10 @@ fn ctrl_c_of_a_put_ends_the_servers_session_at_once() {
         src.clone().into(),
         srv.remote("in/"),
     ];
-    let mut child = c
+    let child = c
         .cmd("put", &args)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -130,7 +130,14 @@ fn ctrl_c_of_a_put_ends_the_servers_session_at_once() {
     std::thread::sleep(Duration::from_millis(1000));
     // SAFETY: sending SIGINT to our own child by its PID.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    assert_eq!(child.wait().unwrap().code(), Some(130));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(
+        (&j["ok"], &j["interrupted"]),
+        (&false.into(), &true.into()),
+        "{j:#}"
+    );
     let rerun = Instant::now();
     let out = c.run("put", &args);
     out.expect_code(0);

@@ -18,6 +18,6 @@ pub mod sender;
 pub mod server;
 pub mod wan;
 
-pub use client::{get, put, ClientOpts, ClientReport, Interrupt};
+pub use client::{get, put, ClientOpts, ClientReport, Interrupt, Totals};
 pub use report::{Kind, Problem, Progress};
 pub use server::{ServeOpts, Server, DEFAULT_PORT};
