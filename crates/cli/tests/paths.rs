@@ -38,7 +38,14 @@ fn missing_and_escaping_paths() {
     let out = get("no/such/thing", false);
     out.expect_code(4);
     assert!(
-        out.stderr.contains("no/such/thing") && out.stderr.contains("No such file"),
+        out.stderr
+            .contains("error: at the source: no/such/thing: No such file or directory"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        out.stderr.matches("no/such/thing").count(),
+        1,
         "{}",
         out.stderr
     );

@@ -349,16 +349,16 @@ async fn control_loop(
                 code,
                 message,
             } => {
-                let name = dest
-                    .roots
-                    .get(root as usize)
-                    .map(|r| String::from_utf8_lossy(&r.name).into_owned());
+                // The sender's message names its path ("nope: No such
+                // file..."); naming the local root too printed it twice.
+                if dest.roots.get(root as usize).is_none() {
+                    return Err(protocol(format!("RootError for unknown root {root}")));
+                }
                 let mut st = shared.st.lock().unwrap();
                 let kind = Kind::of_peer(code);
-                st.report.problems.push(Problem {
-                    path: name.filter(|n| !n.is_empty()),
-                    ..Problem::new(kind, message)
-                });
+                st.report
+                    .problems
+                    .push(Problem::new(kind, format!("at the source: {message}")));
             }
             Frame::EntryError { path, message, .. } => {
                 let mut st = shared.st.lock().unwrap();
