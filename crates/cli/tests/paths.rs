@@ -171,3 +171,44 @@ fn symlink_with_trailing_slash_is_a_remote_error() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+#[test]
+fn a_put_sends_what_it_can_when_one_local_path_is_missing() {
+    // As a get does with a missing remote path: the rest still goes.
+    let t = Tmp::new("put-missing");
+    let root = t.join("root");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let h1 = t.join("h1");
+    std::fs::write(&h1, b"here").unwrap();
+    let nosuch = t.join("nosuch");
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let out = c.run(
+        "put",
+        [
+            OsString::from("--accept-new"),
+            "--json".into(),
+            nosuch.clone().into(),
+            h1.clone().into(),
+            srv.remote("in/"),
+        ],
+    );
+    out.expect_code(5);
+    let j = out.json();
+    assert_eq!(j["problems"][0]["kind"], "local_io", "{j:#}");
+    assert_eq!(
+        j["problems"][0]["path"],
+        nosuch.display().to_string(),
+        "{j:#}"
+    );
+    assert_eq!(totals(&j, "verified"), 1, "{j:#}");
+    assert_eq!(std::fs::read(root.join("in/h1")).unwrap(), b"here");
+    // Nothing to send at all: refused before connecting, the path named.
+    let out = c.run("put", [OsString::from(nosuch.clone()), srv.remote("in/")]);
+    out.expect_code(5);
+    assert!(
+        out.stderr.contains(&nosuch.display().to_string()),
+        "{}",
+        out.stderr
+    );
+}

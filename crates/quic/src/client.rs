@@ -5,7 +5,7 @@ use crate::cc::CcChoice;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
 use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts};
-use crate::proto::{Frame, Hello, Op, RootSpec, ALPN, VERSION};
+use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, ALPN, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, DestSpec, RecvOpts};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
@@ -537,6 +537,42 @@ pub async fn get(
     remember_rate(opts, *remembered, peak.load(Ordering::Relaxed), report)
 }
 
+/// A local path of a put: its source and how it is named at the destination.
+fn local_source(p: &Path, name: &[u8]) -> Result<(Source, RootSpec), Problem> {
+    let contents = p.as_os_str().as_bytes().ends_with(b"/") || p.file_name().is_none();
+    let meta = std::fs::symlink_metadata(p)
+        .map_err(|e| Problem::at(Kind::LocalIo, p.display().to_string(), e.to_string()))?;
+    let open = |d: &Path| {
+        Dir::open_ambient_dir(d, cap_std::ambient_authority())
+            .map_err(|e| Problem::at(Kind::LocalIo, d.display().to_string(), e.to_string()))
+    };
+    if meta.is_dir() {
+        let src = Source {
+            dir: Arc::new(open(p)?),
+            start: RelPath::root(),
+            must_be_dir: false,
+        };
+        let name = if contents { Vec::new() } else { name.to_vec() };
+        return Ok((src, RootSpec { name }));
+    }
+    let parent = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let start = RelPath::from_wire(name).map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
+    let src = Source {
+        dir: Arc::new(open(&parent)?),
+        start,
+        must_be_dir: false,
+    };
+    Ok((
+        src,
+        RootSpec {
+            name: name.to_vec(),
+        },
+    ))
+}
+
 /// `put PATH... HOST:DEST`.
 pub async fn put(
     local: &[PathBuf],
@@ -549,41 +585,28 @@ pub async fn put(
     let started = Instant::now();
     let mut sources: Vec<SourceResult> = Vec::new();
     let mut roots = Vec::new();
+    // A local path that cannot be sent fails alone, as a missing remote
+    // path of a get does: the others still go (all failing: nothing to do).
+    let mut unsendable = Vec::new();
     for p in local {
-        let contents = p.as_os_str().as_bytes().ends_with(b"/") || p.file_name().is_none();
-        let meta = std::fs::symlink_metadata(p)
-            .map_err(|e| Problem::at(Kind::LocalIo, p.display().to_string(), e.to_string()))?;
-        let open = |d: &Path| {
-            Dir::open_ambient_dir(d, cap_std::ambient_authority())
-                .map_err(|e| Problem::at(Kind::LocalIo, d.display().to_string(), e.to_string()))
-        };
         let name = p
             .file_name()
             .map(|n| n.as_bytes().to_vec())
             .unwrap_or_default();
-        if meta.is_dir() {
-            sources.push(Ok(Source {
-                dir: Arc::new(open(p)?),
-                start: RelPath::root(),
-                must_be_dir: false,
-            }));
-            roots.push(RootSpec {
-                name: if contents { Vec::new() } else { name },
-            });
-        } else {
-            let parent = match p.parent() {
-                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-                _ => PathBuf::from("."),
-            };
-            let start = RelPath::from_wire(&name)
-                .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
-            sources.push(Ok(Source {
-                dir: Arc::new(open(&parent)?),
-                start,
-                must_be_dir: false,
-            }));
-            roots.push(RootSpec { name });
+        match local_source(p, &name) {
+            Ok((src, root)) => {
+                sources.push(Ok(src));
+                roots.push(root);
+            }
+            Err(problem) => {
+                sources.push(Err((ErrorCode::NotFound, problem.to_string())));
+                roots.push(RootSpec { name });
+                unsendable.push(problem);
+            }
         }
+    }
+    if unsendable.len() == local.len() {
+        return Err(unsendable.remove(0));
     }
     let op = Op::Put {
         dest: remote_dest.as_bytes().to_vec(),
@@ -609,7 +632,11 @@ pub async fn put(
         },
         progress,
     )
-    .await;
+    .await
+    .map(|mut rep| {
+        rep.problems.splice(0..0, unsendable);
+        rep
+    });
     let report = finish(s, started, "put", opts, r).await;
     remember_rate(opts, *remembered, peak.load(Ordering::Relaxed), report)
 }
