@@ -278,3 +278,34 @@ fn get_streams_reaches_the_server() {
         std::fs::read(root.join("f")).unwrap()
     );
 }
+
+#[test]
+fn sync_gives_a_skipped_file_the_sources_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = Tmp::new("syncmode");
+    let root = t.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let f = root.join("f");
+    std::fs::write(&f, b"same bytes").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let get = |extra: &[&str]| {
+        let mut a: Vec<OsString> = vec!["--json".into(), "--accept-new".into()];
+        a.extend(extra.iter().map(OsString::from));
+        a.push(srv.remote("f"));
+        a.push(dest.clone().into());
+        c.run("get", a)
+    };
+    get(&[]).expect_code(0);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&dest.join("f")), 0o644);
+    // chmod keeps the mtime: --sync skips the bytes and updates the mode.
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = get(&["--sync"]);
+    out.expect_code(0);
+    assert_eq!(totals(&out.json(), "skipped"), 1, "{:#}", out.json());
+    assert_eq!(mode(&dest.join("f")), 0o600);
+}

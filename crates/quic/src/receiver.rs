@@ -542,6 +542,14 @@ fn on_entry(
             };
             let decision = decide(opts.sync, e, existing.as_ref(), local_hash);
             if decision == Decision::Skip {
+                // Same bytes by size and mtime; the mode follows the source's
+                // (as rsync -a's does).
+                if existing.as_ref().is_some_and(|x| x.mode != e.mode & 0o7777) {
+                    if let Err(err) = fs.set_mode(target, e.mode) {
+                        let shown = &display;
+                        tracing::warn!("{shown}: skipped, but its mode was not updated: {err}");
+                    }
+                }
                 {
                     let mut st = shared.st.lock().unwrap();
                     st.report.files.push(FileReport {

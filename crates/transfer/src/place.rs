@@ -133,11 +133,22 @@ impl Dest {
                     .mtime()
                     .saturating_mul(1_000_000_000)
                     .saturating_add(m.mtime_nsec()),
+                mode: m.mode() & 0o7777,
             })),
             Ok(_) => Ok(None),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Give the regular file at `path` the permission bits `mode` (a file
+    /// `--sync` skipped whose mode changed at the source). No link is
+    /// followed on the way.
+    pub fn set_mode(&self, path: &RelPath, mode: u32) -> io::Result<()> {
+        let (dir, name) = self
+            .lookup(path)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "its directory is not there"))?;
+        dir.set_permissions(os(name), perms(mode))
     }
 
     /// BLAKE3 of the regular file at `path` (for `--checksum`).

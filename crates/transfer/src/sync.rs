@@ -20,6 +20,8 @@ pub enum SyncMode {
 pub struct Existing {
     pub size: u64,
     pub mtime_ns: i64,
+    /// Permission bits (`mode & 0o7777`).
+    pub mode: u32,
 }
 
 /// Mtimes are compared at one-second precision when either side lacks sub-second
@@ -95,18 +97,22 @@ mod tests {
         let same = Existing {
             size: 10,
             mtime_ns: 5_000_000_123,
+            mode: 0o644,
         };
         let truncated = Existing {
             size: 10,
             mtime_ns: 5_000_000_000,
+            mode: 0o644,
         };
         let newer = Existing {
             size: 10,
             mtime_ns: 6_000_000_000,
+            mode: 0o644,
         };
         let bigger = Existing {
             size: 11,
             mtime_ns: 5_000_000_123,
+            mode: 0o644,
         };
         assert_eq!(
             decide(SyncMode::SizeMtime, &e, Some(&same), None),
