@@ -183,6 +183,12 @@ pub struct TransferArgs {
     /// With --sync: compare BLAKE3 hashes instead of size and mtime.
     #[arg(long)]
     pub checksum: bool,
+    /// Make what was received durable before the transfer reports success:
+    /// the receiving side syncs the destination's file system (syncfs) before
+    /// its final `Done`, so a power loss after exit 0 loses nothing. Costs
+    /// the time to write the data out (on `put`, on the server).
+    #[arg(long)]
+    pub fsync: bool,
     #[command(flatten)]
     pub net: NetArgs,
     /// Print one JSON document with per-file results and totals on stdout.

@@ -263,6 +263,7 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
             _ => SyncMode::Always,
         },
         rates: (!a.no_rates).then(|| a.rates.clone().unwrap_or_else(default_rates)),
+        fsync: a.fsync,
         interrupt: Default::default(),
     })
 }

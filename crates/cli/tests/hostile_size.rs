@@ -46,6 +46,7 @@ async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(Er
                 name: b"huge".to_vec(),
             }],
             sync: PutSync::Always,
+            fsync: false,
         },
         max_rate: 0,
         cc: None,

@@ -309,3 +309,31 @@ fn sync_gives_a_skipped_file_the_sources_mode() {
     assert_eq!(totals(&out.json(), "skipped"), 1, "{:#}", out.json());
     assert_eq!(mode(&dest.join("f")), 0o600);
 }
+
+#[test]
+fn put_fsync_reaches_the_server_which_syncs_before_done() {
+    let t = Tmp::new("fsync");
+    let root = t.join("root");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let src = t.join("f");
+    gen_file(&src, 9, 3 * MIB);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let put = |extra: &[&str], dest: &str| {
+        let mut a: Vec<OsString> = vec!["--accept-new".into()];
+        a.extend(extra.iter().map(OsString::from));
+        a.push(src.clone().into());
+        a.push(srv.remote(dest));
+        c.run("put", a)
+    };
+    put(&[], "in/a").expect_code(0);
+    assert!(!srv.log_text().contains("--fsync"), "{}", srv.log_text());
+    put(&["--fsync"], "in/b").expect_code(0);
+    assert!(
+        srv.log_text()
+            .contains("synced the destination's file system (--fsync)"),
+        "{}",
+        srv.log_text()
+    );
+    assert_eq!(hash_file(&root.join("in/b")), hash_file(&src));
+}

@@ -34,6 +34,8 @@ pub struct ClientOpts {
     pub sync: SyncMode,
     /// The rate memory (`crate::rates`): None keeps none.
     pub rates: Option<PathBuf>,
+    /// The receiving side syncs the destination before it reports (`--fsync`).
+    pub fsync: bool,
     /// Closes the transfer's connection on Ctrl-C.
     pub interrupt: Interrupt,
 }
@@ -92,6 +94,7 @@ impl ClientOpts {
             streams: 0,
             sync: SyncMode::Always,
             rates: None,
+            fsync: false,
             interrupt: Interrupt::default(),
         }
     }
@@ -529,6 +532,7 @@ pub async fn get(
         RecvOpts {
             sync: opts.sync,
             fresh,
+            fsync: opts.fsync,
         },
         progress,
     )
@@ -613,6 +617,7 @@ pub async fn put(
         dest_is_dir: remote_dest.ends_with('/') || local.len() > 1,
         roots,
         sync: opts.sync.into(),
+        fsync: opts.fsync,
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;

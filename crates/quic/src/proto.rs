@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 /// 4: `Welcome.fresh`: a put's server grants the same when its destination
 /// holds none of the put's targets (and repeats a get's `Hello.fresh`).
 /// 5: `Op::Put.sync`: a put's `--sync` reaches the server, which receives
-/// (version 4 had no field for it: every put sent everything);
+/// (version 4 had no field for it: every put sent everything), and
+/// `Op::Put.fsync` its `--fsync`;
 /// `Hello.streams` and `Welcome.streams`: a get's `--streams` reaches the
 /// server, which sends (it used its own), and the client learns the count.
 pub const VERSION: u32 = 5;
@@ -65,6 +66,8 @@ pub enum Op {
         roots: Vec<RootSpec>,
         /// What the server, the receiver, skips (`--sync`, `--sync --checksum`).
         sync: PutSync,
+        /// The server syncs its file system before its `Done` (`--fsync`).
+        fsync: bool,
     },
 }
 
@@ -384,6 +387,7 @@ mod tests {
                         name: b"x".to_vec(),
                     }],
                     sync: PutSync::Checksum,
+                    fsync: true,
                 },
                 max_rate: 5,
                 cc: None,

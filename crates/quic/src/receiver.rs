@@ -124,6 +124,33 @@ pub struct RecvOpts {
     /// get's `Hello.fresh`, a put's `Welcome.fresh`): none is sent, nothing is
     /// looked up or resumed, and a record may come before its file's entry.
     pub fresh: bool,
+    /// Sync the destination's file system before `Done` (`--fsync`).
+    pub fsync: bool,
+}
+
+/// syncfs(2) on the file system that holds `dir`. cap-std's directory
+/// descriptors are `O_PATH`, which syncfs refuses (EBADF): it gets one of its
+/// own, opened for reading.
+fn sync_fs(dir: &cap_std::fs::Dir) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: openat on a descriptor `dir` holds open, a NUL-terminated path.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned here alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: syncfs on a descriptor held open for the call.
+    match unsafe { libc::syncfs(fd.as_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
 }
 
 struct InFile {
@@ -252,6 +279,21 @@ pub async fn run_receiver(
         report
             .problems
             .push(Problem::new(Kind::LocalIo, e.to_string()));
+    }
+    if opts.fsync && result.is_ok() {
+        // One syncfs: every file placed, its directory entry, the journals.
+        let t = std::time::Instant::now();
+        let synced = tokio::task::block_in_place(|| sync_fs(dest_fs.base()));
+        if synced.is_ok() {
+            let secs = t.elapsed().as_secs_f64();
+            tracing::info!("synced the destination's file system (--fsync) in {secs:.3} s");
+        }
+        if let Err(e) = synced {
+            report.problems.push(Problem::new(
+                Kind::LocalIo,
+                format!("syncing the destination (--fsync): {e}"),
+            ));
+        }
     }
     match result {
         Ok(()) => {

@@ -415,7 +415,17 @@ async fn control_loop(
                     error,
                 });
             }
-            Frame::Done { .. } => return Ok(()),
+            Frame::Done { ok } => {
+                // A receiver's problem outside its files (a directory's mode,
+                // --fsync) comes only as `ok: false`: a put must not exit 0.
+                if !ok && report.problems.is_empty() {
+                    report.problems.push(Problem::new(
+                        Kind::Remote,
+                        "the receiver ended with a problem outside the files (a directory's mode or mtime, or --fsync); its log says which",
+                    ));
+                }
+                return Ok(());
+            }
             Frame::Fatal { code, message } => {
                 let kind = Kind::of_peer(code);
                 return Err(Problem::new(kind, message));

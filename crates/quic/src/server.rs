@@ -285,6 +285,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
             dest_is_dir,
             roots,
             sync,
+            fsync,
         } => {
             if ctx.opts.read_only {
                 let m = "this server is read-only (--read-only): put refused".to_string();
@@ -324,6 +325,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
             let opts = RecvOpts {
                 sync: sync.into(),
                 fresh,
+                fsync,
             };
             (
                 what,
@@ -340,11 +342,16 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
         return;
     }
     match &result {
-        Ok(r) => tracing::info!(
-            "{remote}: {what}: {} file(s), {} problem(s) in {secs:.2} s",
-            r.files.len(),
-            r.problems.len()
-        ),
+        Ok(r) => {
+            tracing::info!(
+                "{remote}: {what}: {} file(s), {} problem(s) in {secs:.2} s",
+                r.files.len(),
+                r.problems.len()
+            );
+            for p in &r.problems {
+                tracing::warn!("{remote}: {what}: {p}");
+            }
+        }
         Err(p) => tracing::warn!("{remote}: {what} failed: {p}"),
     }
     if let Err(p) = result {

@@ -287,3 +287,51 @@ async fn a_get_welcomed_as_not_fresh_when_it_asked_fresh_is_refused() {
         "nothing is written"
     );
 }
+
+/// A put whose receiver ends with `Done { ok: false }` and no file failed (a
+/// directory's mode, --fsync) is not a success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_whose_receiver_says_not_ok_fails() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("empty-dir");
+    std::fs::create_dir(&src).unwrap();
+    let (ep, fp) = server(&t.path().join("state"));
+    let port = ep.local_addr().unwrap().port();
+    let srv = tokio::spawn(script(
+        ep,
+        vec![
+            Step::Sleep(Duration::from_millis(200)),
+            Step::Send(Frame::Done { ok: false }),
+        ],
+    ));
+    let opts = ClientOpts::pinned(format!("127.0.0.1:{port}"), t.path().join("kh"), fp);
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        longhaul_quic::put(
+            &[src],
+            "127.0.0.1",
+            port,
+            "in/",
+            &opts,
+            Arc::new(Progress::default()),
+        ),
+    )
+    .await
+    .expect("the put ended");
+    let _ = tokio::time::timeout(Duration::from_secs(20), srv).await;
+    let report = r.expect("a report");
+    assert!(!report.ok);
+    assert_eq!(
+        report.problems[0].kind,
+        Kind::Remote,
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.problems[0]
+            .message
+            .contains("the receiver ended with a problem outside the files"),
+        "{:?}",
+        report.problems
+    );
+}

@@ -138,6 +138,7 @@ impl Raw {
                 name: b"x".to_vec(),
             }],
             sync: PutSync::Always,
+            fsync: false,
         })
         .await;
         r
@@ -431,6 +432,7 @@ async fn put_manifest_entries_that_leave_the_root() {
             name: b"..".to_vec(),
         }],
         sync: PutSync::Always,
+        fsync: false,
     })
     .await;
     r.welcome().await;
@@ -447,6 +449,7 @@ async fn put_manifest_entries_that_leave_the_root() {
             name: b"x".to_vec(),
         }],
         sync: PutSync::Always,
+        fsync: false,
     })
     .await;
     r.expect_fatal(
