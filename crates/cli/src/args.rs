@@ -205,7 +205,7 @@ pub struct GetArgs {
     pub t: TransferArgs,
     /// HOST[:PORT]:REMOTE_PATH... LOCAL_DEST
     #[arg(required = true, num_args = 2.., value_name = "PATHS", allow_hyphen_values = false)]
-    pub paths: Vec<String>,
+    pub paths: Vec<std::ffi::OsString>,
 }
 
 #[derive(Args)]
@@ -214,7 +214,7 @@ pub struct PutArgs {
     pub t: TransferArgs,
     /// LOCAL_PATH... HOST[:PORT]:REMOTE_DEST
     #[arg(required = true, num_args = 2.., value_name = "PATHS")]
-    pub paths: Vec<String>,
+    pub paths: Vec<std::ffi::OsString>,
 }
 
 #[derive(Args)]

@@ -201,27 +201,34 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
 }
 
 /// `HOST[:PORT]:PATH` split into (`HOST:PORT` key, host, port, path).
-fn parse_remote(s: &str) -> Result<(String, String, u16, String)> {
-    let bad = || usage(format!("{s:?} is not HOST[:PORT]:PATH"));
-    let (hostport, path) = if s.starts_with('[') {
-        let end = s.find(']').ok_or_else(bad)?;
-        let rest = &s[end + 1..];
-        let rest = rest.strip_prefix(':').ok_or_else(bad)?;
-        match rest.split_once(':') {
-            Some((p, path)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
-                (format!("{}:{p}", &s[..=end]), path)
-            }
-            _ => (s[..=end].to_string(), rest),
-        }
+/// The host (and port) is text; the path is any bytes (the command line may
+/// name a file whose name is not UTF-8).
+fn parse_remote(s: &std::ffi::OsStr) -> Result<(String, String, u16, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = s.as_bytes();
+    let bad = || usage(format!("{:?} is not HOST[:PORT]:PATH", s.to_string_lossy()));
+    let colon = |x: &[u8]| x.iter().position(|&c| c == b':');
+    // (host end, then the rest after its ':')
+    let (host_end, rest) = if b.starts_with(b"[") {
+        let end = b.iter().position(|&c| c == b']').ok_or_else(bad)?;
+        let rest = b[end + 1..].strip_prefix(b":").ok_or_else(bad)?;
+        (end + 1, rest)
     } else {
-        let (h, rest) = s.split_once(':').ok_or_else(bad)?;
-        match rest.split_once(':') {
-            Some((p, path)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
-                (format!("{h}:{p}"), path)
-            }
-            _ => (h.to_string(), rest),
-        }
+        let i = colon(b).ok_or_else(bad)?;
+        (i, &b[i + 1..])
     };
+    let (port, path) = match colon(rest) {
+        Some(i) if i > 0 && rest[..i].iter().all(|c| c.is_ascii_digit()) => {
+            (Some(&rest[..i]), &rest[i + 1..])
+        }
+        _ => (None, rest),
+    };
+    let text = |x: &[u8]| String::from_utf8(x.to_vec()).map_err(|_| bad());
+    let hostport = match port {
+        Some(p) => format!("{}:{}", text(&b[..host_end])?, text(p)?),
+        None => text(&b[..host_end])?,
+    };
+    let path = path.to_vec();
     let (host, port) = split_host_port(&hostport).map_err(usage)?;
     if host.is_empty() {
         return Err(bad());
@@ -231,7 +238,7 @@ fn parse_remote(s: &str) -> Result<(String, String, u16, String)> {
     } else {
         format!("{host}:{port}")
     };
-    Ok((key, host, port, path.to_string()))
+    Ok((key, host, port, path))
 }
 
 fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
@@ -422,4 +429,41 @@ fn summary(r: &ClientReport) -> String {
         r.streams,
         r.cc
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    fn parsed(s: &[u8]) -> (String, String, u16, Vec<u8>) {
+        parse_remote(OsStr::from_bytes(s)).unwrap()
+    }
+
+    #[test]
+    fn remote_specs_split_into_host_port_and_a_path_of_any_bytes() {
+        let d = longhaul_quic::DEFAULT_PORT;
+        assert_eq!(
+            parsed(b"h:run42"),
+            (format!("h:{d}"), "h".into(), d, b"run42".to_vec())
+        );
+        assert_eq!(
+            parsed(b"h:9000:a/b"),
+            ("h:9000".into(), "h".into(), 9000, b"a/b".to_vec())
+        );
+        // Digits alone are a path: the port needs its own colon.
+        assert_eq!(parsed(b"h:2024").3, b"2024");
+        assert_eq!(parsed(b"h:").3, b"");
+        assert_eq!(
+            parsed(b"[::1]:9000:x"),
+            ("[::1]:9000".into(), "::1".into(), 9000, b"x".to_vec())
+        );
+        assert_eq!(parsed(b"[::1]:x").2, d);
+        assert_eq!(parsed(b"h:bad\xffname/\xfe").3, b"bad\xffname/\xfe");
+        for wrong in [&b"nohost"[..], b":path", b"[::1]x", b"h\xff:p"] {
+            let e = parse_remote(OsStr::from_bytes(wrong)).expect_err("refused");
+            assert!(e.to_string().contains("is not HOST[:PORT]:PATH"), "{e}");
+        }
+    }
 }

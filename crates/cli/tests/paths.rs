@@ -212,3 +212,38 @@ fn a_put_sends_what_it_can_when_one_local_path_is_missing() {
         out.stderr
     );
 }
+
+#[test]
+fn names_that_are_not_utf8_can_be_given_on_the_command_line() {
+    use std::os::unix::ffi::OsStrExt;
+    let t = Tmp::new("non-utf8");
+    let root = t.join("root");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let name = std::ffi::OsStr::from_bytes(b"bad\xffname");
+    std::fs::write(root.join(name), b"latin-1 or worse").unwrap();
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let out = c.run(
+        "get",
+        [
+            OsString::from("--accept-new"),
+            srv.remote(name),
+            dest.clone().into(),
+        ],
+    );
+    out.expect_code(0);
+    assert_eq!(std::fs::read(dest.join(name)).unwrap(), b"latin-1 or worse");
+    // And back, into a directory whose name is not UTF-8 either.
+    let sub = std::ffi::OsStr::from_bytes(b"in/\xfe");
+    std::fs::create_dir(root.join(sub)).unwrap();
+    let mut remote = srv.remote(sub);
+    remote.push("/");
+    let out = c.run("put", [OsString::from(dest.join(name)), remote]);
+    out.expect_code(0);
+    assert_eq!(
+        std::fs::read(root.join(sub).join(name)).unwrap(),
+        b"latin-1 or worse"
+    );
+}

@@ -457,11 +457,11 @@ async fn until(max: Duration, done: impl Fn() -> bool) {
     }
 }
 
-/// `get HOST:PATH... DEST`.
-pub async fn get(
+/// `get HOST:PATH... DEST`. Remote paths are bytes (any but NUL).
+pub async fn get<R: AsRef<[u8]>>(
     host: &str,
     port: u16,
-    remote: &[String],
+    remote: &[R],
     local: &Path,
     opts: &ClientOpts,
     progress: Arc<Progress>,
@@ -472,10 +472,10 @@ pub async fn get(
     let roots: Vec<RootSpec> = remote
         .iter()
         .map(|p| RootSpec {
-            name: if p.ends_with('/') {
+            name: if p.as_ref().ends_with(b"/") {
                 Vec::new()
             } else {
-                name_of(p.as_bytes())
+                name_of(p.as_ref())
             },
         })
         .collect();
@@ -511,7 +511,7 @@ pub async fn get(
         roots,
     };
     let op = Op::Get {
-        paths: remote.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        paths: remote.iter().map(|p| p.as_ref().to_vec()).collect(),
     };
     let (opts, remembered) = &recall_rate(opts, "get");
     let fresh = spec.is_fresh();
@@ -577,12 +577,12 @@ fn local_source(p: &Path, name: &[u8]) -> Result<(Source, RootSpec), Problem> {
     ))
 }
 
-/// `put PATH... HOST:DEST`.
+/// `put PATH... HOST:DEST`. The remote destination is bytes (any but NUL).
 pub async fn put(
     local: &[PathBuf],
     host: &str,
     port: u16,
-    remote_dest: &str,
+    remote_dest: &[u8],
     opts: &ClientOpts,
     progress: Arc<Progress>,
 ) -> Result<ClientReport, Problem> {
@@ -613,8 +613,8 @@ pub async fn put(
         return Err(unsendable.remove(0));
     }
     let op = Op::Put {
-        dest: remote_dest.as_bytes().to_vec(),
-        dest_is_dir: remote_dest.ends_with('/') || local.len() > 1,
+        dest: remote_dest.to_vec(),
+        dest_is_dir: remote_dest.ends_with(b"/") || local.len() > 1,
         roots,
         sync: opts.sync.into(),
         fsync: opts.fsync,

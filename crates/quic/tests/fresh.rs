@@ -311,7 +311,7 @@ async fn a_put_whose_receiver_says_not_ok_fails() {
             &[src],
             "127.0.0.1",
             port,
-            "in/",
+            b"in/",
             &opts,
             Arc::new(Progress::default()),
         ),
