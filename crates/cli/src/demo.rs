@@ -71,7 +71,7 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
         token: None,
         state_dir: work.join("state"),
         net: NetOpts::default(),
-        streams: 4,
+        streams: longhaul_quic::client::DEFAULT_STREAMS,
     })?;
     let addr = server.local_addr()?;
     let fp = server.fingerprint.clone();

@@ -11,7 +11,7 @@ use anyhow::Result;
 use args::{Cli, Command, TransferArgs};
 use clap::Parser;
 use longhaul_quic::cc::{parse_rate, CcChoice};
-use longhaul_quic::client::split_host_port;
+use longhaul_quic::client::{join_host_port, split_host_port, DEFAULT_STREAMS};
 use longhaul_quic::identity::{
     check_fingerprint_syntax, default_known_hosts, default_rates, default_state_dir, Identity,
     TrustPolicy,
@@ -170,7 +170,7 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         token: read_token(&a.token_file)?,
         state_dir,
         net,
-        streams: a.net.streams.unwrap_or(4),
+        streams: a.net.streams.unwrap_or(DEFAULT_STREAMS),
     };
     let server = Server::bind(opts)?;
     let mut out = std::io::stdout().lock();
@@ -233,11 +233,7 @@ fn parse_remote(s: &std::ffi::OsStr) -> Result<(String, String, u16, Vec<u8>)> {
     if host.is_empty() {
         return Err(bad());
     }
-    let key = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
+    let key = join_host_port(&host, port);
     Ok((key, host, port, path))
 }
 

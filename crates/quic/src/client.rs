@@ -59,12 +59,7 @@ impl Interrupt {
         let Some((endpoint, conn)) = self.0.lock().unwrap().take() else {
             return;
         };
-        let sent = conn.stats().udp_tx.datagrams;
-        conn.close(INTERRUPTED.into(), b"interrupted by the user");
-        until(Duration::from_millis(250), || {
-            conn.stats().udp_tx.datagrams > sent
-        })
-        .await;
+        close_sent(&conn, INTERRUPTED, b"interrupted by the user").await;
         drop(endpoint);
     }
 }
@@ -73,6 +68,15 @@ impl Interrupt {
 pub const INTERRUPTED: u32 = 2;
 
 impl ClientOpts {
+    /// The data streams this client sends on (a put): its `--streams`, else
+    /// [`DEFAULT_STREAMS`].
+    fn send_streams(&self) -> usize {
+        match self.streams {
+            0 => DEFAULT_STREAMS,
+            n => n,
+        }
+    }
+
     /// The controller the sending side runs: the user's, else the default.
     fn cc_choice(&self) -> CcChoice {
         self.cc.unwrap_or(self.net.cc)
@@ -155,6 +159,15 @@ impl ClientReport {
             .map(|p| p.kind)
             .max()
             .map_or(0, Kind::exit_code)
+    }
+}
+
+/// `HOST:PORT`, an IPv6 host in brackets: the inverse of [`split_host_port`].
+pub fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -255,10 +268,7 @@ async fn connect(
             {
                 return Err(conn_err(msg));
             }
-            let shown = match host.contains(':') {
-                true => format!("[{host}]:{port}"),
-                false => format!("{host}:{port}"),
-            };
+            let shown = join_host_port(host, port);
             let hint = match e {
                 quinn::ConnectionError::TimedOut => format!(
                     " (no answer: is `longhaul serve` running there, and does UDP port {port} reach it?)"
@@ -297,9 +307,10 @@ async fn connect(
         max_rate: opts.net.max_rate,
         cc: opts.cc.map(|c| c.name()),
         fresh,
-        streams: match op_is_get {
-            true => opts.streams.min(u32::MAX as usize) as u32,
-            false => 0,
+        streams: if op_is_get {
+            opts.streams.min(u32::MAX as usize) as u32
+        } else {
+            0
         },
     }))
     .await?;
@@ -387,16 +398,7 @@ async fn close(
     }
     let stats = conn.stats();
     tracing::debug!("connection stats: {stats:?}");
-    conn.close(0u32.into(), b"done");
-    // Until the CONNECTION_CLOSE has left. Waiting out the draining period
-    // (three PTOs: 2 s or more at 700 ms RTT) would only add to every
-    // transfer's time; a server that misses the close times the connection
-    // out.
-    let sent = stats.udp_tx.datagrams;
-    until(Duration::from_millis(250), || {
-        conn.stats().udp_tx.datagrams > sent
-    })
-    .await;
+    close_sent(&conn, 0, b"done").await;
     drop(endpoint);
     let seconds = started.elapsed().as_secs_f64();
     let mut t = Totals {
@@ -435,10 +437,9 @@ async fn close(
         udp_rx_bytes: stats.udp_rx.bytes,
         mtu: stats.path.current_mtu,
         cc: opts.cc_choice().name(),
-        streams: match (op, opts.streams) {
-            ("get", _) => streams as usize,
-            (_, 0) => DEFAULT_STREAMS,
-            (_, n) => n,
+        streams: match op {
+            "get" => streams as usize,
+            _ => opts.send_streams(),
         },
     }
 }
@@ -455,6 +456,19 @@ async fn until(max: Duration, done: impl Fn() -> bool) {
     while !done() && Instant::now() < end {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// Close `conn` and wait (at most 250 ms) until the CONNECTION_CLOSE has
+/// left. Waiting out the draining period (three PTOs: 2 s or more at 700 ms
+/// RTT) would only add to every transfer's time; a server that misses the
+/// close times the connection out.
+async fn close_sent(conn: &quinn::Connection, code: u32, reason: &[u8]) {
+    let sent = conn.stats().udp_tx.datagrams;
+    conn.close(code.into(), reason);
+    until(Duration::from_millis(250), || {
+        conn.stats().udp_tx.datagrams > sent
+    })
+    .await;
 }
 
 /// `get HOST:PATH... DEST`. Remote paths are bytes (any but NUL).
@@ -628,10 +642,7 @@ pub async fn put(
         &mut s.rx,
         sources,
         SendOpts {
-            streams: match opts.streams {
-                0 => DEFAULT_STREAMS,
-                n => n,
-            },
+            streams: opts.send_streams(),
             max_rate: opts.net.max_rate,
             fresh: s.fresh,
         },

@@ -283,16 +283,15 @@ pub async fn run_receiver(
     if opts.fsync && result.is_ok() {
         // One syncfs: every file placed, its directory entry, the journals.
         let t = std::time::Instant::now();
-        let synced = tokio::task::block_in_place(|| sync_fs(dest_fs.base()));
-        if synced.is_ok() {
-            let secs = t.elapsed().as_secs_f64();
-            tracing::info!("synced the destination's file system (--fsync) in {secs:.3} s");
-        }
-        if let Err(e) = synced {
-            report.problems.push(Problem::new(
+        match tokio::task::block_in_place(|| sync_fs(dest_fs.base())) {
+            Ok(()) => {
+                let secs = t.elapsed().as_secs_f64();
+                tracing::info!("synced the destination's file system (--fsync) in {secs:.3} s");
+            }
+            Err(e) => report.problems.push(Problem::new(
                 Kind::LocalIo,
                 format!("syncing the destination (--fsync): {e}"),
-            ));
+            )),
         }
     }
     match result {
@@ -588,6 +587,7 @@ fn on_entry(
                 // (as rsync -a's does).
                 if existing.as_ref().is_some_and(|x| x.mode != e.mode & 0o7777) {
                     if let Err(err) = fs.set_mode(target, e.mode) {
+                        // (`display` is a name tracing's macros shadow.)
                         let shown = &display;
                         tracing::warn!("{shown}: skipped, but its mode was not updated: {err}");
                     }

@@ -110,24 +110,23 @@ impl Queue {
             notified.as_mut().enable();
             {
                 let mut g = self.q.lock().unwrap();
-                while let Some(front) = g.0.front_mut() {
-                    let Job::Chunks { id, f, next, send } = front else {
-                        return g.0.pop_front();
-                    };
-                    let (index, id, f) = (*next, *id, f.clone());
-                    *next += 1;
-                    let job = (index < f.plan.count()).then(|| Job::Chunk {
-                        id,
-                        send: send.as_ref().is_none_or(|s| s[index as usize]),
-                        f: f.clone(),
-                        index,
-                    });
-                    if index + 1 >= f.plan.count() {
-                        g.0.pop_front();
+                match g.0.front_mut() {
+                    // A file's next chunk; its last takes the file's job off.
+                    Some(Job::Chunks { id, f, next, send }) => {
+                        let job = Job::Chunk {
+                            id: *id,
+                            f: f.clone(),
+                            index: *next,
+                            send: send.as_ref().is_none_or(|s| s[*next as usize]),
+                        };
+                        *next += 1;
+                        if *next >= f.plan.count() {
+                            g.0.pop_front();
+                        }
+                        return Some(job);
                     }
-                    if job.is_some() {
-                        return job;
-                    }
+                    Some(_) => return g.0.pop_front(),
+                    None => {}
                 }
                 if g.1 {
                     return None;
@@ -513,6 +512,7 @@ fn empty_done(id: u64, f: &SendFile) -> Frame {
 /// None: all).
 fn queue_jobs(shared: &Shared, id: u64, f: &Arc<SendFile>, send: Option<Vec<bool>>) {
     let n = f.plan.count();
+    debug_assert!(n > 0, "a Chunks job holds at least one chunk");
     let skipped: u64 = send.as_ref().map_or(0, |send| {
         (0..n)
             .filter(|&i| !send[i as usize])

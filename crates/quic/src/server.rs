@@ -31,10 +31,10 @@ pub struct ServeOpts {
     pub streams: usize,
 }
 
-/// A bound server, ready to run.
 /// The application close code of connections a shutting-down server closes.
 pub const SHUTDOWN: u32 = 3;
 
+/// A bound server, ready to run.
 pub struct Server {
     endpoint: quinn::Endpoint,
     crypto: Arc<quinn::crypto::rustls::QuicServerConfig>,

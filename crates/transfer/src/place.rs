@@ -141,21 +141,24 @@ impl Dest {
         }
     }
 
+    /// As [`Dest::lookup`], for a file that must be there: a missing
+    /// directory is an error.
+    fn lookup_there<'p>(&self, path: &'p RelPath) -> io::Result<(Dir, &'p [u8])> {
+        self.lookup(path)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "its directory is not there"))
+    }
+
     /// Give the regular file at `path` the permission bits `mode` (a file
     /// `--sync` skipped whose mode changed at the source). No link is
     /// followed on the way.
     pub fn set_mode(&self, path: &RelPath, mode: u32) -> io::Result<()> {
-        let (dir, name) = self
-            .lookup(path)?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "its directory is not there"))?;
+        let (dir, name) = self.lookup_there(path)?;
         dir.set_permissions(os(name), perms(mode))
     }
 
     /// BLAKE3 of the regular file at `path` (for `--checksum`).
     pub fn hash_file(&self, path: &RelPath) -> io::Result<Digest> {
-        let (dir, name) = self
-            .lookup(path)?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "its directory is not there"))?;
+        let (dir, name) = self.lookup_there(path)?;
         let f = open_read(&dir, os(name))?;
         let mut h = blake3::Hasher::new();
         h.update_reader(f)?;
@@ -571,8 +574,6 @@ impl Incoming {
                     j.sync_data()?;
                 }
             }
-        }
-        if journaled {
             let mut opts = OpenOptions::new();
             opts.read(true)
                 .write(true)
