@@ -268,6 +268,9 @@ pub async fn run_receiver(
         let mut st = shared.st.lock().unwrap();
         st.files.drain().map(|(_, f)| f).collect()
     };
+    for f in &leftovers {
+        f.inc.ending();
+    }
     tokio::task::block_in_place(|| {
         for mut f in leftovers {
             let _ = f.inc.flush_journal();

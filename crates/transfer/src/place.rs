@@ -21,7 +21,7 @@ use crate::path::RelPath;
 use crate::sync::Existing;
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, SystemTimeSpec};
 use cap_std::fs::{Dir, MetadataExt, OpenOptions};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -318,45 +318,72 @@ pub enum FinishError {
     Io(#[from] io::Error),
 }
 
+type ClaimKey = (u64, u64, Vec<u8>);
+
 /// Files of several chunks a session of this process is receiving, by
 /// directory (device, inode) and name: two sessions writing one target would
 /// share its part file, and each would verify only what it received, not what
-/// the part then holds.
-static RECEIVING: Mutex<BTreeSet<(u64, u64, Vec<u8>)>> = Mutex::new(BTreeSet::new());
-/// Signalled whenever a claim is given up.
+/// the part then holds. The value: the session is ending ([`Incoming::ending`]).
+static RECEIVING: Mutex<BTreeMap<ClaimKey, bool>> = Mutex::new(BTreeMap::new());
+/// Signalled whenever a claim is given up or marked ending.
 static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
-/// How long a second claim waits for the first to be given up. A session
-/// whose client closed (Ctrl-C, then a rerun at once) journals and drops its
-/// files within milliseconds to a few seconds (an fdatasync of the part),
-/// and the rerun's entry can arrive before that.
-const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long a second claim waits for a first whose session goes on. It
+/// covers the 15 s idle timeout of a session whose peer vanished (killed,
+/// or its close lost: under load that session ended 20 s after the
+/// client's Ctrl-C), which then ends. A claim whose session is ending is
+/// waited for however long its journaling takes: under heavy write load
+/// its fdatasync took over 10 s (a put rerun at once after Ctrl-C, beside
+/// another test writing gigabytes).
+#[cfg(not(test))]
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// (Short in unit tests, which would otherwise wait it out to see a refusal.)
+#[cfg(test)]
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// This process's claim on a target, given up when the file is dropped.
-struct Claim((u64, u64, Vec<u8>));
+struct Claim(ClaimKey);
 
 impl Claim {
     /// The registry's key of `name` in `dir`.
-    fn key(dir: &Dir, name: &[u8]) -> io::Result<(u64, u64, Vec<u8>)> {
+    fn key(dir: &Dir, name: &[u8]) -> io::Result<ClaimKey> {
         let m = dir.dir_metadata()?;
         Ok((m.dev(), m.ino(), name.to_vec()))
     }
 
-    /// Blocks up to [`CLAIM_WAIT`] (callers run it off the async runtime).
+    /// Blocks up to [`CLAIM_WAIT`] while the holder's session goes on, and
+    /// until it is given up once that session is ending (callers run it off
+    /// the async runtime).
     fn take(dir: &Dir, name: &[u8]) -> io::Result<Claim> {
         let key = Claim::key(dir, name)?;
         let deadline = std::time::Instant::now() + CLAIM_WAIT;
         let mut held = RECEIVING.lock().unwrap();
-        while !held.insert(key.clone()) {
+        while let Some(&ending) = held.get(&key) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
+            if !ending && left.is_zero() {
                 return Err(io::Error::other(format!(
                     "this file is already being received (by another session, or another root of this one; waited {} s; a session whose peer vanished without closing holds it until its connection times out), and is not written twice at once",
                     CLAIM_WAIT.as_secs()
                 )));
             }
-            held = RELEASED.wait_timeout(held, left).unwrap().0;
+            // An ending holder is not timed: check again each second.
+            let wait = if ending {
+                std::time::Duration::from_secs(1)
+            } else {
+                left
+            };
+            held = RELEASED.wait_timeout(held, wait).unwrap().0;
         }
+        held.insert(key.clone(), false);
         Ok(Claim(key))
+    }
+
+    /// The session holding this claim is ending: a waiter waits for it
+    /// without a deadline.
+    fn ending(&self) {
+        if let Some(e) = RECEIVING.lock().unwrap().get_mut(&self.0) {
+            *e = true;
+        }
+        RELEASED.notify_all();
     }
 }
 
@@ -401,7 +428,7 @@ pub struct Incoming {
     writing: std::collections::BTreeSet<u64>,
     /// Bytes already held from an earlier run.
     pub resumed_bytes: u64,
-    _claim: Option<Claim>,
+    claim: Option<Claim>,
 }
 
 /// Removes the part file an earlier run left for `name` (an error if there is
@@ -627,7 +654,7 @@ impl Incoming {
                 fresh: false,
                 writing: Default::default(),
                 resumed_bytes,
-                _claim: claim,
+                claim,
             },
             ranges,
         ))
@@ -790,6 +817,15 @@ impl Incoming {
             records: std::mem::take(&mut self.pending),
             closed: self.closed.clone(),
         }))
+    }
+
+    /// This file's session is ending (it journals what it holds next): a
+    /// session that wants the same target waits for it to be given up
+    /// however long that takes, instead of refusing it after a while.
+    pub fn ending(&self) {
+        if let Some(c) = &self.claim {
+            c.ending();
+        }
     }
 
     /// Make the chunks written so far durable, then journal them (both at once,
@@ -990,15 +1026,30 @@ mod tests {
         // A claim given up while a second one waits is granted to it.
         let waiter = {
             let dir = dir.clone();
-            std::thread::spawn(move || Incoming::open(dir, b"f", &entry(size), true).map(|_| ()))
+            std::thread::spawn(move || Incoming::open(dir, b"f", &entry(size), true))
         };
         std::thread::sleep(std::time::Duration::from_millis(300));
         assert!(!waiter.is_finished(), "the second claim waits");
         drop(a);
-        waiter
+        let b = waiter
             .join()
             .unwrap()
             .expect("granted once the first is given up");
+        // A claim whose session is ending (journaling after its peer
+        // closed) is waited for past CLAIM_WAIT, not refused.
+        let (b, _) = b;
+        b.ending();
+        let waiter = {
+            let dir = dir.clone();
+            std::thread::spawn(move || Incoming::open(dir, b"f", &entry(size), true).map(|_| ()))
+        };
+        std::thread::sleep(CLAIM_WAIT + std::time::Duration::from_millis(500));
+        assert!(!waiter.is_finished(), "an ending holder is waited for");
+        drop(b);
+        waiter
+            .join()
+            .unwrap()
+            .expect("granted once the ending one is given up");
     }
 
     #[test]
