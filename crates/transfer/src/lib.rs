@@ -7,6 +7,7 @@
 //!   file's ordinary BLAKE3 hash.
 //! - [`journal`]: the resume journal of verified chunks beside a partial file.
 //! - [`walk`]: a streaming, non-following walk of a tree confined to a root (cap-std).
+//! - [`landing`]: where received entries land (rsync's rules), for every receiver.
 //! - [`place`]: the receiver's crash-safe placement: hidden temp file, verify, rename.
 //! - [`unnamed`]: unnamed files (`O_TMPFILE`) linked under their name once verified.
 //! - [`sync`]: skip/resume/full decisions.
@@ -14,6 +15,7 @@
 pub mod chunk;
 pub mod gen;
 pub mod journal;
+pub mod landing;
 pub mod manifest;
 pub mod path;
 pub mod place;
