@@ -7,10 +7,11 @@ use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPoli
 use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts};
 use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, ALPN, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
-use crate::receiver::{run_receiver, DestSpec, RecvOpts};
+use crate::receiver::{run_receiver, Destination, RecvOpts};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use crate::sender::{run_sender, SendOpts, Source, SourceResult};
 use cap_std::fs::Dir;
+use longhaul_transfer::landing::{self, Landing};
 use longhaul_transfer::sync::SyncMode;
 use longhaul_transfer::RelPath;
 use serde::Serialize;
@@ -444,12 +445,6 @@ async fn close(
     }
 }
 
-fn name_of(b: &[u8]) -> Vec<u8> {
-    RelPath::from_request(b)
-        .map(|p| p.file_name().to_vec())
-        .unwrap_or_default()
-}
-
 /// Polls `done` every millisecond until it holds or `max` has passed.
 async fn until(max: Duration, done: impl Fn() -> bool) {
     let end = Instant::now() + max;
@@ -483,15 +478,9 @@ pub async fn get<R: AsRef<[u8]>>(
     let started = Instant::now();
     let local_err =
         |e: std::io::Error| Problem::at(Kind::LocalIo, local.display().to_string(), e.to_string());
-    let roots: Vec<RootSpec> = remote
+    let roots: Vec<Vec<u8>> = remote
         .iter()
-        .map(|p| RootSpec {
-            name: if p.as_ref().ends_with(b"/") {
-                Vec::new()
-            } else {
-                name_of(p.as_ref())
-            },
-        })
+        .map(|p| landing::root_name(p.as_ref()))
         .collect();
     let trailing = local.as_os_str().as_bytes().ends_with(b"/");
     let (base, prefix, is_dir) = if local.is_dir() {
@@ -516,13 +505,19 @@ pub async fn get<R: AsRef<[u8]>>(
             Dir::open_ambient_dir(&parent, cap_std::ambient_authority()).map_err(local_err)?;
         let prefix = RelPath::from_wire(name.as_bytes())
             .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
-        (base, prefix, trailing || remote.len() > 1)
+        (
+            base,
+            prefix,
+            landing::dest_is_dir(false, trailing, remote.len()),
+        )
     };
-    let spec = DestSpec {
+    let spec = Destination {
         base,
-        prefix,
-        dest_is_dir: is_dir,
-        roots,
+        landing: Landing {
+            prefix,
+            dest_is_dir: is_dir,
+            roots,
+        },
     };
     let op = Op::Get {
         paths: remote.iter().map(|p| p.as_ref().to_vec()).collect(),
@@ -628,7 +623,8 @@ pub async fn put(
     }
     let op = Op::Put {
         dest: remote_dest.to_vec(),
-        dest_is_dir: remote_dest.ends_with(b"/") || local.len() > 1,
+        // The server adds whether it is a directory there.
+        dest_is_dir: landing::dest_is_dir(false, remote_dest.ends_with(b"/"), local.len()),
         roots,
         sync: opts.sync.into(),
         fsync: opts.fsync,

@@ -8,6 +8,8 @@
 pub mod cc;
 pub mod client;
 pub mod control;
+pub mod core;
+pub mod disk;
 pub mod identity;
 pub mod net;
 pub mod proto;

@@ -6,11 +6,12 @@ use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, Identity};
 use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts};
 use crate::proto::{ErrorCode, Frame, Hello, Op, ALPN, MAX_STREAMS, VERSION};
-use crate::receiver::{run_receiver, DestSpec, RecvOpts};
+use crate::receiver::{run_receiver, Destination, RecvOpts};
 use crate::report::{Problem, Progress, SessionReport};
 use crate::sender::{run_sender, SendOpts, Source, SourceResult};
 use anyhow::{Context, Result};
 use cap_std::fs::Dir;
+use longhaul_transfer::landing::{dest_is_dir as lands_in_dir, Landing};
 use longhaul_transfer::RelPath;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -304,11 +305,14 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                 Ok(b) => b,
                 Err(e) => return fatal(&ctl, &conn, ErrorCode::Io, e.to_string()).await,
             };
-            let spec = DestSpec {
+            let spec = Destination {
                 base,
-                prefix,
-                dest_is_dir: dest_is_dir || is_dir,
-                roots,
+                landing: Landing {
+                    prefix,
+                    // (The client counted the roots and saw the slash.)
+                    dest_is_dir: lands_in_dir(is_dir, dest_is_dir, 1),
+                    roots: roots.into_iter().map(|r| r.name).collect(),
+                },
             };
             // None of the put's targets here, nor parts of them: the client
             // sends each file at once, and nothing is looked up or resumed.

@@ -1,0 +1,1000 @@
+//! The receiving role's protocol as a sans-IO state machine.
+//!
+//! In: control frames from the sender ([`RecvCore::handle_frame`]), decoded
+//! data records ([`RecvCore::handle_record`]), finished file-system jobs
+//! ([`RecvCore::handle_done`]) and the time. Out: frames for the sender
+//! ([`RecvCore::poll_frame`]), file-system jobs ([`RecvCore::poll_job`]),
+//! events for the driver ([`RecvCore::poll_event`]) and the session's end
+//! ([`RecvCore::state`]). It opens no file and reads no socket, so every
+//! ordering of frames, records and completions can be replayed in a test.
+//!
+//! What it decides: which entries are acceptable (ids rise, paths land
+//! inside the destination, names are not longhaul's own), which records are
+//! acceptable (a known file, a chunk inside it, not twice, a hash only on a
+//! file's only chunk), when a file is complete and is verified and placed,
+//! when its written chunks are journaled, what each file's outcome is, and
+//! when the session is over. What the driver does: the jobs, on whatever
+//! threads it likes, in any order except that jobs of the manifest lane
+//! ([`Job::is_manifest`]) run one at a time in the order given.
+
+use super::{Role, State};
+use crate::proto::{ErrorCode, Frame, Outcome, RecordHeader, Want};
+use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
+use longhaul_transfer::landing::Landing;
+use longhaul_transfer::place::{is_reserved_name, Settled, MAX_FILE_SIZE};
+use longhaul_transfer::sync::SyncMode;
+use longhaul_transfer::{ChunkPlan, Entry, EntryKind, RelPath};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How a receiving session runs.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvConfig {
+    pub sync: SyncMode,
+    /// The sender sends every file whole without waiting for a `Want` (a
+    /// get's `Hello.fresh`, a put's `Welcome.fresh`): none is sent, nothing is
+    /// looked up or resumed, and a record may come before its file's entry.
+    pub fresh: bool,
+    /// Sync the destination's file system before `Done` (`--fsync`).
+    pub fsync: bool,
+    /// The most record bytes held for entries not yet announced (fresh
+    /// sessions only); more ends the session ([`MAX_WAITING`]).
+    pub max_waiting: u64,
+}
+
+/// The most record bytes a fresh session holds for entries not yet seen. A
+/// sender sends a file's entry before its data, so records wait only while
+/// the control stream is behind (none did in the lab); without a bound, a
+/// client that names a fresh destination could pin a full record on each of
+/// its streams (1024 × 1 MiB) for ids it never announces.
+pub const MAX_WAITING: u64 = 64 << 20;
+
+/// How often a file's written chunks are made durable and journaled for resume:
+/// at most this often, and only once 16 chunks (16 MiB) wait. A receiver killed
+/// outright refetches at most what arrived since; a clean end, an error or Ctrl-C
+/// journals everything. The sync runs beside the streams, but ext4 still stalls
+/// the writers while it commits: 1 GiB on loopback took 1.8-1.9 s with no sync,
+/// 2.0-3.0 s with one a second, 2.5-2.7 s with one per 250 ms; with one per 16
+/// chunks on the stream's own task (before) 3.5-4 s.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+pub const CHECKPOINT_MIN_CHUNKS: usize = 16;
+
+/// One data record, decoded by the driver ([`crate::proto::RecordDecoder`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The driver's name for the stream it came on (handed back in
+    /// [`Event::StreamReady`]).
+    pub stream: u64,
+    pub header: RecordHeader,
+    pub data: Vec<u8>,
+    /// The file's BLAKE3, after the data of a file's only chunk.
+    pub hash: Option<[u8; 32]>,
+}
+
+/// File-system work for the driver. Each job's result comes back as the
+/// [`Done`] of the same name.
+#[derive(Debug)]
+pub enum Job {
+    /// Create directory `target` (mode and mtime applied at the end).
+    Dir {
+        target: RelPath,
+        mode: u32,
+        mtime_ns: i64,
+    },
+    /// Place symlink `target` → `link`.
+    Symlink {
+        target: RelPath,
+        link: Vec<u8>,
+        mtime_ns: i64,
+    },
+    /// Decide what to want of file `id` (sync mode, resume journal) and, unless
+    /// it is skipped, open its part.
+    Open {
+        id: u64,
+        target: RelPath,
+        entry: Entry,
+        sync: SyncMode,
+        fresh: bool,
+    },
+    /// Write chunk `index` of file `id`. For a file of one chunk the writer
+    /// also settles it (verifies and places it when `expected` is known).
+    Write {
+        id: u64,
+        index: u64,
+        data: Vec<u8>,
+        expected: Option<[u8; 32]>,
+        stream: u64,
+    },
+    /// Make the chunks written so far durable and journal them.
+    Checkpoint { id: u64 },
+    /// Every chunk is written: verify against `expected` and place.
+    Finish {
+        id: u64,
+        expected: [u8; 32],
+        size: u64,
+    },
+    /// Remove the part and journal (the sender's file is unchanged, or the
+    /// data did not verify).
+    Discard { id: u64 },
+    /// The sender gave the file up: journal what is held and close it.
+    Close { id: u64 },
+    /// Every file is settled: apply directory modes and mtimes.
+    FinishDirs,
+    /// Sync the destination's file system (`--fsync`).
+    SyncFs,
+}
+
+impl Job {
+    /// Jobs that run one at a time, in order, on the driver's manifest lane
+    /// (they share the destination's directory cache).
+    pub fn is_manifest(&self) -> bool {
+        matches!(
+            self,
+            Job::Dir { .. }
+                | Job::Symlink { .. }
+                | Job::Open { .. }
+                | Job::FinishDirs
+                | Job::SyncFs
+        )
+    }
+}
+
+/// What [`Job::Open`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opened {
+    /// Already there (`--sync`): not wanted.
+    Skip,
+    /// The part is open. `want`: what to ask the sender for (`All`,
+    /// `Chunks` of a resume, `UnlessHash` of `--checksum`).
+    Open { want: Want, resumed_bytes: u64 },
+}
+
+/// What [`Job::Write`] left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wrote {
+    /// Written and recorded.
+    Chunk,
+    /// A file of one chunk, settled by its writer.
+    Settled(Settled),
+}
+
+/// A finished job.
+#[derive(Debug)]
+pub enum Done {
+    /// Of [`Job::Dir`] or [`Job::Symlink`].
+    Made {
+        target: RelPath,
+        result: std::io::Result<()>,
+    },
+    Opened {
+        id: u64,
+        result: std::io::Result<Opened>,
+    },
+    /// `stream` is the job's; `data` is the buffer, back for reuse.
+    Written {
+        id: u64,
+        index: u64,
+        stream: u64,
+        data: Vec<u8>,
+        result: std::io::Result<Wrote>,
+    },
+    Checkpointed {
+        id: u64,
+        result: std::io::Result<()>,
+    },
+    Finished {
+        id: u64,
+        result: Result<[u8; 32], longhaul_transfer::place::FinishError>,
+    },
+    Discarded {
+        id: u64,
+    },
+    Closed {
+        id: u64,
+    },
+    DirsFinished(std::io::Result<()>),
+    Synced(std::io::Result<()>),
+}
+
+/// Something the driver acts on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The record of this stream is dealt with: read the next one. (One
+    /// record per stream is in the core's hands at a time.)
+    StreamReady { stream: u64, spare: Vec<u8> },
+}
+
+/// The states of one announced file.
+#[derive(Debug)]
+enum Phase {
+    /// [`Job::Open`] is out; records that came meanwhile wait here.
+    Opening(Vec<Record>),
+    Open,
+}
+
+#[derive(Debug)]
+struct InFile {
+    display: String,
+    plan: ChunkPlan,
+    phase: Phase,
+    /// Chunk ranges wanted (`None`: all). Chunks outside were resumed.
+    wanted: Option<Vec<(u64, u64)>>,
+    /// Chunks written or being written (grows with the data, never with
+    /// the size the entry claims).
+    got: BTreeSet<u64>,
+    /// Wanted chunks not yet written.
+    missing: u64,
+    writing: usize,
+    expected: Option<[u8; 32]>,
+    received: u64,
+    resumed: u64,
+    /// Written chunks not yet journaled (files of several chunks).
+    unjournaled: usize,
+    checkpointed: Instant,
+    checkpointing: bool,
+    /// A finishing job (`Finish`, `Discard`, `Close`, or a settling write) is out.
+    settling: bool,
+}
+
+impl InFile {
+    fn wanted(&self, index: u64) -> bool {
+        self.wanted
+            .as_ref()
+            .is_none_or(|r| r.iter().any(|&(a, b)| (a..b).contains(&index)))
+    }
+
+    fn complete(&self) -> bool {
+        matches!(self.phase, Phase::Open)
+            && self.missing == 0
+            && self.writing == 0
+            && self.expected.is_some()
+            && !self.settling
+    }
+}
+
+/// The receiving role's state machine.
+pub struct RecvCore {
+    cfg: RecvConfig,
+    landing: Landing,
+    progress: Arc<Progress>,
+    root_kinds: HashMap<u32, EntryKind>,
+    /// The highest entry id seen (ids must rise).
+    last_entry: u64,
+    manifest_done: bool,
+    files: HashMap<u64, InFile>,
+    /// Files the sender gave up on (`FileFailed`): records of theirs still on
+    /// their way (the control stream overtakes the data) are dropped.
+    failed: HashSet<u64>,
+    /// Fresh sessions: records of entries not yet announced, and their bytes.
+    waiting: Vec<Record>,
+    waiting_bytes: u64,
+    /// Jobs out (not yet `Done`).
+    busy: usize,
+    /// The end: FinishDirs, then SyncFs, then `Done`.
+    ending: bool,
+    frames: VecDeque<Frame>,
+    jobs: VecDeque<Job>,
+    events: VecDeque<Event>,
+    report: SessionReport,
+    state: State,
+}
+
+fn protocol(msg: impl Into<String>) -> Problem {
+    Problem::new(
+        Kind::Connection,
+        format!("protocol error from the sender: {}", msg.into()),
+    )
+}
+
+fn io_problem(path: &str, e: impl std::fmt::Display) -> Problem {
+    Problem::at(Kind::LocalIo, path, e.to_string())
+}
+
+impl RecvCore {
+    pub fn new(cfg: RecvConfig, landing: Landing, progress: Arc<Progress>) -> RecvCore {
+        RecvCore {
+            cfg,
+            landing,
+            progress,
+            root_kinds: HashMap::new(),
+            last_entry: 0,
+            manifest_done: false,
+            files: HashMap::new(),
+            failed: HashSet::new(),
+            waiting: Vec::new(),
+            waiting_bytes: 0,
+            busy: 0,
+            ending: false,
+            frames: VecDeque::new(),
+            jobs: VecDeque::new(),
+            events: VecDeque::new(),
+            report: SessionReport::default(),
+            state: State::Running,
+        }
+    }
+
+    /// The report so far (complete once the state is not `Running`).
+    pub fn take_report(&mut self) -> SessionReport {
+        std::mem::take(&mut self.report)
+    }
+
+    pub fn poll_frame(&mut self) -> Option<Frame> {
+        self.frames.pop_front()
+    }
+
+    pub fn poll_job(&mut self) -> Option<Job> {
+        let j = self.jobs.pop_front();
+        if j.is_some() {
+            self.busy += 1;
+        }
+        j
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Jobs handed out and not yet done.
+    pub fn busy(&self) -> usize {
+        self.busy
+    }
+
+    /// Record bytes held for entries not yet announced or opened.
+    pub fn waiting_bytes(&self) -> u64 {
+        self.waiting_bytes
+    }
+
+    fn running(&self) -> bool {
+        self.state == State::Running
+    }
+
+    fn fail(&mut self, p: Problem) {
+        if !self.running() {
+            return;
+        }
+        if p.kind == Kind::LocalIo {
+            self.frames.push_back(Frame::Fatal {
+                code: ErrorCode::Io,
+                message: format!("the receiver failed: {p}"),
+            });
+        }
+        self.jobs.clear();
+        self.state = State::Failed(p);
+    }
+
+    fn on_frame(&mut self, now: Instant, frame: Frame) -> Result<(), Problem> {
+        match frame {
+            Frame::Entry(e) => self.on_entry(now, e),
+            Frame::RootError {
+                root,
+                code,
+                message,
+            } => {
+                // The sender's message names its path ("nope: No such
+                // file..."); naming the local root too printed it twice.
+                if self.landing.roots.get(root as usize).is_none() {
+                    return Err(protocol(format!("RootError for unknown root {root}")));
+                }
+                self.report.problems.push(Problem::new(
+                    Kind::of_peer(code),
+                    format!("at the source: {message}"),
+                ));
+                Ok(())
+            }
+            Frame::EntryError { path, message, .. } => {
+                self.report.problems.push(Problem::at(
+                    Kind::Remote,
+                    String::from_utf8_lossy(&path),
+                    message,
+                ));
+                Ok(())
+            }
+            Frame::ManifestEnd => {
+                self.manifest_done = true;
+                // Records still waiting name files that were never announced.
+                self.release_waiting(now, u64::MAX)
+            }
+            Frame::FileDone {
+                id,
+                hash,
+                unchanged,
+            } => {
+                let f = self
+                    .files
+                    .get_mut(&id)
+                    .ok_or_else(|| protocol(format!("FileDone for unknown file {id}")))?;
+                if f.expected.is_some() {
+                    return Err(protocol(format!("second FileDone for file {id}")));
+                }
+                if unchanged && (f.settling || matches!(f.phase, Phase::Opening(_))) {
+                    return Err(protocol(format!(
+                        "FileDone unchanged for file {id} before its Want"
+                    )));
+                }
+                f.expected = Some(hash);
+                if unchanged {
+                    f.settling = true;
+                    self.jobs.push_back(Job::Discard { id });
+                } else {
+                    self.finish_if_complete(id);
+                }
+                Ok(())
+            }
+            Frame::FileFailed { id, message } => {
+                self.failed.insert(id);
+                let f = self
+                    .files
+                    .get_mut(&id)
+                    .ok_or_else(|| protocol(format!("FileFailed for unknown file {id}")))?;
+                if f.settling {
+                    return Err(protocol(format!("FileFailed for file {id} after its hash")));
+                }
+                // A write of it may still be out: its Done finds the file gone.
+                let display = f.display.clone();
+                let (size, received) = (f.plan.size, f.received);
+                self.files.remove(&id);
+                self.jobs.push_back(Job::Close { id });
+                let p = Problem::at(Kind::Remote, display.clone(), message);
+                self.settle(id, display, size, received, Status::Failed, Some(p));
+                Ok(())
+            }
+            Frame::Fatal { code, message } => Err(Problem::new(Kind::of_peer(code), message)),
+            other => Err(protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    fn on_entry(&mut self, now: Instant, e: Entry) -> Result<(), Problem> {
+        // Ids rise: a reused one would hand a write in flight for the old
+        // file to the new one, which would be placed with that chunk never
+        // written.
+        if e.id <= self.last_entry {
+            return Err(protocol(format!(
+                "entry id {} after {}: entry ids must rise",
+                e.id, self.last_entry
+            )));
+        }
+        self.last_entry = e.id;
+        let path = RelPath::from_wire(&e.path).map_err(|err| protocol(err.to_string()))?;
+        if path.is_root() {
+            self.root_kinds.insert(e.root, e.kind);
+        }
+        let kind = *self
+            .root_kinds
+            .get(&e.root)
+            .ok_or_else(|| protocol(format!("entry before its root {}", e.root)))?;
+        let target = self.landing.target(e.root, kind, &path).map_err(protocol)?;
+        let display = target.display();
+        if is_reserved_name(target.file_name()) {
+            return Err(io_problem(
+                &display,
+                "a name longhaul keeps for its own part, journal and link files; not received",
+            ));
+        }
+        match e.kind {
+            EntryKind::Dir => {
+                self.report.dirs += 1;
+                self.jobs.push_back(Job::Dir {
+                    target,
+                    mode: e.mode,
+                    mtime_ns: e.mtime_ns,
+                });
+            }
+            EntryKind::Symlink => {
+                self.report.symlinks += 1;
+                self.jobs.push_back(Job::Symlink {
+                    target,
+                    link: e.link.clone(),
+                    mtime_ns: e.mtime_ns,
+                });
+            }
+            EntryKind::File => {
+                if e.size > MAX_FILE_SIZE {
+                    return Err(protocol(format!(
+                        "{display}: a file of {} bytes is larger than the {MAX_FILE_SIZE} bytes accepted",
+                        e.size
+                    )));
+                }
+                Progress::add(&self.progress.files_total, 1);
+                Progress::add(&self.progress.bytes_total, e.size);
+                self.files.insert(
+                    e.id,
+                    InFile {
+                        display,
+                        plan: ChunkPlan::new(e.size),
+                        phase: Phase::Opening(Vec::new()),
+                        wanted: None,
+                        got: BTreeSet::new(),
+                        missing: 0,
+                        writing: 0,
+                        expected: None,
+                        received: 0,
+                        resumed: 0,
+                        unjournaled: 0,
+                        checkpointed: now,
+                        checkpointing: false,
+                        settling: false,
+                    },
+                );
+                self.jobs.push_back(Job::Open {
+                    id: e.id,
+                    target,
+                    entry: e.clone(),
+                    sync: self.cfg.sync,
+                    fresh: self.cfg.fresh,
+                });
+            }
+        }
+        // Records that overtook this entry (or an earlier one that never came).
+        self.release_waiting(now, e.id)
+    }
+
+    /// Hand records waiting for entries up to `upto` on.
+    fn release_waiting(&mut self, now: Instant, upto: u64) -> Result<(), Problem> {
+        if self.waiting.is_empty() {
+            return Ok(());
+        }
+        let (go, stay): (Vec<Record>, Vec<Record>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|r| r.header.id <= upto);
+        self.waiting = stay;
+        for r in go {
+            self.waiting_bytes -= r.data.len() as u64;
+            self.on_record(now, r)?;
+        }
+        Ok(())
+    }
+
+    pub fn handle_record(&mut self, now: Instant, r: Record) {
+        if !self.running() {
+            return;
+        }
+        if let Err(p) = self.on_record(now, r) {
+            self.fail(p);
+        }
+        self.check_end();
+    }
+
+    fn ready(&mut self, stream: u64, spare: Vec<u8>) {
+        self.events.push_back(Event::StreamReady { stream, spare });
+    }
+
+    fn on_record(&mut self, now: Instant, r: Record) -> Result<(), Problem> {
+        let h = r.header;
+        // The entry travels on the control stream and may come later.
+        if h.id > self.last_entry && !self.manifest_done {
+            if !self.cfg.fresh {
+                return Err(protocol(format!(
+                    "data for unknown or settled file {}",
+                    h.id
+                )));
+            }
+            let held = self.waiting_bytes + h.len as u64;
+            if held > self.cfg.max_waiting {
+                return Err(protocol(format!(
+                    "more than {} MiB of data waits for manifest entries (file {} not announced)",
+                    self.cfg.max_waiting >> 20,
+                    h.id
+                )));
+            }
+            self.waiting_bytes = held;
+            self.waiting.push(r);
+            return Ok(());
+        }
+        if !self.files.contains_key(&h.id) && self.failed.contains(&h.id) {
+            // The sender gave the file up after sending this.
+            self.ready(r.stream, r.data);
+            return Ok(());
+        }
+        let f = self
+            .files
+            .get_mut(&h.id)
+            .ok_or_else(|| protocol(format!("data for unknown or settled file {}", h.id)))?;
+        if let Phase::Opening(held) = &mut f.phase {
+            self.waiting_bytes += h.len as u64;
+            held.push(r);
+            return Ok(());
+        }
+        let index = h.chunk();
+        match f.plan.len(index) {
+            None => {
+                return Err(protocol(format!(
+                    "chunk {index} is beyond the file ({} bytes)",
+                    f.plan.size
+                )))
+            }
+            Some(l) if l != h.len as u64 => {
+                return Err(protocol(format!(
+                    "chunk {index} has {} bytes, expected {l}",
+                    h.len
+                )))
+            }
+            Some(_) if f.got.contains(&index) || !f.wanted(index) => {
+                return Err(protocol(format!("chunk {index} sent twice")))
+            }
+            Some(_) => {}
+        }
+        if let Some(hash) = r.hash {
+            if f.plan.count() != 1 || f.expected.is_some() {
+                return Err(protocol(format!(
+                    "a hash on a record of file {}, which has {} chunks{}",
+                    h.id,
+                    f.plan.count(),
+                    if f.expected.is_some() {
+                        " and whose hash came already"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+            f.expected = Some(hash);
+        }
+        f.got.insert(index);
+        f.writing += 1;
+        if f.plan.count() == 1 {
+            // Its writer settles it (with the hash, if known by now).
+            f.settling = f.expected.is_some();
+        }
+        let _ = now;
+        self.jobs.push_back(Job::Write {
+            id: h.id,
+            index,
+            data: r.data,
+            expected: f.expected,
+            stream: r.stream,
+        });
+        Ok(())
+    }
+
+    pub fn handle_done(&mut self, now: Instant, done: Done) {
+        self.busy -= 1;
+        if self.running() {
+            if let Err(p) = self.on_done(now, done) {
+                self.fail(p);
+            }
+        } else if let Done::Written { stream, data, .. } = done {
+            self.ready(stream, data);
+        }
+        self.check_end();
+    }
+
+    fn on_done(&mut self, now: Instant, done: Done) -> Result<(), Problem> {
+        match done {
+            Done::Made { target, result } => result.map_err(|e| io_problem(&target.display(), e)),
+            Done::Opened { id, result } => self.on_opened(now, id, result),
+            Done::Written {
+                id,
+                stream,
+                data,
+                result,
+                ..
+            } => {
+                let len = data.len() as u64;
+                self.ready(stream, data);
+                self.on_written(now, id, len, result)
+            }
+            Done::Checkpointed { id, result } => {
+                if let Some(f) = self.files.get_mut(&id) {
+                    f.checkpointing = false;
+                    if let Err(e) = result {
+                        return Err(io_problem(&f.display, e));
+                    }
+                    self.finish_if_complete(id);
+                } else if let Err(e) = result {
+                    return Err(Problem::new(Kind::LocalIo, e.to_string()));
+                }
+                Ok(())
+            }
+            Done::Finished { id, result } => {
+                let Some(f) = self.files.remove(&id) else {
+                    return Ok(());
+                };
+                let size = f.plan.size;
+                match result {
+                    Ok(root) => {
+                        self.placed(id, f.display, size, f.received, f.resumed, root);
+                        Ok(())
+                    }
+                    Err(longhaul_transfer::place::FinishError::Mismatch { expected, actual }) => {
+                        self.mismatched(id, f.display, size, f.received, expected, actual);
+                        Ok(())
+                    }
+                    Err(longhaul_transfer::place::FinishError::Io(e)) => {
+                        Err(io_problem(&f.display, e))
+                    }
+                }
+            }
+            Done::Discarded { id } => {
+                // The sender's file equals ours (`UnlessHash`).
+                let Some(f) = self.files.remove(&id) else {
+                    return Ok(());
+                };
+                self.settle(id, f.display, f.plan.size, 0, Status::Skipped, None);
+                Ok(())
+            }
+            Done::Closed { .. } => Ok(()),
+            Done::DirsFinished(r) => {
+                if let Err(e) = r {
+                    self.report
+                        .problems
+                        .push(Problem::new(Kind::LocalIo, e.to_string()));
+                }
+                if self.cfg.fsync && self.report.problems.is_empty() {
+                    self.jobs.push_back(Job::SyncFs);
+                } else {
+                    self.end();
+                }
+                Ok(())
+            }
+            Done::Synced(r) => {
+                if let Err(e) = r {
+                    self.report.problems.push(Problem::new(
+                        Kind::LocalIo,
+                        format!("syncing the destination (--fsync): {e}"),
+                    ));
+                }
+                self.end();
+                Ok(())
+            }
+        }
+    }
+
+    fn on_opened(
+        &mut self,
+        now: Instant,
+        id: u64,
+        result: std::io::Result<Opened>,
+    ) -> Result<(), Problem> {
+        let Some(f) = self.files.get_mut(&id) else {
+            // The sender gave it up meanwhile: close what was opened.
+            if matches!(result, Ok(Opened::Open { .. })) {
+                self.jobs.push_back(Job::Close { id });
+            }
+            return Ok(());
+        };
+        let opened = result.map_err(|e| io_problem(&f.display, e))?;
+        let held = match std::mem::replace(&mut f.phase, Phase::Open) {
+            Phase::Opening(held) => held,
+            Phase::Open => return Err(protocol(format!("file {id} opened twice"))),
+        };
+        match opened {
+            Opened::Skip => {
+                let f = self.files.remove(&id).expect("looked up above");
+                let size = f.plan.size;
+                if !self.cfg.fresh {
+                    self.frames.push_back(Frame::Want {
+                        id,
+                        want: Want::Skip,
+                    });
+                }
+                self.settle(id, f.display, size, 0, Status::Skipped, None);
+                // A fresh session never skips; anything held is refused below.
+                for r in held {
+                    self.waiting_bytes -= r.data.len() as u64;
+                    self.on_record(now, r)?;
+                }
+            }
+            Opened::Open {
+                want,
+                resumed_bytes,
+            } => {
+                f.wanted = match &want {
+                    Want::Chunks(r) => Some(r.clone()),
+                    _ => None,
+                };
+                f.missing = match &f.wanted {
+                    Some(r) => r.iter().map(|&(a, b)| b.saturating_sub(a)).sum(),
+                    None => f.plan.count(),
+                };
+                f.resumed = resumed_bytes;
+                Progress::add(&self.progress.bytes_done, resumed_bytes);
+                if !self.cfg.fresh {
+                    self.frames.push_back(Frame::Want { id, want });
+                }
+                for r in held {
+                    self.waiting_bytes -= r.data.len() as u64;
+                    self.on_record(now, r)?;
+                }
+                // A file of no chunks, or all resumed: complete with its hash.
+                self.finish_if_complete(id);
+            }
+        }
+        Ok(())
+    }
+
+    fn on_written(
+        &mut self,
+        now: Instant,
+        id: u64,
+        len: u64,
+        result: std::io::Result<Wrote>,
+    ) -> Result<(), Problem> {
+        let Some(f) = self.files.get_mut(&id) else {
+            return Ok(()); // failed meanwhile
+        };
+        let wrote = result.map_err(|e| io_problem(&f.display, e))?;
+        f.writing -= 1;
+        f.missing -= 1;
+        f.received += len;
+        Progress::add(&self.progress.bytes_done, len);
+        match wrote {
+            Wrote::Settled(Settled::Placed(root)) => {
+                let f = self.files.remove(&id).expect("looked up above");
+                self.placed(id, f.display, f.plan.size, f.received, 0, root);
+                return Ok(());
+            }
+            Wrote::Settled(Settled::Mismatch { expected, actual }) => {
+                // The writer removed the part.
+                let f = self.files.remove(&id).expect("looked up above");
+                self.mismatched(id, f.display, f.plan.size, f.received, expected, actual);
+                return Ok(());
+            }
+            Wrote::Settled(Settled::Parked) => f.settling = false,
+            Wrote::Chunk => {
+                if f.plan.count() > 1 {
+                    f.unjournaled += 1;
+                }
+            }
+        }
+        if f.unjournaled >= CHECKPOINT_MIN_CHUNKS
+            && now.saturating_duration_since(f.checkpointed) >= CHECKPOINT_EVERY
+            && !f.checkpointing
+            && f.missing > 0
+        {
+            f.unjournaled = 0;
+            f.checkpointed = now;
+            f.checkpointing = true;
+            self.jobs.push_back(Job::Checkpoint { id });
+        }
+        self.finish_if_complete(id);
+        Ok(())
+    }
+
+    fn finish_if_complete(&mut self, id: u64) {
+        let Some(f) = self.files.get_mut(&id) else {
+            return;
+        };
+        if f.complete() && !f.checkpointing {
+            f.settling = true;
+            let expected = f.expected.expect("complete");
+            let size = f.plan.size;
+            self.jobs.push_back(Job::Finish { id, expected, size });
+        }
+    }
+
+    /// Report a file verified and placed, and tell the sender.
+    fn placed(
+        &mut self,
+        id: u64,
+        display: String,
+        size: u64,
+        received: u64,
+        resumed: u64,
+        root: [u8; 32],
+    ) {
+        self.report.files.push(FileReport {
+            path: display,
+            size,
+            status: Status::Verified,
+            bytes_transferred: received,
+            bytes_resumed: resumed,
+            blake3: Some(longhaul_transfer::chunk::hex(&root)),
+            error: None,
+        });
+        Progress::add(&self.progress.files_done, 1);
+        self.frames.push_back(Frame::FileResult {
+            id,
+            outcome: Outcome::Verified,
+        });
+    }
+
+    /// Report a file whose data did not hash to the sender's BLAKE3.
+    fn mismatched(
+        &mut self,
+        id: u64,
+        display: String,
+        size: u64,
+        received: u64,
+        expected: String,
+        actual: String,
+    ) {
+        let p = Problem::at(
+            Kind::Verify,
+            display.clone(),
+            format!(
+                "BLAKE3 mismatch: sender {expected}, received {actual}; the part file was removed"
+            ),
+        );
+        self.settle(id, display, size, received, Status::Failed, Some(p));
+    }
+
+    /// Report a file skipped or failed, and tell the sender.
+    fn settle(
+        &mut self,
+        id: u64,
+        display: String,
+        size: u64,
+        received: u64,
+        status: Status,
+        problem: Option<Problem>,
+    ) {
+        let outcome = match (&status, &problem) {
+            (Status::Verified, _) => Outcome::Verified,
+            (Status::Skipped, _) => Outcome::Skipped,
+            (Status::Failed, p) => Outcome::Failed {
+                code: match p.as_ref().map(|p| p.kind) {
+                    Some(Kind::Verify) => ErrorCode::Verify,
+                    _ => ErrorCode::Io,
+                },
+                message: p.as_ref().map(|p| p.message.clone()).unwrap_or_default(),
+            },
+        };
+        self.report.files.push(FileReport {
+            path: display,
+            size,
+            status,
+            bytes_transferred: received,
+            bytes_resumed: 0,
+            blake3: None,
+            error: problem.as_ref().map(|p| p.message.clone()),
+        });
+        if let Some(p) = problem {
+            self.report.problems.push(p);
+        }
+        if status == Status::Skipped {
+            Progress::add(&self.progress.bytes_done, size);
+        }
+        Progress::add(&self.progress.files_done, 1);
+        self.frames.push_back(Frame::FileResult { id, outcome });
+    }
+
+    /// After every entry is settled: directory metadata, `--fsync`, `Done`.
+    fn check_end(&mut self) {
+        if self.running()
+            && self.manifest_done
+            && !self.ending
+            && self.files.is_empty()
+            && self.waiting.is_empty()
+            && self.busy == 0
+            && self.jobs.is_empty()
+        {
+            self.ending = true;
+            self.jobs.push_back(Job::FinishDirs);
+        }
+    }
+
+    fn end(&mut self) {
+        let ok = self.report.problems.is_empty();
+        self.frames.push_back(Frame::Done { ok });
+        self.state = State::Finished;
+    }
+}
+
+impl Role for RecvCore {
+    fn state(&self) -> &State {
+        &self.state
+    }
+
+    fn handle_control_end(&mut self) {
+        if self.running() && !self.ending {
+            self.fail(Problem::new(
+                Kind::Connection,
+                "the sender closed the session early",
+            ));
+        }
+    }
+
+    fn handle_failure(&mut self, p: Problem) {
+        self.fail(p);
+    }
+
+    fn handle_frame(&mut self, now: Instant, frame: Frame) {
+        if !self.running() {
+            return;
+        }
+        if let Err(p) = self.on_frame(now, frame) {
+            self.fail(p);
+        }
+        self.check_end();
+    }
+}

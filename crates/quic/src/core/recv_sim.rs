@@ -1,0 +1,668 @@
+//! The receiving core driven by hand, deterministically: frames and records
+//! in the order a test chooses, jobs run by the real [`RecvDisk`] against a
+//! temporary directory whenever the test says, simulated time. Hostile
+//! senders, fresh sessions, resume and the races between a file's hash and
+//! its last write are replayed exactly, without QUIC or threads.
+
+use super::recv::*;
+use super::{Role, State};
+use crate::disk::RecvDisk;
+use crate::proto::{ErrorCode, Frame, Outcome, RecordHeader, Want};
+use crate::report::{Kind, Progress, Status};
+use cap_std::fs::Dir;
+use longhaul_transfer::landing::Landing;
+use longhaul_transfer::sync::SyncMode;
+use longhaul_transfer::{Entry, EntryKind, RelPath, CHUNK_SIZE};
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MIB: usize = CHUNK_SIZE as usize;
+
+struct Sim {
+    core: RecvCore,
+    disk: RecvDisk,
+    root: std::path::PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    now: Instant,
+    /// Frames the core sent, in order.
+    sent: Vec<Frame>,
+    /// Jobs handed out and not yet run.
+    pending: VecDeque<Job>,
+    /// Streams made ready, in order.
+    ready: Vec<u64>,
+    /// Run every job as soon as it is handed out.
+    auto: bool,
+}
+
+fn cfg(fresh: bool) -> RecvConfig {
+    RecvConfig {
+        sync: SyncMode::Always,
+        fresh,
+        fsync: false,
+        max_waiting: 4 * CHUNK_SIZE,
+    }
+}
+
+/// Everything goes into `dest/` of a directory `base`: roots `run`.
+fn landing() -> Landing {
+    Landing {
+        prefix: RelPath::from_wire(b"dest").unwrap(),
+        dest_is_dir: true,
+        roots: vec![b"run".to_vec()],
+    }
+}
+
+impl Sim {
+    fn new(cfg: RecvConfig) -> Sim {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = Sim::at(tmp.path(), cfg);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// A session receiving into `root` (which the caller keeps).
+    fn at(root: &Path, cfg: RecvConfig) -> Sim {
+        let base = Dir::open_ambient_dir(root, cap_std::ambient_authority()).unwrap();
+        Sim {
+            core: RecvCore::new(cfg, landing(), Arc::new(Progress::default())),
+            disk: RecvDisk::new(base),
+            root: root.to_path_buf(),
+            _tmp: None,
+            now: Instant::now(),
+            sent: Vec::new(),
+            pending: VecDeque::new(),
+            ready: Vec::new(),
+            auto: true,
+        }
+    }
+
+    fn path(&self, rel: &str) -> std::path::PathBuf {
+        self.root.join("dest/run").join(rel)
+    }
+
+    fn pump(&mut self) {
+        loop {
+            while let Some(f) = self.core.poll_frame() {
+                self.sent.push(f);
+            }
+            while let Some(Event::StreamReady { stream, .. }) = self.core.poll_event() {
+                self.ready.push(stream);
+            }
+            let mut any = false;
+            while let Some(j) = self.core.poll_job() {
+                self.pending.push_back(j);
+                any = true;
+            }
+            if (!self.auto || self.pending.is_empty()) && !any {
+                return;
+            }
+            if self.auto {
+                while let Some(j) = self.pending.pop_front() {
+                    let d = self.disk.run(j);
+                    self.core.handle_done(self.now, d);
+                }
+            }
+        }
+    }
+
+    /// Run the first pending job that `pick` chooses.
+    fn run(&mut self, pick: impl Fn(&Job) -> bool) {
+        let i = self
+            .pending
+            .iter()
+            .position(pick)
+            .unwrap_or_else(|| panic!("no such job among {:?}", self.pending));
+        let j = self.pending.remove(i).unwrap();
+        let d = self.disk.run(j);
+        self.core.handle_done(self.now, d);
+        self.pump();
+    }
+
+    fn run_all(&mut self) {
+        while !self.pending.is_empty() {
+            self.run(|_| true);
+        }
+    }
+
+    fn frame(&mut self, f: Frame) {
+        self.core.handle_frame(self.now, f);
+        self.pump();
+    }
+
+    fn record(&mut self, stream: u64, id: u64, index: u64, data: &[u8], hash: Option<[u8; 32]>) {
+        let r = Record {
+            stream,
+            header: RecordHeader {
+                id,
+                offset: index * CHUNK_SIZE,
+                len: data.len() as u32,
+                hash: hash.is_some(),
+            },
+            data: data.to_vec(),
+            hash,
+        };
+        self.core.handle_record(self.now, r);
+        self.pump();
+    }
+
+    /// A file sent as the sender does: its chunks, its hash with the data
+    /// (one chunk) or in `FileDone`.
+    fn send_file(&mut self, id: u64, data: &[u8]) {
+        let hash = *blake3::hash(data).as_bytes();
+        let chunks: Vec<&[u8]> = data.chunks(MIB).collect();
+        if chunks.len() == 1 {
+            self.record(id, id, 0, data, Some(hash));
+        } else {
+            for (i, c) in chunks.iter().enumerate() {
+                self.record(id, id, i as u64, c, None);
+            }
+            self.frame(done(id, data));
+        }
+    }
+
+    fn failed(&self) -> &crate::report::Problem {
+        match self.core.state() {
+            State::Failed(p) => p,
+            s => panic!("expected a failed session, got {s:?}; sent {:?}", self.sent),
+        }
+    }
+
+    fn fails_with(&self, kind: Kind, needle: &str) {
+        let p = self.failed();
+        assert_eq!(p.kind, kind, "{p}");
+        assert!(p.to_string().contains(needle), "{p:?} lacks {needle:?}");
+    }
+
+    fn results(&self) -> Vec<(u64, Outcome)> {
+        self.sent
+            .iter()
+            .filter_map(|f| match f {
+                Frame::FileResult { id, outcome } => Some((*id, outcome.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn wants(&self) -> Vec<(u64, Want)> {
+        self.sent
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Want { id, want } => Some((*id, want.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn entry(id: u64, path: &str, kind: EntryKind, size: u64) -> Frame {
+    Frame::Entry(Entry {
+        id,
+        root: 0,
+        path: path.as_bytes().to_vec(),
+        kind,
+        size,
+        mode: if kind == EntryKind::Dir { 0o755 } else { 0o640 },
+        mtime_ns: 1_600_000_000_000_000_000,
+        link: if kind == EntryKind::Symlink {
+            b"target".to_vec()
+        } else {
+            vec![]
+        },
+    })
+}
+
+fn file(id: u64, path: &str, data: &[u8]) -> Frame {
+    entry(id, path, EntryKind::File, data.len() as u64)
+}
+
+fn done(id: u64, data: &[u8]) -> Frame {
+    Frame::FileDone {
+        id,
+        hash: *blake3::hash(data).as_bytes(),
+        unchanged: false,
+    }
+}
+
+fn bytes(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn read(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn a_tree_arrives_whole_and_verified() {
+    let mut s = Sim::new(cfg(false));
+    let small = bytes(10_000, 1);
+    let big = bytes(2 * MIB + 5, 2);
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(entry(2, "sub", EntryKind::Dir, 0));
+    s.frame(file(3, "sub/small", &small));
+    s.frame(file(4, "big", &big));
+    s.frame(file(5, "empty", b""));
+    s.frame(entry(6, "link", EntryKind::Symlink, 0));
+    s.frame(Frame::ManifestEnd);
+    assert_eq!(
+        s.wants(),
+        [(3, Want::All), (4, Want::All), (5, Want::All)],
+        "a Want per file, in order"
+    );
+    s.send_file(3, &small);
+    s.send_file(4, &big);
+    s.frame(done(5, b""));
+    assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
+    assert_eq!(s.sent.last(), Some(&Frame::Done { ok: true }));
+    assert_eq!(read(&s.path("sub/small")), small);
+    assert_eq!(read(&s.path("big")), big);
+    assert_eq!(read(&s.path("empty")), b"");
+    assert_eq!(
+        std::fs::read_link(s.path("link")).unwrap(),
+        Path::new("target")
+    );
+    let mut ids: Vec<u64> = s.results().iter().map(|r| r.0).collect();
+    ids.sort();
+    assert_eq!(ids, [3, 4, 5]);
+    let r = s.core.take_report();
+    assert_eq!((r.dirs, r.symlinks), (2, 1));
+    assert!(r.files.iter().all(|f| f.status == Status::Verified));
+    let big_report = r.files.iter().find(|f| f.path == "dest/run/big").unwrap();
+    assert_eq!(big_report.bytes_transferred, big.len() as u64);
+    assert_eq!(
+        big_report.blake3.as_deref(),
+        Some(blake3::hash(&big).to_hex().as_str())
+    );
+    // No part file or journal is left.
+    let left: Vec<_> = std::fs::read_dir(s.path(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains(".lh-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_stream_is_read_again_only_once_its_record_is_written() {
+    let mut s = Sim::new(cfg(false));
+    s.auto = false;
+    let a = bytes(3000, 3);
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "a", &a));
+    s.run_all();
+    s.record(7, 2, 0, &a, Some(*blake3::hash(&a).as_bytes()));
+    assert!(s.ready.is_empty(), "the write is not done yet");
+    s.run(|j| matches!(j, Job::Write { .. }));
+    assert_eq!(s.ready, [7]);
+    assert_eq!(s.results(), [(2, Outcome::Verified)]);
+}
+
+#[test]
+fn the_hash_and_the_last_write_may_come_in_either_order() {
+    for hash_first in [true, false] {
+        let mut s = Sim::new(cfg(false));
+        s.auto = false;
+        let big = bytes(2 * MIB, 4);
+        s.frame(entry(1, "", EntryKind::Dir, 0));
+        s.frame(file(2, "big", &big));
+        s.frame(Frame::ManifestEnd);
+        s.run_all();
+        s.record(1, 2, 0, &big[..MIB], None);
+        s.record(2, 2, 1, &big[MIB..], None);
+        s.run(|j| matches!(j, Job::Write { index: 0, .. }));
+        if hash_first {
+            s.frame(done(2, &big));
+            assert!(
+                !s.pending.iter().any(|j| matches!(j, Job::Finish { .. })),
+                "no Finish while a write is out"
+            );
+        }
+        s.run(|j| matches!(j, Job::Write { index: 1, .. }));
+        if !hash_first {
+            assert!(s.pending.is_empty(), "nothing to do without the hash");
+            s.frame(done(2, &big));
+        }
+        s.run(|j| matches!(j, Job::Finish { .. }));
+        s.run_all(); // FinishDirs
+        assert_eq!(*s.core.state(), State::Finished, "hash first: {hash_first}");
+        assert_eq!(read(&s.path("big")), big);
+    }
+}
+
+#[test]
+fn a_small_file_whose_hash_comes_after_its_data_is_parked_then_placed() {
+    let mut s = Sim::new(cfg(false));
+    let a = bytes(5000, 5);
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "a", &a));
+    s.record(1, 2, 0, &a, None);
+    assert!(!s.path("a").exists(), "not placed before it is verified");
+    s.frame(done(2, &a));
+    s.frame(Frame::ManifestEnd);
+    assert_eq!(*s.core.state(), State::Finished);
+    assert_eq!(read(&s.path("a")), a);
+}
+
+#[test]
+fn fresh_records_wait_for_their_entries_within_a_bound() {
+    let mut s = Sim::new(cfg(true));
+    let a = bytes(9000, 6);
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    // The record overtakes its entry: held, its stream not yet readied.
+    s.record(3, 2, 0, &a, Some(*blake3::hash(&a).as_bytes()));
+    assert_eq!(s.core.waiting_bytes(), a.len() as u64);
+    assert!(s.ready.is_empty());
+    s.frame(file(2, "a", &a));
+    assert_eq!(s.ready, [3]);
+    assert!(s.wants().is_empty(), "a fresh session sends no Want");
+    s.frame(Frame::ManifestEnd);
+    assert_eq!(*s.core.state(), State::Finished);
+    assert_eq!(read(&s.path("a")), a);
+
+    // More than the bound for entries never announced.
+    let mut s = Sim::new(cfg(true));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    let chunk = bytes(MIB, 7);
+    for id in 10..14 {
+        s.record(id, id, 0, &chunk, None);
+    }
+    assert_eq!(*s.core.state(), State::Running, "4 MiB is the bound");
+    s.record(14, 14, 0, &chunk, None);
+    s.fails_with(
+        Kind::Connection,
+        "more than 4 MiB of data waits for manifest entries (file 14 not announced)",
+    );
+
+    // Data for an entry that is not a file.
+    let mut s = Sim::new(cfg(true));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.record(1, 2, 0, b"x", None);
+    s.frame(entry(2, "d", EntryKind::Dir, 0));
+    s.fails_with(Kind::Connection, "data for unknown or settled file 2");
+
+    // Data for an id the manifest never names.
+    let mut s = Sim::new(cfg(true));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.record(1, 9, 0, b"x", None);
+    s.frame(Frame::ManifestEnd);
+    s.fails_with(Kind::Connection, "data for unknown or settled file 9");
+}
+
+#[test]
+fn a_not_fresh_session_refuses_data_before_its_entry() {
+    let mut s = Sim::new(cfg(false));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.record(1, 2, 0, b"x", None);
+    s.fails_with(Kind::Connection, "data for unknown or settled file 2");
+}
+
+/// A record as (file id, chunk index, data, the hash it carries).
+type Rec = (u64, u64, Vec<u8>, Option<[u8; 32]>);
+
+/// A session given `frames`, then `records` (each on stream 1).
+fn hostile(frames: Vec<Frame>, records: Vec<Rec>) -> Sim {
+    let mut s = Sim::new(cfg(false));
+    for f in frames {
+        s.frame(f);
+    }
+    for (id, index, data, hash) in records {
+        s.record(1, id, index, &data, hash);
+    }
+    s
+}
+
+#[test]
+fn hostile_senders_end_the_session_precisely() {
+    let root = || entry(1, "", EntryKind::Dir, 0);
+    let cases: Vec<(Sim, Kind, &str)> = vec![
+        (
+            hostile(vec![root(), file(5, "a", b"x"), file(5, "b", b"y")], vec![]),
+            Kind::Connection,
+            "entry id 5 after 5: entry ids must rise",
+        ),
+        (
+            hostile(vec![entry(1, "a", EntryKind::File, 1)], vec![]),
+            Kind::Connection,
+            "entry before its root 0",
+        ),
+        (
+            hostile(vec![root(), file(2, "../x", b"x")], vec![]),
+            Kind::Connection,
+            "protocol error from the sender",
+        ),
+        (
+            hostile(vec![root(), file(2, ".x.lh-part", b"x")], vec![]),
+            Kind::LocalIo,
+            "a name longhaul keeps",
+        ),
+        (
+            hostile(
+                vec![root(), entry(2, "huge", EntryKind::File, 1 << 50)],
+                vec![],
+            ),
+            Kind::Connection,
+            "is larger than the",
+        ),
+        (
+            hostile(
+                vec![root(), file(2, "a", &[0; 10])],
+                vec![(2, 1, vec![0; 10], None)],
+            ),
+            Kind::Connection,
+            "chunk 1 is beyond the file (10 bytes)",
+        ),
+        (
+            hostile(
+                vec![root(), file(2, "a", &[0; 10])],
+                vec![(2, 0, vec![0; 9], None)],
+            ),
+            Kind::Connection,
+            "chunk 0 has 9 bytes, expected 10",
+        ),
+        (
+            hostile(
+                vec![root(), file(2, "a", &[0; 10])],
+                vec![(2, 0, vec![0; 10], None), (2, 0, vec![0; 10], None)],
+            ),
+            Kind::Connection,
+            "chunk 0 sent twice",
+        ),
+        (
+            hostile(
+                vec![root(), file(2, "a", &vec![0; MIB + 1])],
+                vec![(2, 0, vec![0; MIB], Some([0; 32]))],
+            ),
+            Kind::Connection,
+            "a hash on a record of file 2, which has 2 chunks",
+        ),
+        (
+            hostile(
+                vec![
+                    root(),
+                    file(2, "a", &vec![0; MIB + 1]),
+                    done(2, b""),
+                    done(2, b""),
+                ],
+                vec![],
+            ),
+            Kind::Connection,
+            "second FileDone for file 2",
+        ),
+        (
+            hostile(vec![root(), done(7, b"")], vec![]),
+            Kind::Connection,
+            "FileDone for unknown file 7",
+        ),
+        (
+            hostile(
+                vec![
+                    root(),
+                    Frame::RootError {
+                        root: 3,
+                        code: ErrorCode::NotFound,
+                        message: "x".into(),
+                    },
+                ],
+                vec![],
+            ),
+            Kind::Connection,
+            "RootError for unknown root 3",
+        ),
+        (
+            hostile(vec![root(), Frame::Done { ok: true }], vec![]),
+            Kind::Connection,
+            "unexpected Done",
+        ),
+    ];
+    for (s, kind, needle) in cases {
+        s.fails_with(kind, needle);
+        // The receiver's own failure is told to the sender.
+        let fatal = s.sent.iter().any(|f| matches!(f, Frame::Fatal { .. }));
+        assert_eq!(fatal, kind == Kind::LocalIo, "{needle}");
+    }
+}
+
+#[test]
+fn a_file_that_does_not_verify_is_reported_and_removed() {
+    let mut s = Sim::new(cfg(false));
+    let a = bytes(2000, 8);
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "a", &a));
+    s.record(1, 2, 0, &a, Some([9; 32]));
+    s.frame(Frame::ManifestEnd);
+    assert_eq!(*s.core.state(), State::Finished);
+    assert_eq!(s.sent.last(), Some(&Frame::Done { ok: false }));
+    match &s.results()[..] {
+        [(2, Outcome::Failed { code, message })] => {
+            assert_eq!(*code, ErrorCode::Verify);
+            assert!(message.contains("BLAKE3 mismatch"), "{message}");
+        }
+        r => panic!("{r:?}"),
+    }
+    let names: Vec<_> = std::fs::read_dir(s.path("")).unwrap().collect();
+    assert!(names.is_empty(), "neither the file nor its part: {names:?}");
+    assert_eq!(s.core.take_report().problems[0].kind, Kind::Verify);
+}
+
+#[test]
+fn a_file_the_sender_gives_up_fails_alone() {
+    let mut s = Sim::new(cfg(false));
+    s.auto = false;
+    let big = bytes(2 * MIB, 9);
+    let b = bytes(100, 10);
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "big", &big));
+    s.frame(file(3, "b", &b));
+    s.run_all();
+    s.record(1, 2, 0, &big[..MIB], None);
+    // Given up with a write out; a record of it still on its way.
+    s.frame(Frame::FileFailed {
+        id: 2,
+        message: "the file shrank".into(),
+    });
+    s.record(2, 2, 1, &big[MIB..], None);
+    assert_eq!(s.ready, [2], "the late record is dropped at once");
+    s.auto = true;
+    s.run_all();
+    s.send_file(3, &b);
+    s.frame(Frame::ManifestEnd);
+    assert_eq!(*s.core.state(), State::Finished);
+    assert_eq!(s.sent.last(), Some(&Frame::Done { ok: false }));
+    assert_eq!(read(&s.path("b")), b);
+    assert!(!s.path("big").exists());
+    let r = s.core.take_report();
+    assert_eq!(r.problems.len(), 1);
+    assert_eq!(r.problems[0].kind, Kind::Remote);
+}
+
+#[test]
+fn an_interrupted_file_resumes_from_its_journal() {
+    let big = bytes(3 * MIB, 11);
+    let tmp = tempfile::tempdir().unwrap();
+    let start = |s: &mut Sim| {
+        s.frame(entry(1, "", EntryKind::Dir, 0));
+        s.frame(file(2, "big", &big));
+    };
+    let mut s = Sim::at(tmp.path(), cfg(false));
+    start(&mut s);
+    s.record(1, 2, 0, &big[..MIB], None);
+    s.record(1, 2, 2, &big[2 * MIB..], None);
+    // The connection drops: the driver keeps what is written.
+    s.core.handle_control_end();
+    s.fails_with(Kind::Connection, "the sender closed the session early");
+    s.disk.close_all();
+    drop(s);
+
+    // A rerun wants only the missing chunk, and refuses one it holds.
+    let mut s = Sim::at(tmp.path(), cfg(false));
+    start(&mut s);
+    assert_eq!(s.wants(), [(2, Want::Chunks(vec![(1, 2)]))]);
+    s.record(1, 2, 0, &big[..MIB], None);
+    s.fails_with(Kind::Connection, "chunk 0 sent twice");
+    s.disk.close_all();
+    drop(s);
+
+    let mut s = Sim::at(tmp.path(), cfg(false));
+    start(&mut s);
+    assert_eq!(s.wants(), [(2, Want::Chunks(vec![(1, 2)]))]);
+    s.record(1, 2, 1, &big[MIB..2 * MIB], None);
+    s.frame(done(2, &big));
+    s.frame(Frame::ManifestEnd);
+    assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
+    assert_eq!(read(&s.path("big")), big);
+    let r = s.core.take_report();
+    assert_eq!(r.files[0].bytes_resumed, 2 * MIB as u64);
+    assert_eq!(r.files[0].bytes_transferred, MIB as u64);
+    assert!(!s.path(".big.lh-journal").exists());
+}
+
+#[test]
+fn written_chunks_are_journaled_every_few_seconds() {
+    let mut s = Sim::new(cfg(false));
+    let n = CHECKPOINT_MIN_CHUNKS as u64 + 2;
+    let data = bytes(n as usize * MIB, 12);
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "big", &data));
+    s.auto = false;
+    s.run_all();
+    let journal = s.path(".big.lh-journal");
+    let header = std::fs::metadata(&journal).unwrap().len();
+    for i in 0..n - 1 {
+        s.now += Duration::from_millis(400);
+        let c = &data[i as usize * MIB..(i as usize + 1) * MIB];
+        s.record(1, 2, i, c, None);
+        s.run(|j| matches!(j, Job::Write { .. }));
+    }
+    let checkpoints = s
+        .pending
+        .iter()
+        .filter(|j| matches!(j, Job::Checkpoint { .. }))
+        .count();
+    assert_eq!(checkpoints, 1, "16 chunks and 5 s: one checkpoint");
+    s.run_all();
+    let journaled = std::fs::metadata(&journal).unwrap().len();
+    assert!(
+        journaled > header,
+        "the journal grew ({header} -> {journaled})"
+    );
+}
+
+#[test]
+fn a_failing_disk_ends_the_session_and_tells_the_sender() {
+    let mut s = Sim::new(cfg(false));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    // A regular file where the directory `sub` must go.
+    std::fs::write(s.path("sub"), b"in the way").unwrap();
+    s.frame(entry(2, "sub", EntryKind::Dir, 0));
+    s.fails_with(Kind::LocalIo, "dest/run/sub");
+    assert!(matches!(
+        s.sent.last(),
+        Some(Frame::Fatal {
+            code: ErrorCode::Io,
+            ..
+        })
+    ));
+}

@@ -1,0 +1,734 @@
+//! The sending role's protocol as a sans-IO state machine.
+//!
+//! In: what the tree walk found ([`SendCore::handle_walked`]), control frames
+//! from the receiver ([`SendCore::handle_frame`]), idle data lanes
+//! ([`SendCore::handle_idle`]), finished reads ([`SendCore::handle_done`]) and
+//! the time. Out: frames ([`SendCore::poll_frame`]), read jobs
+//! ([`SendCore::poll_job`]), records to put on a lane's stream
+//! ([`SendCore::poll_transmit`]) and the session's end
+//! ([`SendCore::state`]).
+//!
+//! A lane is one data stream at a time, driven by the driver. The manifest
+//! goes out as the tree is walked; each wanted file (every file, unasked, in
+//! a fresh session) becomes one entry in a work queue that hands its chunks
+//! to idle lanes one at a time, so small files pack back to back on each
+//! stream and a big file's chunks spread over all of them. Every chunk is
+//! hashed as it is read; a file's BLAKE3 follows its only record, or its
+//! last chunk in `FileDone`.
+//!
+//! `S` is the driver's handle on a source file; the core only hands it back
+//! in jobs.
+
+use super::{Role, State};
+use crate::proto::{Frame, Outcome, RecordHeader, Want, RECORD_HASH_LEN, RECORD_HEADER_LEN};
+use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
+use bytes::Bytes;
+use longhaul_transfer::chunk::{hex, Digest};
+use longhaul_transfer::{ChunkPlan, Entry, EntryKind};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most record bytes a data stream carries before the sender finishes it and
+/// opens the next. A QUIC receiver buffers out-of-order data per stream and
+/// quinn aborts the connection ("too many gaps in stream buffer") when one
+/// stream holds more than about a thousand separate ranges; a long fat path
+/// whose queue overflows can drop every other packet of a stream with
+/// thousands in flight. At 1 MiB (under a thousand packets) a stream cannot
+/// reach that, and the connection's window still fills the path: finished
+/// streams stay in flight until acknowledged.
+pub const STREAM_BYTES: u64 = 1 << 20;
+
+/// How a sending session runs.
+#[derive(Debug, Clone, Copy)]
+pub struct SendConfig {
+    /// Send every file whole at once, unasked (a get's `Hello.fresh`, a
+    /// put's `Welcome.fresh`).
+    pub fresh: bool,
+    /// Cap on the sending rate (bits/s), 0 = none: each record gets a
+    /// departure time, so the average holds at any RTT.
+    pub max_rate: u64,
+}
+
+/// One thing the walk of a requested root found.
+#[derive(Debug)]
+pub enum Walked<S> {
+    /// The root could not be served.
+    RootError {
+        root: u32,
+        code: crate::proto::ErrorCode,
+        message: String,
+    },
+    /// An entry; `src` is set for a file. `display` names it in reports.
+    Entry {
+        root: u32,
+        entry: Entry,
+        display: String,
+        src: Option<S>,
+    },
+    /// Part of the tree could not be read.
+    Error {
+        root: u32,
+        path: Vec<u8>,
+        message: String,
+    },
+    /// The walk is over.
+    End,
+}
+
+/// File-system work for the driver.
+#[derive(Debug)]
+pub enum Job<S> {
+    /// Read and hash chunk `index` of file `id` for `lane`. `check`: this is
+    /// the file's only chunk; after reading, make sure the source is still
+    /// the file announced (its size and mtime).
+    Read {
+        lane: usize,
+        id: u64,
+        index: u64,
+        src: S,
+        plan: ChunkPlan,
+        check: Option<i64>,
+    },
+    /// Every chunk of `id` is read: is the source still the file announced?
+    Check {
+        id: u64,
+        src: S,
+        size: u64,
+        mtime_ns: i64,
+    },
+    /// BLAKE3 of the whole file (for the receiver's `UnlessHash`), on `lane`.
+    Compare { lane: usize, id: u64, src: S },
+    /// The file is done with (sent, failed or unchanged): close it.
+    Close { id: u64 },
+}
+
+/// A finished job.
+#[derive(Debug)]
+pub enum Done {
+    Read {
+        lane: usize,
+        id: u64,
+        index: u64,
+        result: std::io::Result<(Bytes, Digest)>,
+    },
+    Checked {
+        id: u64,
+        result: std::io::Result<()>,
+    },
+    Compared {
+        lane: usize,
+        id: u64,
+        result: std::io::Result<Digest>,
+    },
+}
+
+/// A record for a lane's stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    pub lane: usize,
+    /// Finish the lane's stream and open a new one first.
+    pub rotate: bool,
+    pub header: RecordHeader,
+    pub data: Bytes,
+    /// The file's BLAKE3, after the data of its only chunk.
+    pub hash: Option<Digest>,
+    /// Not before this time (`--max-rate`).
+    pub not_before: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct OutFile<S> {
+    src: S,
+    display: String,
+    plan: ChunkPlan,
+    mtime_ns: i64,
+    /// Wanted (or sent unasked, in a fresh session).
+    started: bool,
+    /// Chunks not yet read.
+    remaining: u64,
+    /// Per chunk, once the first is read.
+    digests: Vec<Option<Digest>>,
+    sent: u64,
+    /// Bytes the receiver already held (a resumed file's chunks not wanted).
+    resumed: u64,
+    failed: bool,
+    /// The receiver's hash of its copy (`UnlessHash`), until compared.
+    compare: Option<Digest>,
+}
+
+/// A wanted file in the queue: its chunks `next..`, handed out one at a
+/// time (the queue holds one entry per file, not per chunk: a client that
+/// asked for 30 files of 1 TiB made a server queue 30 million jobs before
+/// any data moved). `send`: which go out (the others are read and hashed
+/// only); None: all.
+#[derive(Debug)]
+enum Work {
+    Chunks {
+        id: u64,
+        next: u64,
+        send: Option<Arc<Vec<bool>>>,
+    },
+    Compare {
+        id: u64,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    /// Bytes the current stream carried.
+    carried: u64,
+    idle: bool,
+    /// Whether the chunk being read goes out.
+    sending: bool,
+}
+
+/// The sending role's state machine.
+pub struct SendCore<S> {
+    cfg: SendConfig,
+    progress: Arc<Progress>,
+    next_id: u64,
+    files: HashMap<u64, OutFile<S>>,
+    queue: VecDeque<Work>,
+    lanes: Vec<Lane>,
+    /// `--max-rate`: when the next record may leave.
+    next_departure: Option<Instant>,
+    frames: VecDeque<Frame>,
+    jobs: VecDeque<Job<S>>,
+    transmits: VecDeque<Transmit>,
+    report: SessionReport,
+    state: State,
+}
+
+fn protocol(msg: impl Into<String>) -> Problem {
+    Problem::new(
+        Kind::Connection,
+        format!("protocol error from the receiver: {}", msg.into()),
+    )
+}
+
+impl<S: Clone> SendCore<S> {
+    pub fn new(cfg: SendConfig, lanes: usize, progress: Arc<Progress>) -> SendCore<S> {
+        SendCore {
+            cfg,
+            progress,
+            next_id: 0,
+            files: HashMap::new(),
+            queue: VecDeque::new(),
+            lanes: (0..lanes.max(1)).map(|_| Lane::default()).collect(),
+            next_departure: None,
+            frames: VecDeque::new(),
+            jobs: VecDeque::new(),
+            transmits: VecDeque::new(),
+            report: SessionReport::default(),
+            state: State::Running,
+        }
+    }
+
+    pub fn take_report(&mut self) -> SessionReport {
+        std::mem::take(&mut self.report)
+    }
+
+    pub fn poll_frame(&mut self) -> Option<Frame> {
+        self.frames.pop_front()
+    }
+
+    pub fn poll_job(&mut self) -> Option<Job<S>> {
+        self.jobs.pop_front()
+    }
+
+    /// Files in the work queue (one entry each, however many chunks).
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    fn running(&self) -> bool {
+        self.state == State::Running
+    }
+
+    fn fail(&mut self, p: Problem) {
+        if self.running() {
+            self.jobs.clear();
+            self.transmits.clear();
+            self.state = State::Failed(p);
+        }
+    }
+
+    pub fn handle_walked(&mut self, now: Instant, w: Walked<S>) {
+        if !self.running() {
+            return;
+        }
+        match w {
+            Walked::RootError {
+                root,
+                code,
+                message,
+            } => self.frames.push_back(Frame::RootError {
+                root,
+                code,
+                message,
+            }),
+            Walked::Error {
+                root,
+                path,
+                message,
+            } => self.frames.push_back(Frame::EntryError {
+                root,
+                path,
+                message,
+            }),
+            Walked::End => self.frames.push_back(Frame::ManifestEnd),
+            Walked::Entry {
+                root,
+                mut entry,
+                display,
+                src,
+            } => {
+                self.next_id += 1;
+                let id = self.next_id;
+                entry.id = id;
+                entry.root = root;
+                match entry.kind {
+                    EntryKind::Dir => self.report.dirs += 1,
+                    EntryKind::Symlink => self.report.symlinks += 1,
+                    EntryKind::File => {}
+                }
+                let file = (entry.kind == EntryKind::File).then_some(()).and(src);
+                if let Some(src) = &file {
+                    self.files.insert(
+                        id,
+                        OutFile {
+                            src: src.clone(),
+                            display,
+                            plan: ChunkPlan::new(entry.size),
+                            mtime_ns: entry.mtime_ns,
+                            started: false,
+                            remaining: 0,
+                            digests: Vec::new(),
+                            sent: 0,
+                            resumed: 0,
+                            failed: false,
+                            compare: None,
+                        },
+                    );
+                    Progress::add(&self.progress.files_total, 1);
+                    Progress::add(&self.progress.bytes_total, entry.size);
+                }
+                self.frames.push_back(Frame::Entry(entry));
+                // After its entry, so that an empty file's FileDone follows
+                // it on the control stream; its data may still overtake it.
+                if file.is_some() && self.cfg.fresh {
+                    self.start(id, None);
+                }
+            }
+        }
+        self.assign(now);
+    }
+
+    /// A file is wanted: queue its chunks (`send`: which go out).
+    fn start(&mut self, id: u64, send: Option<Vec<bool>>) {
+        let f = self.files.get_mut(&id).expect("a started file is known");
+        f.started = true;
+        f.remaining = f.plan.count();
+        if f.plan.count() == 0 {
+            let hash = f.plan.root(&[]);
+            self.frames.push_back(Frame::FileDone {
+                id,
+                hash,
+                unchanged: false,
+            });
+            return;
+        }
+        if let Some(send) = &send {
+            let skipped: u64 = (0..f.plan.count())
+                .filter(|&i| !send[i as usize])
+                .filter_map(|i| f.plan.len(i))
+                .sum();
+            f.resumed = skipped;
+            Progress::add(&self.progress.bytes_done, skipped);
+        }
+        self.queue.push_back(Work::Chunks {
+            id,
+            next: 0,
+            send: send.map(Arc::new),
+        });
+    }
+
+    fn on_frame(&mut self, frame: Frame) -> Result<(), Problem> {
+        match frame {
+            Frame::Want { id, want } => {
+                let f = self
+                    .files
+                    .get(&id)
+                    .ok_or_else(|| protocol(format!("Want for unknown file {id}")))?;
+                if f.started {
+                    return Err(protocol(format!(
+                        "a second Want for file {id}, or one in a fresh session"
+                    )));
+                }
+                let n = f.plan.count();
+                match want {
+                    Want::Skip => Ok(()),
+                    Want::All => {
+                        self.start(id, None);
+                        Ok(())
+                    }
+                    Want::UnlessHash(hash) => {
+                        let f = self.files.get_mut(&id).expect("looked up");
+                        f.started = true;
+                        f.compare = Some(hash);
+                        self.queue.push_back(Work::Compare { id });
+                        Ok(())
+                    }
+                    Want::Chunks(ranges) => {
+                        let mut m = vec![false; n as usize];
+                        for &(a, b) in &ranges {
+                            if a > b || b > n {
+                                return Err(protocol(format!(
+                                    "chunk range {a}..{b} outside file {id} of {n} chunks"
+                                )));
+                            }
+                            m[a as usize..b as usize].iter_mut().for_each(|x| *x = true);
+                        }
+                        self.start(id, Some(m));
+                        Ok(())
+                    }
+                }
+            }
+            Frame::FileResult { id, outcome } => {
+                let f = self
+                    .files
+                    .remove(&id)
+                    .ok_or_else(|| protocol(format!("FileResult for unknown file {id}")))?;
+                self.jobs.push_back(Job::Close { id });
+                let (status, error) = match outcome {
+                    Outcome::Verified => (Status::Verified, None),
+                    Outcome::Skipped => (Status::Skipped, None),
+                    Outcome::Failed { code, message } => {
+                        self.report.problems.push(Problem::at(
+                            Kind::of_peer(code),
+                            f.display.clone(),
+                            message.clone(),
+                        ));
+                        (Status::Failed, Some(message))
+                    }
+                };
+                if status == Status::Skipped {
+                    Progress::add(&self.progress.bytes_done, f.plan.size);
+                }
+                Progress::add(&self.progress.files_done, 1);
+                let all = f.digests.len() as u64 == f.plan.count()
+                    && f.digests.iter().all(Option::is_some);
+                let blake3 = (all && status == Status::Verified).then(|| {
+                    let d: Vec<Digest> = f.digests.iter().map(|d| d.unwrap()).collect();
+                    hex(&f.plan.root(&d))
+                });
+                self.report.files.push(FileReport {
+                    path: f.display,
+                    size: f.plan.size,
+                    status,
+                    bytes_transferred: f.sent,
+                    bytes_resumed: f.resumed,
+                    blake3,
+                    error,
+                });
+                Ok(())
+            }
+            Frame::Done { ok } => {
+                // A receiver's problem outside its files (a directory's mode,
+                // --fsync) comes only as `ok: false`: a put must not exit 0.
+                if !ok && self.report.problems.is_empty() {
+                    self.report.problems.push(Problem::new(
+                        Kind::Remote,
+                        "the receiver ended with a problem outside the files (a directory's mode or mtime, or --fsync); its log says which",
+                    ));
+                }
+                self.state = State::Finished;
+                Ok(())
+            }
+            Frame::Fatal { code, message } => Err(Problem::new(Kind::of_peer(code), message)),
+            other => Err(protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// `lane` is free for the next chunk.
+    pub fn handle_idle(&mut self, now: Instant, lane: usize) {
+        if let Some(l) = self.lanes.get_mut(lane) {
+            l.idle = true;
+        }
+        self.assign(now);
+    }
+
+    /// Hand queued work to idle lanes.
+    fn assign(&mut self, _now: Instant) {
+        if !self.running() {
+            return;
+        }
+        for lane in 0..self.lanes.len() {
+            if !self.lanes[lane].idle {
+                continue;
+            }
+            let Some(job) = self.next_work(lane) else {
+                return;
+            };
+            self.lanes[lane].idle = false;
+            self.jobs.push_back(job);
+        }
+    }
+
+    /// The next chunk (or comparison) of the queue, for `lane`.
+    fn next_work(&mut self, lane: usize) -> Option<Job<S>> {
+        loop {
+            let work = self.queue.front_mut()?;
+            match work {
+                Work::Compare { id } => {
+                    let id = *id;
+                    self.queue.pop_front();
+                    let Some(f) = self.files.get(&id) else {
+                        continue;
+                    };
+                    return Some(Job::Compare {
+                        lane,
+                        id,
+                        src: f.src.clone(),
+                    });
+                }
+                Work::Chunks { id, next, send } => {
+                    let (id, index) = (*id, *next);
+                    let sending = send.as_ref().is_none_or(|s| s[index as usize]);
+                    *next += 1;
+                    let Some(f) = self.files.get(&id) else {
+                        self.queue.pop_front();
+                        continue;
+                    };
+                    if *next >= f.plan.count() {
+                        self.queue.pop_front();
+                    }
+                    if f.failed {
+                        continue;
+                    }
+                    self.lanes[lane].sending = sending;
+                    return Some(Job::Read {
+                        lane,
+                        id,
+                        index,
+                        src: f.src.clone(),
+                        plan: f.plan,
+                        check: (f.plan.count() == 1).then_some(f.mtime_ns),
+                    });
+                }
+            }
+        }
+    }
+
+    pub fn handle_done(&mut self, now: Instant, done: Done) {
+        if !self.running() {
+            return;
+        }
+        if let Err(p) = self.on_done(now, done) {
+            self.fail(p);
+        }
+        self.assign(now);
+    }
+
+    fn on_done(&mut self, now: Instant, done: Done) -> Result<(), Problem> {
+        match done {
+            Done::Read {
+                lane,
+                id,
+                index,
+                result,
+            } => {
+                let sending = std::mem::take(&mut self.lanes[lane].sending);
+                let Some(f) = self.files.get_mut(&id) else {
+                    self.lanes[lane].idle = true;
+                    return Ok(());
+                };
+                let (data, digest) = match result {
+                    Ok(x) if !f.failed => x,
+                    Ok(_) => {
+                        self.lanes[lane].idle = true;
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        let message = format!("{}: {e}", f.display);
+                        self.file_failed(id, message);
+                        self.lanes[lane].idle = true;
+                        return Ok(());
+                    }
+                };
+                if f.digests.is_empty() {
+                    f.digests = vec![None; f.plan.count() as usize];
+                }
+                if f.digests[index as usize].replace(digest).is_none() {
+                    f.remaining -= 1;
+                }
+                let whole = f.remaining == 0;
+                let single = f.plan.count() == 1;
+                let hash = whole.then(|| {
+                    let d: Vec<Digest> = f.digests.iter().map(|d| d.unwrap()).collect();
+                    f.plan.root(&d)
+                });
+                if sending {
+                    f.sent += data.len() as u64;
+                    Progress::add(&self.progress.bytes_done, data.len() as u64);
+                    // A file of one chunk has its hash now (its read checked
+                    // the source): it goes right behind the data, so the
+                    // receiver can verify and place the file when it is
+                    // written.
+                    let inline = if single { hash } else { None };
+                    let offset = f.plan.offset(index);
+                    self.transmit(now, lane, id, offset, data, inline);
+                } else {
+                    self.lanes[lane].idle = true;
+                }
+                if whole && !single {
+                    let f = &self.files[&id];
+                    self.jobs.push_back(Job::Check {
+                        id,
+                        src: f.src.clone(),
+                        size: f.plan.size,
+                        mtime_ns: f.mtime_ns,
+                    });
+                } else if whole && !sending {
+                    // A file of one chunk the receiver held already.
+                    self.frames.push_back(Frame::FileDone {
+                        id,
+                        hash: hash.expect("whole"),
+                        unchanged: false,
+                    });
+                }
+                Ok(())
+            }
+            Done::Checked { id, result } => {
+                let Some(f) = self.files.get(&id) else {
+                    return Ok(());
+                };
+                match result {
+                    Ok(()) if !f.failed => {
+                        let d: Vec<Digest> = f.digests.iter().map(|d| d.unwrap()).collect();
+                        let hash = f.plan.root(&d);
+                        self.frames.push_back(Frame::FileDone {
+                            id,
+                            hash,
+                            unchanged: false,
+                        });
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        let message = format!("{}: {e}", f.display);
+                        self.file_failed(id, message);
+                    }
+                }
+                Ok(())
+            }
+            Done::Compared { lane, id, result } => {
+                self.lanes[lane].idle = true;
+                let Some(f) = self.files.get_mut(&id) else {
+                    return Ok(());
+                };
+                let Some(hash) = f.compare.take() else {
+                    return Ok(());
+                };
+                match result {
+                    Ok(h) if h == hash => {
+                        self.jobs.push_back(Job::Close { id });
+                        self.frames.push_back(Frame::FileDone {
+                            id,
+                            hash,
+                            unchanged: true,
+                        });
+                    }
+                    Ok(_) => self.start(id, None),
+                    Err(e) => {
+                        let message = format!("{}: {e}", f.display);
+                        self.file_failed(id, message);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The file could not be read: tell the receiver, read no more of it.
+    fn file_failed(&mut self, id: u64, message: String) {
+        if let Some(f) = self.files.get_mut(&id) {
+            if f.failed {
+                return;
+            }
+            f.failed = true;
+            self.jobs.push_back(Job::Close { id });
+            self.frames.push_back(Frame::FileFailed { id, message });
+        }
+    }
+
+    fn transmit(
+        &mut self,
+        now: Instant,
+        lane: usize,
+        id: u64,
+        offset: u64,
+        data: Bytes,
+        hash: Option<Digest>,
+    ) {
+        let hash_len = if hash.is_some() { RECORD_HASH_LEN } else { 0 };
+        let record = (RECORD_HEADER_LEN + data.len() + hash_len) as u64;
+        let l = &mut self.lanes[lane];
+        let rotate = l.carried > 0 && l.carried + record > STREAM_BYTES;
+        if rotate {
+            l.carried = 0;
+        }
+        l.carried += record;
+        let not_before = (self.cfg.max_rate > 0).then(|| {
+            let start = self.next_departure.map_or(now, |t| t.max(now));
+            let secs = data.len() as f64 * 8.0 / self.cfg.max_rate as f64;
+            self.next_departure = Some(start + Duration::from_secs_f64(secs));
+            start
+        });
+        self.transmits.push_back(Transmit {
+            lane,
+            rotate,
+            header: RecordHeader {
+                id,
+                offset,
+                len: data.len() as u32,
+                hash: hash.is_some(),
+            },
+            data,
+            hash,
+            not_before,
+        });
+    }
+}
+
+impl<S: Clone> Role for SendCore<S> {
+    fn state(&self) -> &State {
+        &self.state
+    }
+
+    fn handle_control_end(&mut self) {
+        self.fail(Problem::new(
+            Kind::Connection,
+            "the receiver closed the session early",
+        ));
+    }
+
+    fn handle_failure(&mut self, p: Problem) {
+        self.fail(p);
+    }
+
+    fn handle_frame(&mut self, now: Instant, frame: Frame) {
+        if !self.running() {
+            return;
+        }
+        if let Err(p) = self.on_frame(frame) {
+            self.fail(p);
+        }
+        self.assign(now);
+    }
+}

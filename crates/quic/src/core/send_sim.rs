@@ -1,0 +1,529 @@
+//! The sending core driven by hand: the walk, the receiver's frames and idle
+//! lanes in the order a test chooses, reads served from memory (the source
+//! handle is the file's bytes), simulated time. What goes out on which lane,
+//! in which order, and what the receiver is told, is checked exactly.
+
+use super::send::*;
+use super::{Role, State};
+use crate::proto::{ErrorCode, Frame, Outcome, Want};
+use crate::report::{Kind, Progress, Status};
+use bytes::Bytes;
+use longhaul_transfer::{Entry, EntryKind, CHUNK_SIZE};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MIB: usize = CHUNK_SIZE as usize;
+
+type Src = Arc<Vec<u8>>;
+
+struct Sim {
+    core: SendCore<Src>,
+    now: Instant,
+    sent: Vec<Frame>,
+    /// Records put on lanes, in order.
+    out: Vec<Transmit>,
+    /// Make the file with this id unreadable.
+    unreadable: Option<u64>,
+    /// Lanes report idle again as soon as they have written.
+    auto_idle: bool,
+}
+
+impl Sim {
+    fn new(fresh: bool, lanes: usize, max_rate: u64) -> Sim {
+        let cfg = SendConfig { fresh, max_rate };
+        let mut s = Sim {
+            core: SendCore::new(cfg, lanes, Arc::new(Progress::default())),
+            now: Instant::now(),
+            sent: Vec::new(),
+            out: Vec::new(),
+            unreadable: None,
+            auto_idle: true,
+        };
+        for l in 0..lanes {
+            s.core.handle_idle(s.now, l);
+        }
+        s.pump();
+        s
+    }
+
+    fn pump(&mut self) {
+        loop {
+            let mut any = false;
+            while let Some(f) = self.core.poll_frame() {
+                self.sent.push(f);
+            }
+            while let Some(j) = self.core.poll_job() {
+                any = true;
+                if let Some(d) = self.run(j) {
+                    self.core.handle_done(self.now, d);
+                }
+            }
+            while let Some(t) = self.core.poll_transmit() {
+                any = true;
+                let lane = t.lane;
+                self.out.push(t);
+                if self.auto_idle {
+                    self.core.handle_idle(self.now, lane);
+                }
+            }
+            if !any {
+                return;
+            }
+        }
+    }
+
+    fn run(&self, j: Job<Src>) -> Option<Done> {
+        Some(match j {
+            Job::Read {
+                lane,
+                id,
+                index,
+                src,
+                plan,
+                ..
+            } => {
+                let result = if self.unreadable == Some(id) {
+                    Err(std::io::Error::other("unreadable"))
+                } else {
+                    let (o, n) = (
+                        plan.offset(index) as usize,
+                        plan.len(index).unwrap() as usize,
+                    );
+                    let data = &src[o..o + n];
+                    let mut h = plan.hasher(index);
+                    h.update(data);
+                    Ok((Bytes::copy_from_slice(data), h.finish()))
+                };
+                Done::Read {
+                    lane,
+                    id,
+                    index,
+                    result,
+                }
+            }
+            Job::Check { id, .. } => Done::Checked { id, result: Ok(()) },
+            Job::Compare { lane, id, src } => Done::Compared {
+                lane,
+                id,
+                result: Ok(*blake3::hash(&src).as_bytes()),
+            },
+            Job::Close { .. } => return None,
+        })
+    }
+
+    fn walk(&mut self, path: &str, kind: EntryKind, data: Option<Vec<u8>>) {
+        let size = data.as_ref().map_or(0, |d| d.len() as u64);
+        let w = Walked::Entry {
+            root: 0,
+            entry: Entry {
+                id: 0,
+                root: 0,
+                path: path.as_bytes().to_vec(),
+                kind,
+                size,
+                mode: 0o644,
+                mtime_ns: 1,
+                link: vec![],
+            },
+            display: path.to_string(),
+            src: data.map(Arc::new),
+        };
+        self.core.handle_walked(self.now, w);
+        self.pump();
+    }
+
+    fn file(&mut self, path: &str, data: &[u8]) {
+        self.walk(path, EntryKind::File, Some(data.to_vec()));
+    }
+
+    fn frame(&mut self, f: Frame) {
+        self.core.handle_frame(self.now, f);
+        self.pump();
+    }
+
+    fn fails_with(&self, needle: &str) {
+        match self.core.state() {
+            State::Failed(p) => assert!(p.to_string().contains(needle), "{p} lacks {needle:?}"),
+            s => panic!("expected a failure with {needle:?}, got {s:?}"),
+        }
+    }
+
+    /// What file `id` put on the wire, by chunk index, in order.
+    fn chunks_of(&self, id: u64) -> Vec<u64> {
+        self.out
+            .iter()
+            .filter(|t| t.header.id == id)
+            .map(|t| t.header.chunk())
+            .collect()
+    }
+
+    /// The bytes of file `id` as they went out, put together.
+    fn bytes_of(&self, id: u64, size: usize) -> Vec<u8> {
+        let mut b = vec![0u8; size];
+        for t in self.out.iter().filter(|t| t.header.id == id) {
+            let o = t.header.offset as usize;
+            b[o..o + t.data.len()].copy_from_slice(&t.data);
+        }
+        b
+    }
+}
+
+fn bytes(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(17).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn files_go_out_when_wanted_their_hash_with_the_data_or_after_it() {
+    let mut s = Sim::new(false, 2, 0);
+    let small = bytes(700, 1);
+    let big = bytes(3 * MIB + 9, 2);
+    s.walk("", EntryKind::Dir, None);
+    s.file("small", &small);
+    s.file("big", &big);
+    s.file("empty", b"");
+    s.core.handle_walked(s.now, Walked::End);
+    s.pump();
+    let ids: Vec<u64> = s
+        .sent
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Entry(e) => Some(e.id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, [1, 2, 3, 4], "ids rise from 1");
+    assert_eq!(s.sent.last(), Some(&Frame::ManifestEnd));
+    assert!(s.out.is_empty(), "nothing is read before it is wanted");
+    for id in [2, 3, 4] {
+        s.frame(Frame::Want {
+            id,
+            want: Want::All,
+        });
+    }
+    // The small file: one record with its hash behind it, no FileDone.
+    let rec = s.out.iter().find(|t| t.header.id == 2).unwrap();
+    assert_eq!(rec.hash, Some(*blake3::hash(&small).as_bytes()));
+    // The big one: every chunk once, over both lanes, then FileDone.
+    let mut chunks = s.chunks_of(3);
+    chunks.sort();
+    assert_eq!(chunks, [0, 1, 2, 3]);
+    let lanes: std::collections::BTreeSet<usize> = s
+        .out
+        .iter()
+        .filter(|t| t.header.id == 3)
+        .map(|t| t.lane)
+        .collect();
+    assert_eq!(lanes.len(), 2, "a big file's chunks spread over the lanes");
+    assert_eq!(s.bytes_of(3, big.len()), big);
+    let dones: Vec<(u64, [u8; 32])> = s
+        .sent
+        .iter()
+        .filter_map(|f| match f {
+            Frame::FileDone { id, hash, .. } => Some((*id, *hash)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        dones,
+        [
+            (3, *blake3::hash(&big).as_bytes()),
+            (4, *blake3::hash(b"").as_bytes())
+        ]
+    );
+    for id in [2, 3, 4] {
+        s.frame(Frame::FileResult {
+            id,
+            outcome: Outcome::Verified,
+        });
+    }
+    s.frame(Frame::Done { ok: true });
+    assert_eq!(*s.core.state(), State::Finished);
+    let r = s.core.take_report();
+    assert_eq!(r.dirs, 1);
+    assert!(r.problems.is_empty());
+    let big_r = r.files.iter().find(|f| f.path == "big").unwrap();
+    assert_eq!(big_r.bytes_transferred, big.len() as u64);
+    assert_eq!(
+        big_r.blake3.as_deref(),
+        Some(blake3::hash(&big).to_hex().as_str())
+    );
+}
+
+#[test]
+fn a_fresh_session_sends_every_file_unasked_right_after_its_entry() {
+    let mut s = Sim::new(true, 1, 0);
+    s.walk("", EntryKind::Dir, None);
+    s.file("a", b"hello");
+    s.file("e", b"");
+    assert_eq!(s.chunks_of(2), [0]);
+    // The empty file's FileDone follows its entry on the control stream.
+    let pos = |p: &dyn Fn(&Frame) -> bool| s.sent.iter().position(p).unwrap();
+    let entry = pos(&|f| matches!(f, Frame::Entry(e) if e.id == 3));
+    let done = pos(&|f| matches!(f, Frame::FileDone { id: 3, .. }));
+    assert!(entry < done);
+    // A Want in a fresh session is the receiver's mistake.
+    s.frame(Frame::Want {
+        id: 2,
+        want: Want::All,
+    });
+    s.fails_with("a second Want for file 2, or one in a fresh session");
+}
+
+#[test]
+fn a_resume_sends_only_the_missing_chunks_and_still_hashes_the_whole_file() {
+    let mut s = Sim::new(false, 1, 0);
+    let big = bytes(3 * MIB, 3);
+    s.walk("", EntryKind::Dir, None);
+    s.file("big", &big);
+    s.frame(Frame::Want {
+        id: 2,
+        want: Want::Chunks(vec![(1, 2)]),
+    });
+    assert_eq!(s.chunks_of(2), [1]);
+    assert!(
+        s.sent.contains(&Frame::FileDone {
+            id: 2,
+            hash: *blake3::hash(&big).as_bytes(),
+            unchanged: false
+        }),
+        "{:?}",
+        s.sent
+    );
+    s.frame(Frame::FileResult {
+        id: 2,
+        outcome: Outcome::Verified,
+    });
+    let r = s.core.take_report();
+    assert_eq!(r.files[0].bytes_resumed, 2 * MIB as u64);
+    assert_eq!(r.files[0].bytes_transferred, MIB as u64);
+}
+
+#[test]
+fn an_unchanged_file_is_compared_not_sent() {
+    let mut s = Sim::new(false, 1, 0);
+    let a = bytes(5000, 4);
+    s.walk("", EntryKind::Dir, None);
+    s.file("same", &a);
+    s.file("changed", &a);
+    s.frame(Frame::Want {
+        id: 2,
+        want: Want::UnlessHash(*blake3::hash(&a).as_bytes()),
+    });
+    s.frame(Frame::Want {
+        id: 3,
+        want: Want::UnlessHash([0; 32]),
+    });
+    assert!(s.sent.contains(&Frame::FileDone {
+        id: 2,
+        hash: *blake3::hash(&a).as_bytes(),
+        unchanged: true
+    }));
+    assert!(s.chunks_of(2).is_empty());
+    assert_eq!(s.chunks_of(3), [0]);
+}
+
+#[test]
+fn an_unreadable_file_fails_alone_and_is_read_no_more() {
+    let mut s = Sim::new(false, 2, 0);
+    s.walk("", EntryKind::Dir, None);
+    s.file("bad", &bytes(4 * MIB, 5));
+    s.file("good", b"fine");
+    s.unreadable = Some(2);
+    s.frame(Frame::Want {
+        id: 2,
+        want: Want::All,
+    });
+    s.frame(Frame::Want {
+        id: 3,
+        want: Want::All,
+    });
+    let failed: Vec<&Frame> = s
+        .sent
+        .iter()
+        .filter(|f| matches!(f, Frame::FileFailed { .. }))
+        .collect();
+    assert_eq!(failed.len(), 1, "one FileFailed: {failed:?}");
+    assert!(
+        matches!(failed[0], Frame::FileFailed { id: 2, message } if message.contains("bad: unreadable"))
+    );
+    assert!(s.chunks_of(2).is_empty());
+    assert_eq!(s.chunks_of(3), [0]);
+    s.frame(Frame::FileResult {
+        id: 2,
+        outcome: Outcome::Failed {
+            code: ErrorCode::Io,
+            message: "unreadable at the source".into(),
+        },
+    });
+    let r = s.core.take_report();
+    assert_eq!(r.files[0].status, Status::Failed);
+    assert_eq!(r.problems[0].kind, Kind::Remote);
+}
+
+#[test]
+fn hostile_receivers_end_the_session_precisely() {
+    let start = || {
+        let mut s = Sim::new(false, 1, 0);
+        s.walk("", EntryKind::Dir, None);
+        s.file("a", &bytes(2 * MIB, 6));
+        s
+    };
+    let cases: Vec<(Frame, &str)> = vec![
+        (
+            Frame::Want {
+                id: 9,
+                want: Want::All,
+            },
+            "Want for unknown file 9",
+        ),
+        (
+            Frame::Want {
+                id: 1,
+                want: Want::All,
+            },
+            "Want for unknown file 1",
+        ),
+        (
+            Frame::Want {
+                id: 2,
+                want: Want::Chunks(vec![(1, 3)]),
+            },
+            "chunk range 1..3 outside file 2 of 2 chunks",
+        ),
+        (
+            Frame::Want {
+                id: 2,
+                want: Want::Chunks(vec![(2, 1)]),
+            },
+            "chunk range 2..1 outside file 2",
+        ),
+        (
+            Frame::FileResult {
+                id: 7,
+                outcome: Outcome::Verified,
+            },
+            "FileResult for unknown file 7",
+        ),
+        (Frame::ManifestEnd, "unexpected ManifestEnd"),
+    ];
+    for (f, needle) in cases {
+        let mut s = start();
+        s.frame(f);
+        s.fails_with(needle);
+    }
+    let mut s = start();
+    s.frame(Frame::Want {
+        id: 2,
+        want: Want::All,
+    });
+    s.frame(Frame::Want {
+        id: 2,
+        want: Want::All,
+    });
+    s.fails_with("a second Want for file 2");
+}
+
+#[test]
+fn the_queue_holds_one_entry_per_file_however_large() {
+    let mut s = Sim::new(false, 1, 0);
+    s.auto_idle = false;
+    s.walk("", EntryKind::Dir, None);
+    // A 1 TiB file is announced without its bytes (they are never read here).
+    let huge = Walked::Entry {
+        root: 0,
+        entry: Entry {
+            id: 0,
+            root: 0,
+            path: b"huge".to_vec(),
+            kind: EntryKind::File,
+            size: 1 << 40,
+            mode: 0o644,
+            mtime_ns: 1,
+            link: vec![],
+        },
+        display: "huge".into(),
+        src: Some(Arc::new(Vec::new())),
+    };
+    s.core.handle_walked(s.now, huge);
+    s.file("b", b"b");
+    // The lane is busy: nothing is read until it is idle.
+    s.core.handle_idle(s.now, 0);
+    s.core.handle_frame(
+        s.now,
+        Frame::Want {
+            id: 2,
+            want: Want::All,
+        },
+    );
+    s.core.handle_frame(
+        s.now,
+        Frame::Want {
+            id: 3,
+            want: Want::All,
+        },
+    );
+    assert_eq!(s.core.queued(), 2, "two files, two entries");
+    match s.core.poll_job() {
+        Some(Job::Read {
+            id: 2, index: 0, ..
+        }) => {}
+        j => panic!("{j:?}"),
+    }
+    assert!(s.core.poll_job().is_none(), "one lane, one read at a time");
+}
+
+#[test]
+fn no_stream_carries_more_than_its_budget_or_one_record() {
+    let mut s = Sim::new(true, 1, 0);
+    s.walk("", EntryKind::Dir, None);
+    for i in 0..300 {
+        s.file(&format!("s{i}"), &bytes(10_000, i as u8));
+    }
+    s.file("big", &bytes(5 * MIB, 7));
+    for i in 0..2000 {
+        s.file(&format!("t{i}"), &bytes(700, i as u8));
+    }
+    // (bytes, records) per stream.
+    let mut streams: Vec<(u64, usize)> = vec![(0, 0)];
+    for t in &s.out {
+        let rec = (crate::proto::RECORD_HEADER_LEN + t.data.len()) as u64
+            + if t.hash.is_some() { 32 } else { 0 };
+        if t.rotate {
+            streams.push((0, 0));
+        }
+        let last = streams.last_mut().unwrap();
+        last.0 += rec;
+        last.1 += 1;
+    }
+    for &(b, n) in &streams {
+        assert!(b <= STREAM_BYTES || n == 1, "{n} records, {b} bytes");
+    }
+    let total: u64 = streams.iter().map(|s| s.0).sum();
+    assert!(
+        streams.len() as u64 <= 2 * total.div_ceil(STREAM_BYTES),
+        "{} streams for {total} bytes",
+        streams.len()
+    );
+    assert_eq!(s.out.len(), 300 + 5 + 2000, "every record once");
+}
+
+#[test]
+fn max_rate_gives_each_record_its_departure_time() {
+    let mut s = Sim::new(true, 2, 8_000_000); // 1 MB/s
+    s.walk("", EntryKind::Dir, None);
+    for i in 0..4 {
+        s.file(&format!("f{i}"), &bytes(100_000, i));
+    }
+    let times: Vec<Duration> = s
+        .out
+        .iter()
+        .map(|t| t.not_before.unwrap() - s.now)
+        .collect();
+    assert_eq!(
+        times,
+        [0, 100, 200, 300].map(Duration::from_millis),
+        "100 kB apart at 1 MB/s, across lanes"
+    );
+}

@@ -1,0 +1,306 @@
+//! The receiving side's file-system work: runs the jobs of
+//! [`crate::core::recv`] against the destination (blocking calls; the driver
+//! picks the thread). It holds the open part files by id; every decision
+//! about what a file is and when it is done is the core's.
+
+use crate::core::recv::{Done, Job, Opened, Wrote};
+use crate::proto::Want;
+use cap_std::fs::Dir;
+use longhaul_transfer::place::{Dest, FinishError, Incoming, Settled};
+use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
+use longhaul_transfer::{EntryKind, CHUNK_SIZE};
+use std::collections::HashMap;
+use std::io;
+use std::sync::Mutex;
+
+/// Jobs whose data is at most this many bytes are cheap enough to run on the
+/// driver's own task: a page-cache copy and a few metadata calls take
+/// microseconds, less than a trip to the blocking pool and back (per 10 kB
+/// file, that trip cost more CPU than the write).
+pub const LIGHT_BYTES: u64 = 64 << 10;
+
+/// The destination of one receiving session and the files it has open.
+pub struct RecvDisk {
+    dest: Mutex<Dest>,
+    files: Mutex<HashMap<u64, Incoming>>,
+}
+
+fn gone() -> io::Error {
+    io::Error::other("the file is no longer being received")
+}
+
+impl RecvDisk {
+    pub fn new(base: Dir) -> RecvDisk {
+        RecvDisk {
+            dest: Mutex::new(Dest::new(base)),
+            files: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `job` is cheap enough for the driver's own task.
+    pub fn is_light(&self, job: &Job) -> bool {
+        match job {
+            Job::Write { data, .. } => data.len() as u64 <= LIGHT_BYTES,
+            Job::Finish { size, .. } => *size <= LIGHT_BYTES,
+            // A small file needs no file-system call yet (its part is created
+            // with its first write, and without --sync nothing is looked up).
+            Job::Open {
+                target,
+                entry,
+                sync,
+                fresh,
+                ..
+            } => {
+                entry.kind == EntryKind::File
+                    && entry.size <= CHUNK_SIZE
+                    && (*sync == SyncMode::Always || *fresh)
+                    && self.dest.lock().unwrap().parent_cached(target)
+            }
+            _ => false,
+        }
+    }
+
+    /// Run one job (blocking).
+    pub fn run(&self, job: Job) -> Done {
+        match job {
+            Job::Dir {
+                target,
+                mode,
+                mtime_ns,
+            } => {
+                let result = self.dest.lock().unwrap().make_dir(&target, mode, mtime_ns);
+                Done::Made { target, result }
+            }
+            Job::Symlink {
+                target,
+                link,
+                mtime_ns,
+            } => {
+                let result = self
+                    .dest
+                    .lock()
+                    .unwrap()
+                    .make_symlink(&target, &link, mtime_ns);
+                Done::Made { target, result }
+            }
+            Job::Open {
+                id,
+                target,
+                entry,
+                sync,
+                fresh,
+            } => Done::Opened {
+                id,
+                result: self.open(id, &target, &entry, sync, fresh),
+            },
+            Job::Write {
+                id,
+                index,
+                data,
+                expected,
+                stream,
+            } => {
+                let result = self.write(id, index, &data, expected);
+                Done::Written {
+                    id,
+                    index,
+                    stream,
+                    data,
+                    result,
+                }
+            }
+            Job::Checkpoint { id } => {
+                let cp = match self.files.lock().unwrap().get_mut(&id) {
+                    Some(inc) => inc.take_checkpoint(),
+                    None => Ok(None),
+                };
+                let result = cp.and_then(|cp| cp.map_or(Ok(()), |cp| cp.commit()));
+                Done::Checkpointed { id, result }
+            }
+            Job::Finish { id, expected, .. } => {
+                let inc = self.files.lock().unwrap().remove(&id);
+                let result = match inc {
+                    Some(mut inc) => {
+                        inc.expected = Some(expected);
+                        inc.finish()
+                    }
+                    None => Err(FinishError::Io(gone())),
+                };
+                Done::Finished { id, result }
+            }
+            Job::Discard { id } => {
+                if let Some(mut inc) = self.files.lock().unwrap().remove(&id) {
+                    inc.discard();
+                }
+                Done::Discarded { id }
+            }
+            Job::Close { id } => {
+                let inc = self.files.lock().unwrap().remove(&id);
+                if let Some(mut inc) = inc {
+                    let _ = inc.flush_journal();
+                }
+                Done::Closed { id }
+            }
+            Job::FinishDirs => Done::DirsFinished(self.dest.lock().unwrap().finish_dirs()),
+            Job::SyncFs => {
+                // One syncfs: every file placed, its directory entry, the journals.
+                let t = std::time::Instant::now();
+                let r = sync_fs(self.dest.lock().unwrap().base());
+                if r.is_ok() {
+                    let secs = t.elapsed().as_secs_f64();
+                    tracing::info!("synced the destination's file system (--fsync) in {secs:.3} s");
+                }
+                Done::Synced(r)
+            }
+        }
+    }
+
+    fn open(
+        &self,
+        id: u64,
+        target: &longhaul_transfer::RelPath,
+        e: &longhaul_transfer::Entry,
+        sync: SyncMode,
+        fresh: bool,
+    ) -> io::Result<Opened> {
+        let mut dest = self.dest.lock().unwrap();
+        // Without --sync whatever is there is replaced: no lookup.
+        let existing = if sync == SyncMode::Always || fresh {
+            None
+        } else {
+            dest.existing_file(target)?
+        };
+        let local_hash = if needs_local_hash(sync, e, existing.as_ref()) {
+            Some(dest.hash_file(target)?)
+        } else {
+            None
+        };
+        let decision = decide(sync, e, existing.as_ref(), local_hash);
+        if decision == Decision::Skip {
+            // Same bytes by size and mtime; the mode follows the source's
+            // (as rsync -a's does).
+            if existing.as_ref().is_some_and(|x| x.mode != e.mode & 0o7777) {
+                if let Err(err) = dest.set_mode(target, e.mode) {
+                    let shown = target.display();
+                    tracing::warn!("{shown}: skipped, but its mode was not updated: {err}");
+                }
+            }
+            return Ok(Opened::Skip);
+        }
+        let (dir, name) = dest.parent_of(target)?;
+        let resume = !matches!(decision, Decision::UnlessHash(_)) && !fresh;
+        let in_fresh_dir = fresh || dest.in_fresh_dir(target);
+        drop(dest);
+        let (mut inc, ranges) = Incoming::open(dir, &name, e, resume)?;
+        // A fresh session's destination held none of its targets, nor parts.
+        if in_fresh_dir {
+            inc.in_fresh_dir();
+        }
+        let want = match decision {
+            Decision::UnlessHash(h) => Want::UnlessHash(h),
+            _ if inc.resumed_bytes > 0 => Want::Chunks(ranges),
+            _ => Want::All,
+        };
+        let resumed_bytes = inc.resumed_bytes;
+        self.files.lock().unwrap().insert(id, inc);
+        Ok(Opened::Open {
+            want,
+            resumed_bytes,
+        })
+    }
+
+    fn write(
+        &self,
+        id: u64,
+        index: u64,
+        data: &[u8],
+        expected: Option<[u8; 32]>,
+    ) -> io::Result<Wrote> {
+        let (file, plan, placer) = {
+            let mut files = self.files.lock().unwrap();
+            let Some(inc) = files.get_mut(&id) else {
+                return Ok(Wrote::Chunk); // given up meanwhile
+            };
+            inc.claim(index);
+            if inc.single_chunk() && expected.is_some() {
+                inc.expected = expected;
+            }
+            let file = inc.file()?;
+            // A file of one chunk is whole after this write: its writer gives
+            // it its mode and mtime with this descriptor and, with the hash
+            // that came in the record, verifies and places it too.
+            let placer = inc.single_chunk().then(|| inc.placer());
+            (file, inc.plan, placer)
+        };
+        let digest = Incoming::write_chunk(&file, &plan, index, &[data])?;
+        let settled = placer.map(|p| p.settle(&file, digest)).transpose()?;
+        let mut files = self.files.lock().unwrap();
+        let Some(inc) = files.get_mut(&id) else {
+            return Ok(Wrote::Chunk);
+        };
+        match settled {
+            Some(how @ (Settled::Placed(_) | Settled::Mismatch { .. })) => {
+                let mut inc = files.remove(&id).expect("looked up above");
+                drop(files);
+                inc.settled(&how);
+                if matches!(how, Settled::Mismatch { .. }) {
+                    inc.discard();
+                }
+                Ok(Wrote::Settled(how))
+            }
+            Some(how @ Settled::Parked) => {
+                inc.settled(&how);
+                inc.record(index, digest);
+                Ok(Wrote::Settled(how))
+            }
+            None => {
+                inc.record(index, digest);
+                Ok(Wrote::Chunk)
+            }
+        }
+    }
+
+    /// The session is over, however it ended: every file still open keeps
+    /// what is durably written for a rerun (synced and journaled), and a
+    /// session waiting for one of its targets may take it over.
+    pub fn close_all(&self) {
+        let left: Vec<Incoming> = self.files.lock().unwrap().drain().map(|(_, f)| f).collect();
+        for f in &left {
+            f.ending();
+        }
+        for mut f in left {
+            let _ = f.flush_journal();
+        }
+    }
+
+    /// Directory modes and mtimes, when the session ends without
+    /// [`Job::FinishDirs`] (it failed).
+    pub fn finish_dirs(&self) -> io::Result<()> {
+        self.dest.lock().unwrap().finish_dirs()
+    }
+}
+
+/// syncfs(2) on the file system that holds `dir`. cap-std's directory
+/// descriptors are `O_PATH`, which syncfs refuses (EBADF): it gets one of its
+/// own, opened for reading.
+fn sync_fs(dir: &Dir) -> io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: openat on a descriptor `dir` holds open, a NUL-terminated path.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned here alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: syncfs on a descriptor held open for the call.
+    match unsafe { libc::syncfs(fd.as_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
