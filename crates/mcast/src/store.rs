@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -309,17 +309,8 @@ impl FileStore {
     fn place_all(&mut self) -> Result<(), String> {
         let m = self.manifest.take().expect("begun");
         let dest = self.dest.as_mut().expect("begun");
-        // One sync for every part file before any takes its final name (a
-        // directory opened for reading: cap-std's own descriptors are O_PATH).
-        let d =
-            File::open(&self.dest_dir).map_err(|e| format!("{}: {e}", self.dest_dir.display()))?;
-        {
-            use std::os::fd::AsRawFd;
-            // SAFETY: syncfs on a descriptor we own for the duration of the call.
-            if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
-                return Err(format!("sync: {}", io::Error::last_os_error()));
-            }
-        }
+        // One sync for every part file before any takes its final name.
+        longhaul_transfer::place::sync_fs(dest.base()).map_err(|e| format!("sync: {e}"))?;
         self.open.clear();
         for p in &self.parts {
             let it = &m.items[p.span.item];
@@ -334,14 +325,7 @@ impl FileStore {
                     String::from_utf8_lossy(&it.path)
                 ));
             }
-            f.set_permissions(std::fs::Permissions::from_mode(it.mode & 0o7777))
-                .and_then(|_| {
-                    f.set_times(
-                        std::fs::FileTimes::new().set_modified(
-                            longhaul_transfer::manifest::ns_to_system_time(it.mtime_ns),
-                        ),
-                    )
-                })
+            longhaul_transfer::place::apply_meta(&f, it.mode, it.mtime_ns)
                 .and_then(|_| {
                     p.dir
                         .rename(os(&sibling_name(&p.name, PART)), &p.dir, os(&p.name))

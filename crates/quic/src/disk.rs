@@ -19,6 +19,15 @@ use std::sync::Mutex;
 /// file, that trip cost more CPU than the write).
 pub const LIGHT_BYTES: u64 = 64 << 10;
 
+/// How long a file that another session of this process is receiving is
+/// waited for while that session goes on. It covers the 15 s idle timeout of
+/// a session whose peer vanished (killed, or its close lost: under load that
+/// session ended 20 s after the client's Ctrl-C), which then ends. A session
+/// that is ending is waited for however long its journaling takes: under
+/// heavy write load its fdatasync took over 10 s (a put rerun at once after
+/// Ctrl-C, beside another test writing gigabytes).
+pub const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The destination of one receiving session and the files it has open.
 pub struct RecvDisk {
     dest: Mutex<Dest>,
@@ -145,7 +154,7 @@ impl RecvDisk {
             Job::SyncFs => {
                 // One syncfs: every file placed, its directory entry, the journals.
                 let t = std::time::Instant::now();
-                let r = sync_fs(self.dest.lock().unwrap().base());
+                let r = longhaul_transfer::place::sync_fs(self.dest.lock().unwrap().base());
                 if r.is_ok() {
                     let secs = t.elapsed().as_secs_f64();
                     tracing::info!("synced the destination's file system (--fsync) in {secs:.3} s");
@@ -191,7 +200,7 @@ impl RecvDisk {
         let resume = !matches!(decision, Decision::UnlessHash(_)) && !fresh;
         let in_fresh_dir = fresh || dest.in_fresh_dir(target);
         drop(dest);
-        let (mut inc, ranges) = Incoming::open(dir, &name, e, resume)?;
+        let (mut inc, ranges) = Incoming::open(dir, &name, e, resume, CLAIM_WAIT)?;
         // A fresh session's destination held none of its targets, nor parts.
         if in_fresh_dir {
             inc.in_fresh_dir();
@@ -277,30 +286,5 @@ impl RecvDisk {
     /// [`Job::FinishDirs`] (it failed).
     pub fn finish_dirs(&self) -> io::Result<()> {
         self.dest.lock().unwrap().finish_dirs()
-    }
-}
-
-/// syncfs(2) on the file system that holds `dir`. cap-std's directory
-/// descriptors are `O_PATH`, which syncfs refuses (EBADF): it gets one of its
-/// own, opened for reading.
-fn sync_fs(dir: &Dir) -> io::Result<()> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: openat on a descriptor `dir` holds open, a NUL-terminated path.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c".".as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and is owned here alone.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: syncfs on a descriptor held open for the call.
-    match unsafe { libc::syncfs(fd.as_raw_fd()) } {
-        0 => Ok(()),
-        _ => Err(io::Error::last_os_error()),
     }
 }

@@ -327,19 +327,6 @@ type ClaimKey = (u64, u64, Vec<u8>);
 static RECEIVING: Mutex<BTreeMap<ClaimKey, bool>> = Mutex::new(BTreeMap::new());
 /// Signalled whenever a claim is given up or marked ending.
 static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
-/// How long a second claim waits for a first whose session goes on. It
-/// covers the 15 s idle timeout of a session whose peer vanished (killed,
-/// or its close lost: under load that session ended 20 s after the
-/// client's Ctrl-C), which then ends. A claim whose session is ending is
-/// waited for however long its journaling takes: under heavy write load
-/// its fdatasync took over 10 s (a put rerun at once after Ctrl-C, beside
-/// another test writing gigabytes).
-#[cfg(not(test))]
-const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-/// (Short in unit tests, which would otherwise wait it out to see a refusal.)
-#[cfg(test)]
-const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// This process's claim on a target, given up when the file is dropped.
 struct Claim(ClaimKey);
 
@@ -350,19 +337,19 @@ impl Claim {
         Ok((m.dev(), m.ino(), name.to_vec()))
     }
 
-    /// Blocks up to [`CLAIM_WAIT`] while the holder's session goes on, and
-    /// until it is given up once that session is ending (callers run it off
-    /// the async runtime).
-    fn take(dir: &Dir, name: &[u8]) -> io::Result<Claim> {
+    /// Blocks up to `wait` while the holder's session goes on, and until it
+    /// is given up once that session is ending (callers run it off the async
+    /// runtime).
+    fn take(dir: &Dir, name: &[u8], wait: std::time::Duration) -> io::Result<Claim> {
         let key = Claim::key(dir, name)?;
-        let deadline = std::time::Instant::now() + CLAIM_WAIT;
+        let deadline = std::time::Instant::now() + wait;
         let mut held = RECEIVING.lock().unwrap();
         while let Some(&ending) = held.get(&key) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if !ending && left.is_zero() {
                 return Err(io::Error::other(format!(
                     "this file is already being received (by another session, or another root of this one; waited {} s; a session whose peer vanished without closing holds it until its connection times out), and is not written twice at once",
-                    CLAIM_WAIT.as_secs()
+                    wait.as_secs()
                 )));
             }
             // An ending holder is not timed: check again each second.
@@ -452,7 +439,7 @@ pub enum Settled {
 }
 
 /// Give `file` its final mode and mtime (after its last write).
-fn apply_meta(file: &File, mode: u32, mtime_ns: i64) -> io::Result<()> {
+pub fn apply_meta(file: &File, mode: u32, mtime_ns: i64) -> io::Result<()> {
     file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
     file.set_times(std::fs::FileTimes::new().set_modified(ns_to_system_time(mtime_ns)))
 }
@@ -537,11 +524,15 @@ impl Incoming {
     /// Open the part file for `entry` in `dir` under `name`. With `resume`, a part and
     /// journal left by an earlier run for the same source (size and mtime) are kept
     /// and only the missing chunk ranges are returned; otherwise all of them.
+    /// A file of several chunks that another session of this process is
+    /// receiving is waited for up to `claim_wait` while that session goes
+    /// on (however long it takes once it is ending), then refused.
     pub fn open(
         dir: Arc<Dir>,
         name: &[u8],
         entry: &Entry,
         resume: bool,
+        claim_wait: std::time::Duration,
     ) -> io::Result<(Incoming, Vec<(u64, u64)>)> {
         if entry.size > MAX_FILE_SIZE {
             return Err(io::Error::new(
@@ -559,7 +550,7 @@ impl Incoming {
         // Before the part is truncated. A file of one chunk needs none: each
         // writer has a file of its own until it is linked or renamed whole.
         let claim = if journaled {
-            Some(Claim::take(&dir, name)?)
+            Some(Claim::take(&dir, name, claim_wait)?)
         } else {
             None
         };
@@ -897,6 +888,31 @@ impl Incoming {
     }
 }
 
+/// syncfs(2) on the file system that holds `dir`. cap-std's directory
+/// descriptors are `O_PATH`, which syncfs refuses (EBADF): it gets one of its
+/// own, opened for reading.
+pub fn sync_fs(dir: &Dir) -> io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: openat on a descriptor `dir` holds open, a NUL-terminated path.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned here alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: syncfs on a descriptor held open for the call.
+    match unsafe { libc::syncfs(fd.as_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// Chunks taken from an [`Incoming`] to be made durable and journaled.
 #[must_use = "a checkpoint journals nothing until committed"]
 pub struct Checkpoint {
@@ -938,6 +954,10 @@ impl Drop for Incoming {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How long a second claim waits in these tests (short: they wait it
+    /// out to see a refusal).
+    const WAIT: std::time::Duration = std::time::Duration::from_secs(1);
     use crate::manifest::EntryKind;
     use crate::CHUNK_SIZE;
     use cap_std::ambient_authority;
@@ -1006,10 +1026,10 @@ mod tests {
         let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
         let size = 3 * CHUNK_SIZE + 5;
         let bytes = data(size as usize);
-        let (mut a, _) = Incoming::open(dir.clone(), b"f", &entry(size), false).unwrap();
+        let (mut a, _) = Incoming::open(dir.clone(), b"f", &entry(size), false, WAIT).unwrap();
         put_chunk(&mut a, &bytes, 0);
         // A second session's open would truncate the part under the first.
-        let err = Incoming::open(dir.clone(), b"f", &entry(size), false)
+        let err = Incoming::open(dir.clone(), b"f", &entry(size), false, WAIT)
             .err()
             .expect("refused while the first holds it");
         assert!(err.to_string().contains("already being received"), "{err}");
@@ -1022,11 +1042,11 @@ mod tests {
             "the first session's data is intact"
         );
         // Another name in the same directory is not held up.
-        assert!(Incoming::open(dir.clone(), b"g", &entry(size), false).is_ok());
+        assert!(Incoming::open(dir.clone(), b"g", &entry(size), false, WAIT).is_ok());
         // A claim given up while a second one waits is granted to it.
         let waiter = {
             let dir = dir.clone();
-            std::thread::spawn(move || Incoming::open(dir, b"f", &entry(size), true))
+            std::thread::spawn(move || Incoming::open(dir, b"f", &entry(size), true, WAIT))
         };
         std::thread::sleep(std::time::Duration::from_millis(300));
         assert!(!waiter.is_finished(), "the second claim waits");
@@ -1036,14 +1056,16 @@ mod tests {
             .unwrap()
             .expect("granted once the first is given up");
         // A claim whose session is ending (journaling after its peer
-        // closed) is waited for past CLAIM_WAIT, not refused.
+        // closed) is waited for past WAIT, not refused.
         let (b, _) = b;
         b.ending();
         let waiter = {
             let dir = dir.clone();
-            std::thread::spawn(move || Incoming::open(dir, b"f", &entry(size), true).map(|_| ()))
+            std::thread::spawn(move || {
+                Incoming::open(dir, b"f", &entry(size), true, WAIT).map(|_| ())
+            })
         };
-        std::thread::sleep(CLAIM_WAIT + std::time::Duration::from_millis(500));
+        std::thread::sleep(WAIT + std::time::Duration::from_millis(500));
         assert!(!waiter.is_finished(), "an ending holder is waited for");
         drop(b);
         waiter
@@ -1125,7 +1147,7 @@ mod tests {
     fn absurd_sizes_are_refused_before_allocating() {
         let t = tempfile::tempdir().unwrap();
         let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
-        let err = Incoming::open(dir, b"f", &entry(1 << 52), false)
+        let err = Incoming::open(dir, b"f", &entry(1 << 52), false, WAIT)
             .err()
             .unwrap();
         assert!(err.to_string().contains("larger than"), "{err}");
@@ -1153,7 +1175,7 @@ mod tests {
             path: name.to_vec(),
             ..entry(bytes.len() as u64)
         };
-        let (mut inc, want) = Incoming::open(dir.clone(), name, &e, true).unwrap();
+        let (mut inc, want) = Incoming::open(dir.clone(), name, &e, true, WAIT).unwrap();
         assert_eq!(want, vec![(0, 1)]);
         assert!(inc.single_chunk());
         inc.expected = expected;
@@ -1227,7 +1249,7 @@ mod tests {
             path: b"empty".to_vec(),
             ..entry(0)
         };
-        let (mut inc, want) = Incoming::open(dir, b"empty", &e0, true).unwrap();
+        let (mut inc, want) = Incoming::open(dir, b"empty", &e0, true, WAIT).unwrap();
         assert!(want.is_empty());
         inc.expected = Some(*blake3::hash(b"").as_bytes());
         inc.finish().unwrap();
@@ -1244,7 +1266,7 @@ mod tests {
         let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
         let size = 3 * CHUNK_SIZE + 100;
         let (bytes, e) = (data(size as usize), entry(size));
-        let (mut inc, _) = Incoming::open(dir.clone(), b"f", &e, true).unwrap();
+        let (mut inc, _) = Incoming::open(dir.clone(), b"f", &e, true, WAIT).unwrap();
         for i in [0u64, 2] {
             put_chunk(&mut inc, &bytes, i);
         }
@@ -1261,10 +1283,10 @@ mod tests {
         let part = t.path().join(".f.lh-part");
         std::fs::remove_file(&part).unwrap();
         std::fs::create_dir(&part).unwrap();
-        assert!(Incoming::open(dir.clone(), b"f", &e, false).is_err());
+        assert!(Incoming::open(dir.clone(), b"f", &e, false, WAIT).is_err());
         assert_eq!(records(&journal), 0, "no record outlives a restart");
         std::fs::remove_dir(&part).unwrap();
-        let (_, want) = Incoming::open(dir, b"f", &e, true).unwrap();
+        let (_, want) = Incoming::open(dir, b"f", &e, true, WAIT).unwrap();
         assert_eq!(want, vec![(0, 4)], "a resume trusts nothing");
     }
 
@@ -1279,7 +1301,7 @@ mod tests {
         let (dir, name) = dest.parent_of(&path).unwrap();
 
         // First run: chunks 0 and 2 arrive, then the run dies.
-        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
+        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true, WAIT).unwrap();
         assert_eq!(want, vec![(0, 4)]);
         for i in [0u64, 2] {
             put_chunk(&mut inc, &bytes, i);
@@ -1292,7 +1314,7 @@ mod tests {
         );
 
         // Second run: only chunks 1 and 3 are wanted.
-        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
+        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true, WAIT).unwrap();
         assert_eq!(want, vec![(1, 2), (3, 4)]);
         assert_eq!(inc.resumed_bytes, 2 * CHUNK_SIZE);
         for i in [1u64, 3] {
@@ -1304,7 +1326,9 @@ mod tests {
             .unwrap_err()
             .contains("twice"));
         // A chunk being written (claimed, not yet recorded) is refused too.
-        let mut other = Incoming::open(dir.clone(), b"g", &e, false).unwrap().0;
+        let mut other = Incoming::open(dir.clone(), b"g", &e, false, WAIT)
+            .unwrap()
+            .0;
         assert!(other.check_record(2, CHUNK_SIZE).is_ok());
         other.claim(2);
         assert!(other
@@ -1339,7 +1363,7 @@ mod tests {
 
         // Chunk 0 is taken for a checkpoint; chunk 1 arrives after; the run dies
         // without the drop's flush (as a killed process would).
-        let (mut inc, _) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
+        let (mut inc, _) = Incoming::open(dir.clone(), &name, &e, true, WAIT).unwrap();
         assert!(
             inc.take_checkpoint().unwrap().is_none(),
             "nothing written yet"
@@ -1354,7 +1378,7 @@ mod tests {
             .lock()
             .unwrap()
             .remove(&Claim::key(&dir, &name).unwrap());
-        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
+        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e, true, WAIT).unwrap();
         assert_eq!(want, vec![(1, 3)], "the journal names chunk 0 only");
 
         // A checkpoint taken before the file is placed and committed after it
@@ -1378,14 +1402,14 @@ mod tests {
         let bytes = data(size as usize);
         let e = entry(size);
         let (dir, name) = dest.parent_of(&RelPath::from_wire(b"f").unwrap()).unwrap();
-        let (mut inc, _) = Incoming::open(dir.clone(), &name, &e, true).unwrap();
+        let (mut inc, _) = Incoming::open(dir.clone(), &name, &e, true, WAIT).unwrap();
         put_chunk(&mut inc, &bytes, 0);
         inc.flush_journal().unwrap();
         drop(inc);
         // The source changed (other mtime): the journal is not trusted.
         let mut e2 = e.clone();
         e2.mtime_ns += 1;
-        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e2, true).unwrap();
+        let (mut inc, want) = Incoming::open(dir.clone(), &name, &e2, true, WAIT).unwrap();
         assert_eq!(want, vec![(0, 2)]);
         for i in 0..2u64 {
             put_chunk(&mut inc, &bytes, i);
@@ -1416,7 +1440,7 @@ mod tests {
         std::fs::write(outside.path().join("victim"), b"keep").unwrap();
         std::os::unix::fs::symlink(outside.path().join("victim"), t.path().join("d/v")).unwrap();
         let (dir, name) = dest.parent_of(&RelPath::from_wire(b"v").unwrap()).unwrap();
-        let (mut inc, _) = Incoming::open(dir, &name, &entry(3), false).unwrap();
+        let (mut inc, _) = Incoming::open(dir, &name, &entry(3), false, WAIT).unwrap();
         let d = Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, 0, &[b"new"]).unwrap();
         inc.record(0, d);
         inc.expected = Some(*blake3::hash(b"new").as_bytes());
