@@ -145,11 +145,12 @@ pub struct NetArgs {
     /// client's choice.
     #[arg(long, value_name = "CC")]
     pub cc: Option<String>,
-    /// Cap the sending rate (bits/s: 400M, 1G); a server caps every session.
+    /// Cap the sending rate (bits/s: 400M, 1G, 2.5Gbit; or bytes/s: 50MB/s); a
+    /// server caps every session.
     #[arg(long, value_name = "RATE")]
     pub max_rate: Option<String>,
-    /// Memory bound of the receive and send windows (bytes: 64M, 1G); they grow
-    /// with the measured BDP up to it [default: 1G].
+    /// Memory bound of the receive and send windows (bytes: 64MiB, 1GiB, 500MB);
+    /// they grow with the measured BDP up to it [default: 1GiB].
     #[arg(long, value_name = "BYTES")]
     pub window: Option<String>,
 }
@@ -233,21 +234,12 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
-/// Parse a byte size: `256M`, `1G`, `64k`, `1048576` (binary multiples).
+/// Parse a byte size (the grammar of [`longhaul_transfer::units`]: `64MiB`,
+/// `1GiB`, `500MB`, `1048576`); not 0.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s
-        .trim()
-        .trim_end_matches(['B', 'b'])
-        .trim_end_matches(['i']);
-    let (num, mult) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
-        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v > 0.0 && v.is_finite() => Ok((v * mult as f64) as u64),
-        _ => Err(format!("{s:?} is not a size; write bytes like 64M or 1G")),
+    match longhaul_transfer::units::parse_size(s) {
+        Ok(0) => Err(format!("{s:?}: a size must be more than 0")),
+        r => r.map_err(|e| e.to_string()),
     }
 }
 
@@ -257,8 +249,10 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(parse_size("256M").unwrap(), 256 << 20);
+        assert_eq!(parse_size("256MiB").unwrap(), 256 << 20);
+        assert_eq!(parse_size("256M").unwrap(), 256_000_000);
         assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert!(parse_size("0").is_err());
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert!(parse_size("lots").is_err());
     }

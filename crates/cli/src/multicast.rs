@@ -171,23 +171,9 @@ pub struct ReceiveArgs {
     pub json: bool,
 }
 
+/// A duration (the grammar of [`longhaul_transfer::units`]: `500ms`, `2s`, `1m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (t, 1.0)
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v >= 0.0 && v.is_finite() && v * mult < 1e9 => {
-            Ok(Duration::from_secs_f64(v * mult))
-        }
-        _ => Err(format!("{s:?} is not a duration; write 500ms, 2s or 1m")),
-    }
+    longhaul_transfer::units::parse_duration(s).map_err(|e| e.to_string())
 }
 
 pub fn run(cmd: McCommand) -> Result<i32> {

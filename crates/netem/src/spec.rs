@@ -192,53 +192,23 @@ impl std::str::FromStr for LinkSpec {
     }
 }
 
-/// Parses a rate in bit/s: `1G`, `100M`, `256k`, `2.5Gbit`, `1000000`, `10mbps`.
+/// Parses a rate in bit/s (the grammar of [`longhaul_transfer::units`]:
+/// `1G`, `100M`, `256k`, `2.5Gbit`, `10mbps`, `1500000`), 1 kbit/s to 1 Tbit/s.
 pub fn parse_rate(v: &str) -> Result<u64, String> {
-    let lower = v.to_ascii_lowercase();
-    let t = lower
-        .strip_suffix("bps")
-        .or_else(|| lower.strip_suffix("bit"))
-        .unwrap_or(&lower);
-    let (num, mult) = match t.chars().last() {
-        Some('k') => (&t[..t.len() - 1], 1e3),
-        Some('m') => (&t[..t.len() - 1], 1e6),
-        Some('g') => (&t[..t.len() - 1], 1e9),
-        _ => (t, 1.0),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("'{v}' is not a rate (examples: 1G, 100M, 256k, 1500000)"))?;
-    let bps = n * mult;
-    if !(1000.0..=1e12).contains(&bps) {
+    let bps = longhaul_transfer::units::parse_rate(v).map_err(|e| e.to_string())?;
+    if !(1000..=1_000_000_000_000).contains(&bps) {
         return Err(format!("rate {v} out of range (1 kbit/s to 1 Tbit/s)"));
     }
-    Ok(bps.round() as u64)
+    Ok(bps)
 }
 
-/// Parses a duration to ns: `35ms`, `1.5s`, `500us`, `0`.
+/// Parses a duration to ns (`35ms`, `1.5s`, `500us`, `0`), at most 60 s.
 pub fn parse_duration(v: &str) -> Result<u64, String> {
-    if v == "0" {
-        return Ok(0);
-    }
-    let (num, mult) = if let Some(n) = v.strip_suffix("ms") {
-        (n, 1e6)
-    } else if let Some(n) = v.strip_suffix("us") {
-        (n, 1e3)
-    } else if let Some(n) = v.strip_suffix("ns") {
-        (n, 1.0)
-    } else if let Some(n) = v.strip_suffix('s') {
-        (n, 1e9)
-    } else {
-        return Err(format!("'{v}' needs a unit (examples: 35ms, 1.5s, 500us)"));
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("'{v}' is not a duration (examples: 35ms, 1.5s, 500us)"))?;
-    let ns = n * mult;
-    if !(0.0..=60e9).contains(&ns) {
+    let d = longhaul_transfer::units::parse_duration(v).map_err(|e| e.to_string())?;
+    if d > std::time::Duration::from_secs(60) {
         return Err(format!("duration {v} out of range (0 to 60 s)"));
     }
-    Ok(ns.round() as u64)
+    Ok(d.as_nanos() as u64)
 }
 
 fn parse_prob(name: &str, v: &str) -> Result<f64, String> {

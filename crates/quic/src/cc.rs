@@ -21,25 +21,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Parse a rate in bits per second: `400M`, `1G`, `1.5G`, `250k`, `1000000`.
-/// A trailing `bit`, `bps` or `b` is allowed (`400Mbit`).
+/// Parse a rate in bits per second (the grammar of
+/// [`longhaul_transfer::units`]: `400M`, `1G`, `2.5Gbit`, `50MB/s`); not 0.
 pub fn parse_rate(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("bit")
-        .or_else(|| t.strip_suffix("bps"))
-        .or_else(|| t.strip_suffix('b'))
-        .unwrap_or(t);
-    let (num, mult) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
-        Some('m' | 'M') => (&t[..t.len() - 1], 1e6),
-        Some('g' | 'G') => (&t[..t.len() - 1], 1e9),
-        Some('t' | 'T') => (&t[..t.len() - 1], 1e12),
-        _ => (t, 1.0),
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v > 0.0 && v.is_finite() => Ok((v * mult) as u64),
-        _ => bail!("{s:?} is not a rate; write bits per second like 400M, 1G or 2.5G"),
+    match longhaul_transfer::units::parse_rate(s)? {
+        0 => bail!("{s:?}: a rate must be more than 0"),
+        r => Ok(r),
     }
 }
 

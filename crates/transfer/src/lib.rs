@@ -11,6 +11,7 @@
 //! - [`place`]: the receiver's crash-safe placement: hidden temp file, verify, rename.
 //! - [`unnamed`]: unnamed files (`O_TMPFILE`) linked under their name once verified.
 //! - [`sync`]: skip/resume/full decisions.
+//! - [`units`]: one grammar of sizes, rates and durations for flags, SPECs and suites.
 
 pub mod chunk;
 pub mod gen;
@@ -20,6 +21,7 @@ pub mod manifest;
 pub mod path;
 pub mod place;
 pub mod sync;
+pub mod units;
 pub mod unnamed;
 pub mod walk;
 
