@@ -4,10 +4,10 @@
 //! ([`crate::disk`]): light ones on its own task, the manifest lane's in
 //! order, heavy ones on the blocking pool.
 //!
-//! Each data stream has a task that reads one record at a time (header,
-//! payload, the hash of a file's only chunk) and waits until the core has
-//! dealt with it before reading the next: a slow disk holds the streams, and
-//! QUIC's flow control holds the sender.
+//! Each data stream has a task that reads records (header, payload, the
+//! hash of a file's only chunk) and hands them to the core, and stops
+//! reading while the core holds 256 KiB or 64 of them: a slow disk holds the
+//! streams, and QUIC's flow control holds the sender.
 
 use crate::control::{CtlRx, CtlTx};
 use crate::core::recv::{Done, Event, Job, Record, RecvConfig, RecvCore, MAX_WAITING};
@@ -105,7 +105,7 @@ pub async fn run_receiver(
             while let Ok(s) = conn.accept_uni().await {
                 while tasks.try_join_next().is_some() {}
                 next += 1;
-                let (ready, wait) = mpsc::channel(1);
+                let (ready, wait) = mpsc::channel(STREAM_RECORDS);
                 if tx.send(Input::Stream { id: next, ready }).await.is_err() {
                     break;
                 }
@@ -218,8 +218,16 @@ async fn read_exact_or_eof(rs: &mut quinn::RecvStream, buf: &mut [u8]) -> Result
     Ok(true)
 }
 
-/// Read records off one data stream, one at a time: each goes to the core,
-/// and the next is read once the core hands the buffer back.
+/// Records of one stream in the core's hands at most (and at most
+/// [`STREAM_BYTES`] of them, but always one): small files go to the core
+/// several at a time, without a round trip between the tasks per file; a
+/// large chunk goes alone, as before.
+const STREAM_RECORDS: usize = 64;
+const STREAM_BYTES: u64 = 256 << 10;
+
+/// Read records off one data stream: each goes to the core, and reading
+/// waits while the core holds [`STREAM_RECORDS`] or [`STREAM_BYTES`] of
+/// them (until it hands buffers back).
 async fn read_stream(
     id: u64,
     mut rs: quinn::RecvStream,
@@ -233,8 +241,26 @@ async fn read_stream(
     if &pre != DATA_PRELUDE {
         return Err(protocol(ProtoError::BadPrelude.to_string()));
     }
-    let mut spare: Vec<u8> = Vec::new();
+    let mut spares: Vec<Vec<u8>> = Vec::new();
+    let (mut held, mut held_bytes) = (0usize, 0u64);
     loop {
+        // Buffers the core is done with; wait for some while it holds too much.
+        loop {
+            let buf = if held >= STREAM_RECORDS || held_bytes >= STREAM_BYTES {
+                match ready.recv().await {
+                    Some(b) => b,
+                    None => return Ok(()),
+                }
+            } else {
+                match ready.try_recv() {
+                    Ok(b) => b,
+                    Err(_) => break,
+                }
+            };
+            held -= 1;
+            held_bytes -= (buf.len() as u64).max(1);
+            spares.push(buf);
+        }
         let mut hdr = [0u8; RECORD_HEADER_LEN];
         if !read_exact_or_eof(&mut rs, &mut hdr).await? {
             return Ok(());
@@ -243,7 +269,7 @@ async fn read_stream(
         // One contiguous buffer per record: BLAKE3 hashes it with its widest SIMD
         // path and the file sees one write, not one per QUIC frame.
         // The buffer is reused record after record: no allocation or page faults.
-        let mut data = std::mem::take(&mut spare);
+        let mut data = spares.pop().unwrap_or_default();
         data.clear();
         data.reserve(header.len as usize);
         while data.len() < header.len as usize {
@@ -268,12 +294,11 @@ async fn read_stream(
             data,
             hash,
         };
+        let len = (record.data.len() as u64).max(1);
         if tx.send(Input::Record(record)).await.is_err() {
             return Ok(()); // the session is over
         }
-        match ready.recv().await {
-            Some(buf) => spare = buf,
-            None => return Ok(()),
-        }
+        held += 1;
+        held_bytes += len;
     }
 }

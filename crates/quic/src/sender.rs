@@ -61,8 +61,8 @@ const INLINE_READ: u64 = 64 << 10;
 
 enum Input {
     Walked(Walked<Src>),
-    /// A lane wrote its record and is free.
-    Idle(usize),
+    /// A lane wrote a record of this many data bytes.
+    Written(usize, u64),
     Done(Done),
     Failed(Problem),
 }
@@ -168,7 +168,7 @@ async fn drive(
             }
             i = inputs.recv() => match i.expect("the driver holds a sender") {
                 Input::Walked(w) => core.handle_walked(Instant::now(), w),
-                Input::Idle(lane) => core.handle_idle(Instant::now(), lane),
+                Input::Written(lane, n) => core.handle_written(Instant::now(), lane, n),
                 Input::Done(d) => core.handle_done(Instant::now(), d),
                 Input::Failed(p) => core.handle_failure(p),
             },
@@ -191,9 +191,6 @@ async fn run_lane(
         )
     };
     let mut stream: Option<quinn::SendStream> = None;
-    if tx.send(Input::Idle(lane)).await.is_err() {
-        return Ok(());
-    }
     while let Some(t) = records.recv().await {
         if t.rotate {
             if let Some(mut old) = stream.take() {
@@ -222,11 +219,12 @@ async fn run_lane(
         }
         let s = stream.as_mut().expect("opened above");
         s.write_all(&t.header.encode()).await.map_err(lost)?;
+        let n = t.data.len() as u64;
         s.write_chunk(t.data).await.map_err(lost)?;
         if let Some(h) = t.hash {
             s.write_all(&h).await.map_err(lost)?;
         }
-        if tx.send(Input::Idle(lane)).await.is_err() {
+        if tx.send(Input::Written(lane, n)).await.is_err() {
             break;
         }
     }
@@ -364,6 +362,7 @@ impl SendDisk {
                 src,
                 plan,
                 check,
+                send,
             } => {
                 let result = self.read_chunk(id, &src, &plan, index).and_then(|r| {
                     if let Some(mtime_ns) = check {
@@ -377,6 +376,8 @@ impl SendDisk {
                     lane,
                     id,
                     index,
+                    send,
+                    len: plan.len(index).unwrap_or(0),
                     result,
                 }
             }

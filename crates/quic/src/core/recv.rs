@@ -200,8 +200,9 @@ pub enum Done {
 /// Something the driver acts on.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Event {
-    /// The record of this stream is dealt with: read the next one. (One
-    /// record per stream is in the core's hands at a time.)
+    /// A record of this stream is dealt with (written, or dropped); its
+    /// buffer comes back. The driver bounds what a stream has in the core's
+    /// hands, so a slow disk holds the streams.
     StreamReady { stream: u64, spare: Vec<u8> },
 }
 

@@ -1,8 +1,8 @@
 //! The sending role's protocol as a sans-IO state machine.
 //!
 //! In: what the tree walk found ([`SendCore::handle_walked`]), control frames
-//! from the receiver ([`SendCore::handle_frame`]), idle data lanes
-//! ([`SendCore::handle_idle`]), finished reads ([`SendCore::handle_done`]) and
+//! from the receiver ([`SendCore::handle_frame`]), lanes that wrote a record
+//! ([`SendCore::handle_written`]), finished reads ([`SendCore::handle_done`]) and
 //! the time. Out: frames ([`SendCore::poll_frame`]), read jobs
 //! ([`SendCore::poll_job`]), records to put on a lane's stream
 //! ([`SendCore::poll_transmit`]) and the session's end
@@ -11,7 +11,7 @@
 //! A lane is one data stream at a time, driven by the driver. The manifest
 //! goes out as the tree is walked; each wanted file (every file, unasked, in
 //! a fresh session) becomes one entry in a work queue that hands its chunks
-//! to idle lanes one at a time, so small files pack back to back on each
+//! to lanes with room one at a time, so small files pack back to back on each
 //! stream and a big file's chunks spread over all of them. Every chunk is
 //! hashed as it is read; a file's BLAKE3 follows its only record, or its
 //! last chunk in `FileDone`.
@@ -89,6 +89,9 @@ pub enum Job<S> {
         src: S,
         plan: ChunkPlan,
         check: Option<i64>,
+        /// The chunk goes out (else it is read and hashed only: the
+        /// receiver holds it).
+        send: bool,
     },
     /// Every chunk of `id` is read: is the source still the file announced?
     Check {
@@ -110,6 +113,10 @@ pub enum Done {
         lane: usize,
         id: u64,
         index: u64,
+        /// As in the job.
+        send: bool,
+        /// The chunk's planned length.
+        len: u64,
         result: std::io::Result<(Bytes, Digest)>,
     },
     Checked {
@@ -178,10 +185,15 @@ enum Work {
 struct Lane {
     /// Bytes the current stream carried.
     carried: u64,
-    idle: bool,
-    /// Whether the chunk being read goes out.
-    sending: bool,
+    /// Bytes being read for it or handed to it and not yet written
+    /// ([`LANE_BYTES`]).
+    pending: u64,
 }
+
+/// How many bytes a lane may have being read or waiting to be written: a
+/// lane holds several small records at once (no round trip through the
+/// driver per 10 kB file) but one large chunk at a time.
+pub const LANE_BYTES: u64 = 256 << 10;
 
 /// The sending role's state machine.
 pub struct SendCore<S> {
@@ -456,33 +468,38 @@ impl<S: Clone> SendCore<S> {
         }
     }
 
-    /// `lane` is free for the next chunk.
-    pub fn handle_idle(&mut self, now: Instant, lane: usize) {
-        if let Some(l) = self.lanes.get_mut(lane) {
-            l.idle = true;
-        }
+    /// `lane` wrote a record of `bytes` bytes of data ([`Transmit::data`]).
+    pub fn handle_written(&mut self, now: Instant, lane: usize, bytes: u64) {
+        self.release(lane, bytes);
         self.assign(now);
     }
 
-    /// Hand queued work to idle lanes.
+    fn release(&mut self, lane: usize, bytes: u64) {
+        if let Some(l) = self.lanes.get_mut(lane) {
+            l.pending = l.pending.saturating_sub(bytes);
+        }
+    }
+
+    /// Hand queued work to lanes with room.
     fn assign(&mut self, _now: Instant) {
         if !self.running() {
             return;
         }
         for lane in 0..self.lanes.len() {
-            if !self.lanes[lane].idle {
-                continue;
+            while self.lanes[lane].pending < LANE_BYTES {
+                let Some((job, bytes)) = self.next_work(lane) else {
+                    return;
+                };
+                // (A comparison counts as a full lane: it reads a whole file.)
+                self.lanes[lane].pending += bytes;
+                self.jobs.push_back(job);
             }
-            let Some(job) = self.next_work(lane) else {
-                return;
-            };
-            self.lanes[lane].idle = false;
-            self.jobs.push_back(job);
         }
     }
 
-    /// The next chunk (or comparison) of the queue, for `lane`.
-    fn next_work(&mut self, lane: usize) -> Option<Job<S>> {
+    /// The next chunk (or comparison) of the queue, for `lane`, and the
+    /// bytes it takes of the lane's budget.
+    fn next_work(&mut self, lane: usize) -> Option<(Job<S>, u64)> {
         loop {
             let work = self.queue.front_mut()?;
             match work {
@@ -492,11 +509,12 @@ impl<S: Clone> SendCore<S> {
                     let Some(f) = self.files.get(&id) else {
                         continue;
                     };
-                    return Some(Job::Compare {
+                    let job = Job::Compare {
                         lane,
                         id,
                         src: f.src.clone(),
-                    });
+                    };
+                    return Some((job, LANE_BYTES));
                 }
                 Work::Chunks { id, next, send } => {
                     let (id, index) = (*id, *next);
@@ -512,15 +530,16 @@ impl<S: Clone> SendCore<S> {
                     if f.failed {
                         continue;
                     }
-                    self.lanes[lane].sending = sending;
-                    return Some(Job::Read {
+                    let job = Job::Read {
                         lane,
                         id,
                         index,
                         src: f.src.clone(),
                         plan: f.plan,
                         check: (f.plan.count() == 1).then_some(f.mtime_ns),
-                    });
+                        send: sending,
+                    };
+                    return Some((job, f.plan.len(index).unwrap_or(0)));
                 }
             }
         }
@@ -542,23 +561,24 @@ impl<S: Clone> SendCore<S> {
                 lane,
                 id,
                 index,
+                send: sending,
+                len,
                 result,
             } => {
-                let sending = std::mem::take(&mut self.lanes[lane].sending);
                 let Some(f) = self.files.get_mut(&id) else {
-                    self.lanes[lane].idle = true;
+                    self.release(lane, len);
                     return Ok(());
                 };
                 let (data, digest) = match result {
                     Ok(x) if !f.failed => x,
                     Ok(_) => {
-                        self.lanes[lane].idle = true;
+                        self.release(lane, len);
                         return Ok(());
                     }
                     Err(e) => {
                         let message = format!("{}: {e}", f.display);
                         self.file_failed(id, message);
-                        self.lanes[lane].idle = true;
+                        self.release(lane, len);
                         return Ok(());
                     }
                 };
@@ -585,7 +605,8 @@ impl<S: Clone> SendCore<S> {
                     let offset = f.plan.offset(index);
                     self.transmit(now, lane, id, offset, data, inline);
                 } else {
-                    self.lanes[lane].idle = true;
+                    let len = data.len() as u64;
+                    self.release(lane, len);
                 }
                 if whole && !single {
                     let f = &self.files[&id];
@@ -628,7 +649,7 @@ impl<S: Clone> SendCore<S> {
                 Ok(())
             }
             Done::Compared { lane, id, result } => {
-                self.lanes[lane].idle = true;
+                self.release(lane, LANE_BYTES);
                 let Some(f) = self.files.get_mut(&id) else {
                     return Ok(());
                 };

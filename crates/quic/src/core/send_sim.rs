@@ -39,9 +39,6 @@ impl Sim {
             unreadable: None,
             auto_idle: true,
         };
-        for l in 0..lanes {
-            s.core.handle_idle(s.now, l);
-        }
         s.pump();
         s
     }
@@ -60,10 +57,10 @@ impl Sim {
             }
             while let Some(t) = self.core.poll_transmit() {
                 any = true;
-                let lane = t.lane;
+                let (lane, len) = (t.lane, t.data.len() as u64);
                 self.out.push(t);
                 if self.auto_idle {
-                    self.core.handle_idle(self.now, lane);
+                    self.core.handle_written(self.now, lane, len);
                 }
             }
             if !any {
@@ -80,6 +77,7 @@ impl Sim {
                 index,
                 src,
                 plan,
+                send,
                 ..
             } => {
                 let result = if self.unreadable == Some(id) {
@@ -98,6 +96,8 @@ impl Sim {
                     lane,
                     id,
                     index,
+                    send,
+                    len: plan.len(index).unwrap(),
                     result,
                 }
             }
@@ -448,8 +448,6 @@ fn the_queue_holds_one_entry_per_file_however_large() {
     };
     s.core.handle_walked(s.now, huge);
     s.file("b", b"b");
-    // The lane is busy: nothing is read until it is idle.
-    s.core.handle_idle(s.now, 0);
     s.core.handle_frame(
         s.now,
         Frame::Want {
@@ -471,7 +469,26 @@ fn the_queue_holds_one_entry_per_file_however_large() {
         }) => {}
         j => panic!("{j:?}"),
     }
-    assert!(s.core.poll_job().is_none(), "one lane, one read at a time");
+    assert!(
+        s.core.poll_job().is_none(),
+        "a lane holds one large chunk at a time"
+    );
+}
+
+#[test]
+fn a_lane_holds_several_small_records_up_to_its_budget() {
+    let mut s = Sim::new(true, 1, 0);
+    s.auto_idle = false;
+    s.walk("", EntryKind::Dir, None);
+    for i in 0..100 {
+        s.file(&format!("f{i}"), &bytes(10_000, i));
+    }
+    // Records of 10 kB up to 256 KiB are handed out before any is written.
+    assert_eq!(s.out.len(), 27);
+    let t = s.out[0].clone();
+    s.core.handle_written(s.now, t.lane, t.data.len() as u64);
+    s.pump();
+    assert_eq!(s.out.len(), 28, "one written, one more handed out");
 }
 
 #[test]
