@@ -60,6 +60,24 @@ pub fn spawn_writer(mut send: SendStream) -> (CtlTx, tokio::task::JoinHandle<Res
     (CtlTx(tx), task)
 }
 
+/// A peer whose control stream ended early usually closed the connection
+/// just after (Ctrl-C, a shutdown): wait a moment for that close and name
+/// its reason ("the sender closed the session early: closed by peer: 2
+/// (interrupted by the user)"), so logs and reports say why.
+pub(crate) async fn with_close_reason(conn: &quinn::Connection, p: Problem) -> Problem {
+    if p.kind != Kind::Connection || !p.message.ends_with("closed the session early") {
+        return p;
+    }
+    let wait = std::time::Duration::from_millis(250);
+    match tokio::time::timeout(wait, conn.closed()).await {
+        Ok(e) => Problem {
+            message: format!("{}: {}", p.message, chain(&e)),
+            ..p
+        },
+        Err(_) => p,
+    }
+}
+
 /// An error with its causes ("connection lost: timed out"): quinn's stream
 /// errors name only the outer one.
 pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {

@@ -98,7 +98,7 @@ pub async fn run_receiver(
     // yet, and with them their handles on the control stream (whose end the
     // client of a get would otherwise wait a round trip for).
     let acceptor = {
-        let tx = tx.clone();
+        let (tx, conn) = (tx.clone(), conn.clone());
         tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
             let mut next = 0u64;
@@ -122,6 +122,10 @@ pub async fn run_receiver(
     };
     let result = drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx).await;
     acceptor.abort();
+    let result = match result {
+        Err(p) => Err(crate::control::with_close_reason(&conn, p).await),
+        ok => ok,
+    };
     // Whatever happened, keep what is durably written for a rerun.
     tokio::task::block_in_place(|| {
         disk.close_all();
@@ -131,6 +135,9 @@ pub async fn run_receiver(
     });
     result.map(|()| core.take_report())
 }
+
+/// Inputs fed to a core at most before its output is acted on.
+pub(crate) const BATCH: usize = 64;
 
 /// The loop: feed the core, act on what it says, until it is done.
 async fn drive(
@@ -176,14 +183,28 @@ async fn drive(
                 control_open = f.is_some();
                 core.handle_control(Instant::now(), f);
             }
-            i = inputs.recv() => match i.expect("the driver holds a sender") {
-                Input::Stream { id, ready } => {
-                    streams.insert(id, ready);
+            i = inputs.recv() => {
+                // What else is there already goes in before the core's
+                // frames go out: fewer, fuller control packets.
+                let mut next = i;
+                for n in 0..BATCH {
+                    match next.expect("the driver holds a sender") {
+                        Input::Stream { id, ready } => {
+                            streams.insert(id, ready);
+                        }
+                        Input::Record(r) => core.handle_record(Instant::now(), r),
+                        Input::Failed(p) => core.handle_failure(p),
+                        Input::Done(d) => core.handle_done(Instant::now(), d),
+                    }
+                    if n + 1 == BATCH {
+                        break; // (the rest after this round's output)
+                    }
+                    next = match inputs.try_recv() {
+                        Ok(i) => Some(i),
+                        Err(_) => break,
+                    };
                 }
-                Input::Record(r) => core.handle_record(Instant::now(), r),
-                Input::Failed(p) => core.handle_failure(p),
-                Input::Done(d) => core.handle_done(Instant::now(), d),
-            },
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::control::{CtlRx, CtlTx};
 use crate::core::send::{Done, Job, SendConfig, SendCore, Transmit, Walked};
 use crate::core::Role;
 use crate::proto::{ErrorCode, DATA_PRELUDE};
+use crate::receiver::BATCH;
 use crate::report::{Kind, Problem, Progress, SessionReport};
 use bytes::Bytes;
 use cap_std::fs::Dir;
@@ -100,7 +101,10 @@ pub async fn run_sender(
         }));
     }
     let disk = Arc::new(SendDisk::default());
-    let result = drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &lane_txs).await;
+    let result = match drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &lane_txs).await {
+        Err(p) => Err(crate::control::with_close_reason(&conn, p).await),
+        ok => ok,
+    };
     // The lanes finish their streams once their channels close; the walker
     // and any lane still reporting see the inputs gone.
     drop(lane_txs);
@@ -166,12 +170,26 @@ async fn drive(
                 control_open = f.is_some();
                 core.handle_control(Instant::now(), f);
             }
-            i = inputs.recv() => match i.expect("the driver holds a sender") {
-                Input::Walked(w) => core.handle_walked(Instant::now(), w),
-                Input::Written(lane, n) => core.handle_written(Instant::now(), lane, n),
-                Input::Done(d) => core.handle_done(Instant::now(), d),
-                Input::Failed(p) => core.handle_failure(p),
-            },
+            i = inputs.recv() => {
+                // What else is there already goes in before the core's
+                // output is acted on (see the receiver's loop).
+                let mut next = i;
+                for n in 0..BATCH {
+                    match next.expect("the driver holds a sender") {
+                        Input::Walked(w) => core.handle_walked(Instant::now(), w),
+                        Input::Written(lane, n) => core.handle_written(Instant::now(), lane, n),
+                        Input::Done(d) => core.handle_done(Instant::now(), d),
+                        Input::Failed(p) => core.handle_failure(p),
+                    }
+                    if n + 1 == BATCH {
+                        break; // (the rest after this round's output)
+                    }
+                    next = match inputs.try_recv() {
+                        Ok(i) => Some(i),
+                        Err(_) => break,
+                    };
+                }
+            }
         }
     }
 }

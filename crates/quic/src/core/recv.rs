@@ -24,7 +24,7 @@ use longhaul_transfer::landing::Landing;
 use longhaul_transfer::place::{is_reserved_name, Settled, MAX_FILE_SIZE};
 use longhaul_transfer::sync::SyncMode;
 use longhaul_transfer::{ChunkPlan, Entry, EntryKind, RelPath};
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -268,7 +268,7 @@ pub struct RecvCore {
     /// their way (the control stream overtakes the data) are dropped.
     failed: HashSet<u64>,
     /// Fresh sessions: records of entries not yet announced, and their bytes.
-    waiting: Vec<Record>,
+    waiting: BTreeMap<u64, Vec<Record>>,
     waiting_bytes: u64,
     /// Jobs out (not yet `Done`).
     busy: usize,
@@ -303,7 +303,7 @@ impl RecvCore {
             manifest_done: false,
             files: HashMap::new(),
             failed: HashSet::new(),
-            waiting: Vec::new(),
+            waiting: BTreeMap::new(),
             waiting_bytes: 0,
             busy: 0,
             ending: false,
@@ -535,11 +535,12 @@ impl RecvCore {
         if self.waiting.is_empty() {
             return Ok(());
         }
-        let (go, stay): (Vec<Record>, Vec<Record>) = std::mem::take(&mut self.waiting)
-            .into_iter()
-            .partition(|r| r.header.id <= upto);
-        self.waiting = stay;
-        for r in go {
+        let stay = match upto.checked_add(1) {
+            Some(next) => self.waiting.split_off(&next),
+            None => BTreeMap::new(),
+        };
+        let go = std::mem::replace(&mut self.waiting, stay);
+        for r in go.into_values().flatten() {
             self.waiting_bytes -= r.data.len() as u64;
             self.on_record(now, r)?;
         }
@@ -579,7 +580,7 @@ impl RecvCore {
                 )));
             }
             self.waiting_bytes = held;
-            self.waiting.push(r);
+            self.waiting.entry(h.id).or_default().push(r);
             return Ok(());
         }
         if !self.files.contains_key(&h.id) && self.failed.contains(&h.id) {
