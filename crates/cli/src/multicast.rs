@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use longhaul_mcast::receiver::SessionReport;
+use longhaul_mcast::receiver::ReceiveReport;
 use longhaul_mcast::seal::Key;
 use longhaul_mcast::store::{FileSet, FileStore};
 use longhaul_mcast::udp::{self, Targets};
@@ -487,7 +487,7 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
             a.dest.display()
         );
     }
-    let mut last: Option<SessionReport> = None;
+    let mut last: Option<ReceiveReport> = None;
     let json = a.json;
     udp::run_receiver(
         &sock,

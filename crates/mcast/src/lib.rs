@@ -21,5 +21,5 @@ pub mod store;
 pub mod udp;
 pub mod wire;
 
-pub use receiver::{Receiver, ReceiverConfig, ReceiverEvent, SessionReport, Store};
-pub use sender::{Dest, Group, RxReport, RxState, Sender, SenderConfig, SenderEvent, Source};
+pub use receiver::{ReceiveReport, Receiver, ReceiverConfig, ReceiverEvent, Store};
+pub use sender::{Group, RxReport, RxState, SendTo, Sender, SenderConfig, SenderEvent, Source};

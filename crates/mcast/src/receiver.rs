@@ -59,7 +59,7 @@ impl ReceiverConfig {
 
 /// What became of one session.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SessionReport {
+pub struct ReceiveReport {
     pub session: u64,
     pub sender: SocketAddr,
     pub ok: bool,
@@ -95,7 +95,7 @@ pub enum ReceiverEvent {
     Rejected {
         session: u64,
     },
-    Ended(SessionReport),
+    Ended(ReceiveReport),
     Dropped {
         from: SocketAddr,
         why: String,
@@ -887,7 +887,7 @@ impl Receiver {
         if self.finished.len() > FINISHED_MEMORY {
             self.finished.pop_front();
         }
-        self.events.push_back(ReceiverEvent::Ended(SessionReport {
+        self.events.push_back(ReceiverEvent::Ended(ReceiveReport {
             session: s.id,
             sender: s.sender,
             ok,

@@ -79,7 +79,7 @@ impl Default for SenderConfig {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dest {
+pub enum SendTo {
     Group,
     To(SocketAddr),
 }
@@ -241,7 +241,7 @@ pub struct Sender {
     rx: BTreeMap<String, Rx>,
     seq: u64,
     next_send: Instant,
-    control: VecDeque<(Dest, Vec<u8>)>,
+    control: VecDeque<(SendTo, Vec<u8>)>,
     cur: Option<Cur>,
     plan: VecDeque<(u32, u32)>,
     /// Per block, the most symbols any receiver asked for in this poll.
@@ -433,8 +433,8 @@ impl Sender {
                 reason: EndReason::Aborted,
             });
             wire::encode(self.session, &end, self.key.as_ref(), &mut out);
-            self.control.push_back((Dest::Group, out.clone()));
-            self.control.push_back((Dest::Group, out));
+            self.control.push_back((SendTo::Group, out.clone()));
+            self.control.push_back((SendTo::Group, out));
             self.phase = Phase::Ending { left: 0, next: now };
         }
     }
@@ -481,7 +481,7 @@ impl Sender {
             name: name.to_string(),
         });
         wire::encode(self.session, &m, self.key.as_ref(), &mut out);
-        self.control.push_back((Dest::To(to), out));
+        self.control.push_back((SendTo::To(to), out));
     }
 
     fn rtt_sample(&self, now: Instant, echo_us: u64, held_us: u32) -> Option<Duration> {
@@ -817,7 +817,7 @@ impl Sender {
         });
         let mut out = Vec::new();
         wire::encode(self.session, &m, self.key.as_ref(), &mut out);
-        self.control.push_back((Dest::Group, out));
+        self.control.push_back((SendTo::Group, out));
         let wait = self.grtt() + self.grtt() / 4 + window + Duration::from_millis(20);
         self.phase = Phase::Feedback {
             deadline: now + wait,
@@ -860,7 +860,7 @@ impl Sender {
         now: Instant,
         src: &mut dyn Source,
         out: &mut Vec<u8>,
-    ) -> io::Result<Option<Dest>> {
+    ) -> io::Result<Option<SendTo>> {
         if let Some((d, b)) = self.control.pop_front() {
             *out = b;
             self.count(out.len());
@@ -886,7 +886,7 @@ impl Sender {
                 });
                 wire::encode(self.session, &m, self.key.as_ref(), out);
                 self.count(out.len());
-                return Ok(Some(Dest::Group));
+                return Ok(Some(SendTo::Group));
             }
             Phase::Announce => self.maybe_start(now),
             Phase::Feedback { deadline } if now >= deadline => self.after_feedback(now),
@@ -913,7 +913,7 @@ impl Sender {
                 let m = self.announce(now);
                 wire::encode(self.session, &m, self.key.as_ref(), out);
                 self.count(out.len());
-                return Ok(Some(Dest::Group));
+                return Ok(Some(SendTo::Group));
             }
         }
         if now < self.next_send {
@@ -950,7 +950,7 @@ impl Sender {
                 .catch_up
                 .min(now.saturating_duration_since(self.start));
         self.next_send = self.next_send.max(floor) + step;
-        Ok(Some(Dest::Group))
+        Ok(Some(SendTo::Group))
     }
 
     fn count(&mut self, len: usize) {

@@ -13,7 +13,7 @@ use crate::receiver::Store;
 use crate::sender::Source;
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
 use cap_std::fs::{Dir, OpenOptions};
-use longhaul_transfer::place::{open_read, sibling_name, Dest, PART};
+use longhaul_transfer::place::{open_read, sibling_name, DestDir, PART};
 use longhaul_transfer::walk::Walker;
 use longhaul_transfer::{EntryKind, RelPath};
 use std::collections::HashMap;
@@ -258,7 +258,7 @@ struct Part {
 /// The receiver's files beneath a destination directory.
 pub struct FileStore {
     dest_dir: PathBuf,
-    dest: Option<Dest>,
+    dest: Option<DestDir>,
     manifest: Option<Manifest>,
     parts: Vec<Part>,
     open: FdCache,
@@ -350,7 +350,7 @@ impl Store for FileStore {
         self.abort();
         let base = Dir::open_ambient_dir(&self.dest_dir, cap_std::ambient_authority())
             .map_err(|e| format!("{}: {e}", self.dest_dir.display()))?;
-        let mut dest = Dest::new(base);
+        let mut dest = DestDir::new(base);
         let spans = m.spans();
         let mut parts = Vec::with_capacity(spans.len());
         for it in &m.items {

@@ -13,7 +13,7 @@
 //! core's, at millisecond grain.
 
 use crate::receiver::{Receiver, ReceiverEvent, Store};
-use crate::sender::{Dest, Sender, SenderEvent, Source};
+use crate::sender::{SendTo, Sender, SenderEvent, Source};
 use crate::wire::MAX_DATAGRAM;
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -197,7 +197,7 @@ struct Outbox<'a> {
     batch: Vec<u8>,
     seg: usize,
     count: usize,
-    dest: Option<Dest>,
+    dest: Option<SendTo>,
     max_segments: usize,
 }
 
@@ -215,7 +215,7 @@ impl<'a> Outbox<'a> {
         }
     }
 
-    fn push(&mut self, dest: Dest, d: &[u8]) -> io::Result<()> {
+    fn push(&mut self, dest: SendTo, d: &[u8]) -> io::Result<()> {
         // GSO: every segment the same size, except a shorter last one.
         let fits = self.dest == Some(dest)
             && d.len() <= self.seg
@@ -243,9 +243,9 @@ impl<'a> Outbox<'a> {
         let segment_size = (self.count > 1).then_some(self.seg);
         let send = |to| send(self.state, self.sock, to, &self.batch, segment_size);
         let r = match (dest, self.targets) {
-            (Dest::To(a), _) => send(a),
-            (Dest::Group, Targets::Multicast(g)) => send(SocketAddr::V4(*g)),
-            (Dest::Group, Targets::Fanout(list)) => list.iter().try_for_each(|&a| send(a)),
+            (SendTo::To(a), _) => send(a),
+            (SendTo::Group, Targets::Multicast(g)) => send(SocketAddr::V4(*g)),
+            (SendTo::Group, Targets::Fanout(list)) => list.iter().try_for_each(|&a| send(a)),
         };
         self.batch.clear();
         self.count = 0;

@@ -4,7 +4,7 @@
 
 use longhaul_mcast::manifest::{Item, Manifest};
 use longhaul_mcast::{
-    Dest, Group, Receiver, ReceiverConfig, ReceiverEvent, RxState, Sender, SenderConfig,
+    Group, Receiver, ReceiverConfig, ReceiverEvent, RxState, SendTo, Sender, SenderConfig,
     SenderEvent, Source, Store,
 };
 use longhaul_transfer::EntryKind;
@@ -116,7 +116,7 @@ struct Node {
     store: MemStore,
     addr: SocketAddr,
     link: Link,
-    ended: Option<longhaul_mcast::SessionReport>,
+    ended: Option<longhaul_mcast::ReceiveReport>,
 }
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
@@ -194,8 +194,8 @@ fn run_keyed(
         while let Some(dest) = sender.poll_transmit(now, &mut src, &mut out).unwrap() {
             for (i, node) in nodes.iter().enumerate() {
                 let hit = match dest {
-                    Dest::Group => true,
-                    Dest::To(a) => a == node.addr,
+                    SendTo::Group => true,
+                    SendTo::To(a) => a == node.addr,
                 };
                 if !hit || rng.gen::<f64>() < node.link.loss {
                     continue;

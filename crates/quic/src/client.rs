@@ -9,7 +9,7 @@ use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, ALPN, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, Destination, RecvOpts};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
-use crate::sender::{run_sender, SendOpts, Source, SourceResult};
+use crate::sender::{run_sender, SendOpts, SendRoot, SendRootResult};
 use cap_std::fs::Dir;
 use longhaul_transfer::landing::{self, Landing};
 use longhaul_transfer::sync::SyncMode;
@@ -551,7 +551,7 @@ pub async fn get<R: AsRef<[u8]>>(
 }
 
 /// A local path of a put: its source and how it is named at the destination.
-fn local_source(p: &Path, name: &[u8]) -> Result<(Source, RootSpec), Problem> {
+fn local_source(p: &Path, name: &[u8]) -> Result<(SendRoot, RootSpec), Problem> {
     let contents = p.as_os_str().as_bytes().ends_with(b"/") || p.file_name().is_none();
     let meta = std::fs::symlink_metadata(p)
         .map_err(|e| Problem::at(Kind::LocalIo, p.display().to_string(), e.to_string()))?;
@@ -560,7 +560,7 @@ fn local_source(p: &Path, name: &[u8]) -> Result<(Source, RootSpec), Problem> {
             .map_err(|e| Problem::at(Kind::LocalIo, d.display().to_string(), e.to_string()))
     };
     if meta.is_dir() {
-        let src = Source {
+        let src = SendRoot {
             dir: Arc::new(open(p)?),
             start: RelPath::root(),
             must_be_dir: false,
@@ -573,7 +573,7 @@ fn local_source(p: &Path, name: &[u8]) -> Result<(Source, RootSpec), Problem> {
         _ => PathBuf::from("."),
     };
     let start = RelPath::from_wire(name).map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?;
-    let src = Source {
+    let src = SendRoot {
         dir: Arc::new(open(&parent)?),
         start,
         must_be_dir: false,
@@ -596,7 +596,7 @@ pub async fn put(
     progress: Arc<Progress>,
 ) -> Result<ClientReport, Problem> {
     let started = Instant::now();
-    let mut sources: Vec<SourceResult> = Vec::new();
+    let mut sources: Vec<SendRootResult> = Vec::new();
     let mut roots = Vec::new();
     // A local path that cannot be sent fails alone, as a missing remote
     // path of a get does: the others still go (all failing: nothing to do).

@@ -6,7 +6,7 @@
 use crate::core::recv::{Done, Job, Opened, Wrote};
 use crate::proto::Want;
 use cap_std::fs::Dir;
-use longhaul_transfer::place::{Dest, FinishError, Incoming, Settled};
+use longhaul_transfer::place::{DestDir, FinishError, Incoming, Settled};
 use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
 use longhaul_transfer::{EntryKind, CHUNK_SIZE};
 use std::collections::HashMap;
@@ -30,7 +30,7 @@ pub const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The destination of one receiving session and the files it has open.
 pub struct RecvDisk {
-    dest: Mutex<Dest>,
+    dest: Mutex<DestDir>,
     files: Mutex<HashMap<u64, Incoming>>,
 }
 
@@ -41,7 +41,7 @@ fn gone() -> io::Error {
 impl RecvDisk {
     pub fn new(base: Dir) -> RecvDisk {
         RecvDisk {
-            dest: Mutex::new(Dest::new(base)),
+            dest: Mutex::new(DestDir::new(base)),
             files: Mutex::new(HashMap::new()),
         }
     }

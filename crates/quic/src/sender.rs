@@ -25,7 +25,7 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 /// One requested root on the sending side: a directory handle and a path inside it.
-pub struct Source {
+pub struct SendRoot {
     pub dir: Arc<Dir>,
     pub start: RelPath,
     /// The request ended in `/`: only a directory will do.
@@ -33,7 +33,7 @@ pub struct Source {
 }
 
 /// A root that could not even be named (bad path): sent as a `RootError`.
-pub type SourceResult = Result<Source, (ErrorCode, String)>;
+pub type SendRootResult = Result<SendRoot, (ErrorCode, String)>;
 
 /// A source file, as the core's jobs name it.
 #[derive(Debug)]
@@ -73,7 +73,7 @@ pub async fn run_sender(
     conn: quinn::Connection,
     ctl: CtlTx,
     rx: &mut CtlRx,
-    sources: Vec<SourceResult>,
+    sources: Vec<SendRootResult>,
     opts: SendOpts,
     progress: Arc<Progress>,
 ) -> Result<SessionReport, Problem> {
@@ -253,7 +253,7 @@ async fn run_lane(
 }
 
 /// Walk every requested root, handing what is found to the core.
-fn walk_all(sources: Vec<SourceResult>, tx: &mpsc::Sender<Input>) {
+fn walk_all(sources: Vec<SendRootResult>, tx: &mpsc::Sender<Input>) {
     let send = |w: Walked<Src>| tx.blocking_send(Input::Walked(w)).is_ok();
     for (root, src) in sources.into_iter().enumerate() {
         let root = root as u32;
@@ -318,7 +318,9 @@ fn walk_all(sources: Vec<SourceResult>, tx: &mpsc::Sender<Input>) {
 }
 
 /// Start walking a requested root, or say why it cannot be served.
-fn open_root(src: Source) -> Result<(Source, std::iter::Peekable<Walker>), (ErrorCode, String)> {
+fn open_root(
+    src: SendRoot,
+) -> Result<(SendRoot, std::iter::Peekable<Walker>), (ErrorCode, String)> {
     let mut walker = match Walker::new(&src.dir, &src.start) {
         Ok(w) => w.peekable(),
         Err(e) => {

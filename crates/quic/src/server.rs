@@ -8,7 +8,7 @@ use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts};
 use crate::proto::{ErrorCode, Frame, Hello, Op, ALPN, MAX_STREAMS, VERSION};
 use crate::receiver::{run_receiver, Destination, RecvOpts};
 use crate::report::{Problem, Progress, SessionReport};
-use crate::sender::{run_sender, SendOpts, Source, SourceResult};
+use crate::sender::{run_sender, SendOpts, SendRoot, SendRootResult};
 use anyhow::{Context, Result};
 use cap_std::fs::Dir;
 use longhaul_transfer::landing::{dest_is_dir as lands_in_dir, Landing};
@@ -238,11 +238,11 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
     spawn_window_tuner(conn.clone(), ctx.opts.net, flow);
     let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
         Op::Get { paths } => {
-            let sources: Vec<SourceResult> = paths
+            let sources: Vec<SendRootResult> = paths
                 .iter()
                 .map(|p| {
                     RelPath::from_request(p)
-                        .map(|start| Source {
+                        .map(|start| SendRoot {
                             dir: ctx.root.clone(),
                             start,
                             must_be_dir: p.ends_with(b"/"),

@@ -85,7 +85,7 @@ fn perms(mode: u32) -> cap_std::fs::Permissions {
 }
 
 /// The destination tree of a session.
-pub struct Dest {
+pub struct DestDir {
     base: Dir,
     cached: Option<(RelPath, Arc<Dir>)>,
     dirs: Vec<(RelPath, u32, i64)>,
@@ -93,9 +93,9 @@ pub struct Dest {
     fresh: std::collections::HashSet<RelPath>,
 }
 
-impl Dest {
+impl DestDir {
     pub fn new(base: Dir) -> Self {
-        Dest {
+        DestDir {
             base,
             cached: None,
             dirs: Vec::new(),
@@ -141,7 +141,7 @@ impl Dest {
         }
     }
 
-    /// As [`Dest::lookup`], for a file that must be there: a missing
+    /// As [`DestDir::lookup`], for a file that must be there: a missing
     /// directory is an error.
     fn lookup_there<'p>(&self, path: &'p RelPath) -> io::Result<(Dir, &'p [u8])> {
         self.lookup(path)?
@@ -166,7 +166,7 @@ impl Dest {
     }
 
     /// Create a directory (and its parents). Its mode and mtime are applied by
-    /// [`Dest::finish_dirs`], after its contents are in place.
+    /// [`DestDir::finish_dirs`], after its contents are in place.
     pub fn make_dir(&mut self, path: &RelPath, mode: u32, mtime_ns: i64) -> io::Result<()> {
         if !path.is_root() {
             let (_, created) = open_dirs(&self.base, path, true)?;
@@ -178,7 +178,7 @@ impl Dest {
         Ok(())
     }
 
-    /// True when [`Dest::parent_of`] needs no file-system call for `path`: its
+    /// True when [`DestDir::parent_of`] needs no file-system call for `path`: its
     /// directory is the one the last call opened.
     pub fn parent_cached(&self, path: &RelPath) -> bool {
         matches!((&self.cached, path.parent()), (Some((p, _)), Some(q)) if *p == q)
@@ -696,7 +696,7 @@ impl Incoming {
         Ok(f)
     }
 
-    /// The file's directory was created by this session ([`Dest::in_fresh_dir`]):
+    /// The file's directory was created by this session ([`DestDir::in_fresh_dir`]):
     /// placing an unnamed file need not look for a part an earlier run left.
     pub fn in_fresh_dir(&mut self) {
         self.fresh = true;
@@ -1080,7 +1080,7 @@ mod tests {
         // sender's link `proj/l` -> `..` must not carry later entries out.
         let t = tempfile::tempdir().unwrap();
         let base = Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap();
-        let mut dest = Dest::new(base);
+        let mut dest = DestDir::new(base);
         let rel = |p: &[u8]| RelPath::from_wire(p).unwrap();
         dest.make_dir(&rel(b"proj"), 0o755, 0).unwrap();
         dest.make_symlink(&rel(b"proj/l"), b"..", 0).unwrap();
@@ -1201,7 +1201,7 @@ mod tests {
     #[test]
     fn a_one_chunk_file_is_placed_by_its_writer_or_parked_until_its_hash_comes() {
         let t = tempfile::tempdir().unwrap();
-        let mut dest = Dest::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let mut dest = DestDir::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
         let (dir, _) = dest.parent_of(&RelPath::from_wire(b"a").unwrap()).unwrap();
         let bytes = data(10_000);
         let hash = *blake3::hash(&bytes).as_bytes();
@@ -1293,7 +1293,7 @@ mod tests {
     #[test]
     fn resume_keeps_journaled_chunks_and_verifies() {
         let t = tempfile::tempdir().unwrap();
-        let mut dest = Dest::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let mut dest = DestDir::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
         let size = 3 * CHUNK_SIZE + 100;
         let bytes = data(size as usize);
         let e = entry(size);
@@ -1354,7 +1354,7 @@ mod tests {
     #[test]
     fn a_checkpoint_journals_only_what_it_took_and_nothing_after_the_file_is_placed() {
         let t = tempfile::tempdir().unwrap();
-        let mut dest = Dest::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let mut dest = DestDir::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
         let size = 3 * CHUNK_SIZE;
         let bytes = data(size as usize);
         let e = entry(size);
@@ -1397,7 +1397,7 @@ mod tests {
     #[test]
     fn mismatch_discards_and_changed_source_restarts() {
         let t = tempfile::tempdir().unwrap();
-        let mut dest = Dest::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let mut dest = DestDir::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
         let size = 2 * CHUNK_SIZE;
         let bytes = data(size as usize);
         let e = entry(size);
@@ -1433,7 +1433,7 @@ mod tests {
         std::fs::create_dir(t.path().join("d")).unwrap();
         std::os::unix::fs::symlink(outside.path(), t.path().join("d/esc")).unwrap();
         let mut dest =
-            Dest::new(Dir::open_ambient_dir(t.path().join("d"), ambient_authority()).unwrap());
+            DestDir::new(Dir::open_ambient_dir(t.path().join("d"), ambient_authority()).unwrap());
         let p = RelPath::from_wire(b"esc/passwd").unwrap();
         assert!(dest.parent_of(&p).is_err());
         // A link at the target name is replaced, not written through.
