@@ -1,11 +1,13 @@
-//! `longhaul lab ...`: wiring from arguments to `longhaul-lab`, and the output.
+//! `longhaul lab ...`: wiring from arguments to `longhaul-lab` (the lab) and `longhaul-bench` (suites, runs, reports), and the output.
 
 use crate::lab_args::{LabCommand, ProbeCommand, UpArgs};
 use anyhow::{Context, Result};
-use longhaul_lab::scenario::Suite;
-use longhaul_lab::tools::Tool;
+use longhaul_bench::results::Status;
+use longhaul_bench::scenario::Suite;
+use longhaul_bench::tools::Tool;
+use longhaul_bench::{report, runner};
 use longhaul_lab::topology::{LabConfig, LinkArgs};
-use longhaul_lab::{daemon, ops, probe, report, runner, topology};
+use longhaul_lab::{daemon, ops, probe, topology};
 use longhaul_netem::hub::DirStats;
 use std::time::Duration;
 
@@ -53,7 +55,7 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
                 .tools
                 .map(|ts| {
                     for t in &ts {
-                        t.parse::<longhaul_lab::tools::ToolSpec>()
+                        t.parse::<longhaul_bench::tools::ToolSpec>()
                             .map_err(|e| crate::usage(format!("--tools: {e}")))?;
                     }
                     Ok::<_, anyhow::Error>(ts)
@@ -68,7 +70,7 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
             let suite = Suite::load("demo")?;
             if !a.no_install {
                 install(&[Tool::Longhaul, Tool::Rsync, Tool::Ftp], false)?;
-                if longhaul_lab::tools::which("ip").is_none() {
+                if longhaul_bench::tools::which("ip").is_none() {
                     apt_install(&["iproute2"])?;
                 }
             }
@@ -377,7 +379,7 @@ fn run_suite(
     let failed = results
         .runs
         .iter()
-        .any(|r| r.status == "failed" || r.status == "unverified");
+        .any(|r| matches!(r.status, Status::Failed | Status::Unverified));
     Ok(if failed { 1 } else { 0 })
 }
 

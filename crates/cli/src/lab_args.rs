@@ -218,7 +218,7 @@ Suites:
   cc        congestion control: 1 Gbit/s with loss 1e-3 at 70 / 700 ms, 1e-2 at
             1 s, and beside 1-6 CUBIC flows at 75 ms; longhaul's --cc choices
             against kernel TCP bbr and cubic
-  FILE      your own suite; the built-in ones are in crates/lab/suites/
+  FILE      your own suite; the built-in ones are in crates/bench/suites/
 
 Tools: longhaul, longhaul-mc (longhaul multicast), rsync, ftp (vsftpd + lftp),
 gridftp (globus), tarnc (tar + nc), scp, uftp (multicast to several receivers),

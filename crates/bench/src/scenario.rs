@@ -541,31 +541,14 @@ fn check_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// "10kB" = 10,000; "5MB"; "2GB"; "1KiB" = 1024; "1MiB"; "1GiB"; "300" or "300B".
+/// A size in bytes (the grammar of [`longhaul_transfer::units`]: "10kB" =
+/// 10,000, "5MB", "2GB", "1KiB" = 1024, "300"), a whole number up to 10 TB.
 pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "kB" | "KB" | "k" => 1_000,
-        "MB" | "M" => 1_000_000,
-        "GB" | "G" => 1_000_000_000,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        u => bail!("size '{s}': unknown unit '{u}' (B, kB, MB, GB, KiB, MiB, GiB)"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| anyhow::anyhow!("size '{s}': expected a number and a unit, like 10kB"))?;
-    let v = n * mult as f64;
-    if !(0.0..=1e13).contains(&v) || v.fract() != 0.0 {
-        bail!("size '{s}': a whole number of bytes up to 10 TB");
+    let v = longhaul_transfer::units::parse_size(s)?;
+    if v > 10_000_000_000_000 {
+        bail!("size '{s}': at most 10 TB");
     }
-    Ok(v as u64)
+    Ok(v)
 }
 
 /// A rate in bit/s, as the link SPEC writes it ("1G", "100M", "256k").
@@ -573,27 +556,13 @@ pub fn parse_rate(s: &str) -> Result<u64> {
     longhaul_netem::spec::parse_rate(s.trim()).map_err(|e| anyhow::anyhow!(e))
 }
 
-/// "300s", "5m", "500ms", "1h".
+/// A duration ("300s", "5m", "500ms", "1h"), more than 0 and at most a day.
 pub fn parse_duration(s: &str) -> Result<Duration> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| anyhow::anyhow!("duration '{s}': expected a number and a unit, like 300s"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => bail!("duration '{s}': unit ms, s, m or h"),
-    };
-    if !(secs > 0.0 && secs <= 86_400.0) {
+    let d = longhaul_transfer::units::parse_duration(s)?;
+    if d.is_zero() || d > Duration::from_secs(86_400) {
         bail!("duration '{s}': more than 0 and at most a day");
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -609,7 +578,8 @@ mod tests {
         assert!(parse_size("10 parsecs")
             .unwrap_err()
             .to_string()
-            .contains("unknown unit"));
+            .contains("like 10kB"));
+        assert!(parse_size("20TB").is_err(), "at most 10 TB");
         assert!(parse_size("1.5B").is_err());
         assert_eq!(parse_rate("1G").unwrap(), 1_000_000_000);
         assert!(parse_rate("fast").is_err());

@@ -2,7 +2,7 @@
 //! terminal shows. All of them are rendered from results.json alone, so
 //! `lab report DIR` re-renders a run's reports.
 
-use crate::runner::{Results, Run};
+use crate::results::{axes, cell, cell_of, runs_of, share_text, Results};
 use crate::scenario::Metric;
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
@@ -67,11 +67,6 @@ fn opt(v: Option<f64>, digits: usize, none: &str) -> String {
     v.map_or(none.to_string(), |v| format!("{v:.digits$}"))
 }
 
-/// The share column: the tool's part of the link beside background traffic.
-pub(crate) fn share_text(x: &Run) -> String {
-    x.share().map_or("-".into(), |s| format!("{s:.3}"))
-}
-
 /// A CSV field, quoted when it needs to be.
 fn field(v: &str) -> String {
     if v.contains([',', '"', '\n']) {
@@ -79,81 +74,6 @@ fn field(v: &str) -> String {
     } else {
         v.to_string()
     }
-}
-
-/// Scenarios and tools in the order they first ran.
-pub(crate) fn axes(r: &Results) -> (Vec<String>, Vec<String>) {
-    let mut sc: Vec<String> = Vec::new();
-    let mut tools: Vec<String> = Vec::new();
-    for x in &r.runs {
-        if !sc.contains(&x.scenario) {
-            sc.push(x.scenario.clone());
-        }
-        if !tools.contains(&x.tool) {
-            tools.push(x.tool.clone());
-        }
-    }
-    (sc, tools)
-}
-
-/// The runs of one tool in one scenario.
-pub(crate) fn runs_of<'a>(r: &'a Results, scenario: &str, tool: &str) -> Vec<&'a Run> {
-    r.runs
-        .iter()
-        .filter(|x| x.scenario == scenario && x.tool == tool)
-        .collect()
-}
-
-/// The cell of one tool in one scenario: mean Mbit/s of its measured runs
-/// (verified, or stopped at the time cap: then the rate of what it moved,
-/// marked ⏱), or why there is none.
-pub fn cell(runs: &[&Run]) -> (Option<f64>, String) {
-    let measured: Vec<&&Run> = runs
-        .iter()
-        .filter(|x| x.status == "ok" || x.status == "timeout")
-        .collect();
-    if measured.is_empty() {
-        let why = runs.first().map_or("-".into(), |x| x.status.clone());
-        return (None, why);
-    }
-    let mean = measured.iter().map(|x| x.mbps).sum::<f64>() / measured.len() as f64;
-    let capped = measured.iter().filter(|x| x.status == "timeout").count();
-    let mut note = String::new();
-    if capped > 0 {
-        note.push_str(" ⏱");
-    }
-    if measured.len() < runs.len() {
-        let _ = write!(note, " ({} of {} measured)", measured.len(), runs.len());
-    }
-    (Some(mean), note)
-}
-
-/// Like `cell`, for any metric.
-pub fn cell_of(runs: &[&Run], metric: Metric) -> (Option<f64>, String) {
-    let (mbps, note) = cell(runs);
-    let Some(_) = mbps else {
-        return (None, note);
-    };
-    let measured: Vec<&&Run> = runs
-        .iter()
-        .filter(|x| x.status == "ok" || x.status == "timeout")
-        .collect();
-    let mean =
-        |f: fn(&Run) -> f64| measured.iter().map(|x| f(x)).sum::<f64>() / measured.len() as f64;
-    let v = match metric {
-        Metric::Mbps => mbps.expect("checked"),
-        Metric::Ttp => mean(|x| x.ttp),
-        Metric::Goodput => mean(|x| x.goodput),
-        Metric::Seconds => mean(|x| x.wall_s),
-        Metric::Share => {
-            let shares: Vec<f64> = measured.iter().filter_map(|x| x.share()).collect();
-            if shares.is_empty() {
-                return (None, "no background".into());
-            }
-            shares.iter().sum::<f64>() / shares.len() as f64
-        }
-    };
-    (Some(v), note)
 }
 
 pub fn summary(r: &Results) -> String {
@@ -369,6 +289,7 @@ pub fn table(r: &Results) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::Run;
     use crate::scenario::Suite;
 
     fn run(sc: &str, tool: &str, status: &str, mbps: f64) -> Run {
@@ -382,7 +303,7 @@ mod tests {
             background: String::new(),
             background_mbps: None,
             receivers: 1,
-            status: status.into(),
+            status: serde_json::from_value(serde_json::Value::from(status)).unwrap(),
             note: if status == "skipped" {
                 "lftp not installed: apt-get install vsftpd lftp".into()
             } else {

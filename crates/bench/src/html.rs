@@ -4,8 +4,7 @@
 //! emulator's throughput over time for each tool's first run (like the
 //! studies' histograms), and every run's numbers.
 
-use crate::report::{axes, cell, cell_of, runs_of};
-use crate::runner::{Results, Run};
+use crate::results::{axes, cell, cell_of, runs_of, share_text, Results, Run, Status};
 use crate::scenario::{Metric, Sweep};
 use std::fmt::Write as _;
 
@@ -496,19 +495,19 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
         s.push_str(&series(r, sc, &tools));
         s.push_str("<table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>s</th><th>first byte s</th><th>Mbit/s</th><th>TTP</th><th>G</th><th>share</th><th>client CPU s</th><th>server CPU s</th><th class=l>note</th></tr>");
         for x in r.runs.iter().filter(|x| &x.scenario == sc) {
-            let class = if x.status == "ok" { "ok" } else { "bad" };
+            let class = if x.status == Status::Ok { "ok" } else { "bad" };
             let _ = write!(
                 s,
                 "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td>{:.2}</td><td>{}</td><td>{:.1}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td class=l>{}</td></tr>",
                 esc(&x.tool),
                 x.rep,
-                esc(&x.status),
+                esc(x.status.as_str()),
                 x.wall_s,
                 x.ttfb_s.map_or("-".into(), |t| format!("{t:.2}")),
                 x.mbps,
                 x.ttp,
                 x.goodput,
-                crate::report::share_text(x),
+                share_text(x),
                 x.client_cpu_s,
                 x.server_cpu_s,
                 esc(&x.note)

@@ -107,14 +107,16 @@ fn yes_no(v: &str) -> Result<()> {
 }
 
 fn size(v: &str) -> Result<()> {
-    match crate::scenario::parse_size(v)? {
+    match longhaul_transfer::units::parse_size(v)? {
         4096..=1_073_741_824 => Ok(()),
         _ => bail!("4KiB to 1GiB"),
     }
 }
 
 fn rate(v: &str) -> Result<()> {
-    crate::scenario::parse_rate(v).map(|_| ())
+    longhaul_netem::spec::parse_rate(v)
+        .map(|_| ())
+        .map_err(|e| anyhow::anyhow!(e))
 }
 
 /// `longhaul get --cc`: checked by the CLI itself, which says what it takes;
@@ -459,7 +461,7 @@ impl Tool {
         // Push tools send at a set rate: the suite's, or 90% of the line rate.
         let push_rate = || -> Result<u64> {
             match s.settings.get("rate") {
-                Some(r) => crate::scenario::parse_rate(r),
+                Some(r) => longhaul_netem::spec::parse_rate(r).map_err(|e| anyhow::anyhow!(e)),
                 None => Ok(s.line_rate_bps / 10 * 9),
             }
         };
@@ -683,7 +685,7 @@ impl Tool {
                         }
                         argv.extend(v(&["-cc", get(st, "cc", "4"), "-p", get(st, "p", "4")]));
                         if let Some(bs) = st.get("tcp-bs") {
-                            let bytes = crate::scenario::parse_size(bs).unwrap_or(0);
+                            let bytes = longhaul_transfer::units::parse_size(bs).unwrap_or(0);
                             argv.extend(v(&["-tcp-bs", &bytes.to_string()]));
                         }
                         argv.extend(v(&[
@@ -807,7 +809,7 @@ impl Tool {
                         "-x",
                         "1",
                         "-I",
-                        crate::topology::PORT_NAME,
+                        longhaul_lab::topology::PORT_NAME,
                         "-B",
                         "8388608",
                         "-D",
@@ -838,7 +840,7 @@ impl Tool {
                     "-P",
                     UFTP_PRIVATE,
                     "-I",
-                    crate::topology::PORT_NAME,
+                    longhaul_lab::topology::PORT_NAME,
                     "-H",
                     &ids.join(","),
                     "-R",

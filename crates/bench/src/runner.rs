@@ -4,110 +4,17 @@
 //! tree verified by hash — and every number saved as it is measured.
 
 use crate::dataset::{self, DataSet};
-use crate::ops;
+use crate::results::{Results, Run, Status};
 use crate::scenario::{Background, Dest, Plan, Suite};
 use crate::tools::{Host, Proc, Proto, Receiver, Setup, Tool, ToolSpec};
-use crate::topology::{LabConfig, LinkArgs};
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
+use longhaul_lab::ops;
+use longhaul_lab::topology::{LabConfig, LinkArgs};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// One tool's run over one scenario.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Run {
-    pub scenario: String,
-    pub tool: String,
-    pub rep: u32,
-    /// Every receiver's link ("A | B" for two receivers).
-    pub link: String,
-    /// The sweep the scenario belongs to, and its x on it.
-    #[serde(default)]
-    pub sweep: Option<String>,
-    #[serde(default)]
-    pub x: Option<f64>,
-    /// Competing traffic on the path during the run, if any.
-    #[serde(default)]
-    pub background: String,
-    /// What the competing traffic was delivered meanwhile, Mbit/s.
-    #[serde(default)]
-    pub background_mbps: Option<f64>,
-    /// How many hosts received the data set.
-    #[serde(default = "one")]
-    pub receivers: u32,
-    /// ok, failed, timeout, unverified or skipped.
-    pub status: String,
-    /// Why it failed or was skipped (the tail of its output, or how to install it).
-    pub note: String,
-    pub files: u64,
-    /// Bytes of the data set (each receiver gets all of them).
-    pub bytes: u64,
-    /// Bytes that reached a receiver, averaged over receivers (less than
-    /// `bytes` only when the run was stopped at its time cap).
-    #[serde(default)]
-    pub delivered_bytes: u64,
-    pub wall_s: f64,
-    /// Delivered bytes per receiver over the wall time.
-    pub mbps: f64,
-    /// (payload bytes / line rate) / wall time (seed 003).
-    pub ttp: f64,
-    /// Payload bytes (one copy) / bytes the server put on the wire (seed 003).
-    pub goodput: f64,
-    pub wire_bytes: u64,
-    /// Seconds from the start until the first byte of a file landed at a receiver.
-    #[serde(default)]
-    pub ttfb_s: Option<f64>,
-    /// CPU seconds of everything the tool ran in the receivers.
-    pub client_cpu_s: f64,
-    /// CPU seconds of everything the tool ran in the server.
-    pub server_cpu_s: f64,
-    /// None for memory-to-memory tools.
-    pub verified: Option<bool>,
-    /// Mbit/s the receivers' links delivered (mean over receivers), per 100 ms.
-    pub series_mbps: Vec<f64>,
-    /// Once at speed (see [`steady`]): the mean Mbit/s the emulator delivered
-    /// (IP bytes, retransmissions included) ...
-    #[serde(default)]
-    pub steady_mbps: Option<f64>,
-    /// ... and the standing queue on the way, ms: the median and the largest
-    /// of the per-second least waits.
-    #[serde(default)]
-    pub queue_ms: Option<f64>,
-    #[serde(default)]
-    pub queue_max_ms: Option<f64>,
-}
-
-fn one() -> u32 {
-    1
-}
-
-impl Run {
-    /// The tool's part of what the bottleneck delivered, beside background
-    /// traffic (a fair share beside N TCP flows is 1/(N+1)).
-    pub fn share(&self) -> Option<f64> {
-        let bg = self.background_mbps?;
-        (self.mbps + bg > 0.0).then(|| self.mbps / (self.mbps + bg))
-    }
-}
-
-/// Everything a suite run produced (results.json).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Results {
-    pub suite: Suite,
-    /// The profile the suite ran under, and what it scaled.
-    #[serde(default)]
-    pub profile: String,
-    #[serde(default)]
-    pub profile_note: String,
-    pub started_unix: u64,
-    pub machine: BTreeMap<String, String>,
-    pub versions: BTreeMap<String, String>,
-    pub line_rate_bps: u64,
-    pub runs: Vec<Run>,
-}
 
 pub struct Options {
     pub exe: PathBuf,
@@ -375,7 +282,7 @@ fn run_tool(
         background: plan.background.map_or(String::new(), |b| b.describe()),
         background_mbps: None,
         receivers: n as u32,
-        status: "skipped".into(),
+        status: Status::Skipped,
         note: String::new(),
         files: data.files,
         bytes: data.bytes,
@@ -457,7 +364,7 @@ fn run_tool(
             log: log.clone(),
         });
         if let Err(e) = wait_ready(pid, d.ready) {
-            run.status = "failed".into();
+            run.status = Status::Failed;
             run.note = format!("{e:#}; {}", tail(&log));
             for s in &daemons {
                 stop(s.pid);
@@ -470,7 +377,7 @@ fn run_tool(
             match start_background(b, cfg, &ns(Host::Receiver(0)), &ns(Host::Server), &dir) {
                 Ok(pids) => pids,
                 Err(e) => {
-                    run.status = "failed".into();
+                    run.status = Status::Failed;
                     run.note = format!("background traffic: {e:#}");
                     for s in &daemons {
                         stop(s.pid);
@@ -626,7 +533,7 @@ fn run_tool(
     run.mbps = run.delivered_bytes as f64 * 8.0 / wall / 1e6;
     run.ttp = (run.delivered_bytes as f64 * 8.0 / results.line_rate_bps as f64) / wall;
     if timed_out {
-        run.status = "timeout".into();
+        run.status = Status::Timeout;
         run.note = format!(
             "stopped after {:.0} s with {:.1} of {:.1} MB delivered",
             plan.time_cap.as_secs_f64(),
@@ -634,7 +541,7 @@ fn run_tool(
             data.bytes as f64 / 1e6
         );
     } else if let Some(f) = failure {
-        run.status = "failed".into();
+        run.status = Status::Failed;
         run.note = f;
         run.mbps = 0.0;
         run.ttp = 0.0;
@@ -647,7 +554,11 @@ fn run_tool(
             }
         }
         run.verified = Some(bad.is_empty());
-        run.status = if bad.is_empty() { "ok" } else { "unverified" }.into();
+        run.status = if bad.is_empty() {
+            Status::Ok
+        } else {
+            Status::Unverified
+        };
         if !bad.is_empty() {
             run.note = format!(
                 "the tree delivered to {} differs from the data set",
@@ -655,7 +566,7 @@ fn run_tool(
             );
         }
     } else {
-        run.status = "ok".into();
+        run.status = Status::Ok;
     }
     for r in &receivers {
         std::fs::remove_dir_all(&r.dst)?;
@@ -827,7 +738,7 @@ fn set_tcp_max(cfg: &LabConfig, max: u64) -> Result<()> {
         }
     }
     for h in &cfg.hosts {
-        crate::sys::in_netns(&cfg.netns(&h.name), || {
+        longhaul_lab::sys::in_netns(&cfg.netns(&h.name), || {
             for (f, def) in [("tcp_rmem", 131_072), ("tcp_wmem", 16_384)] {
                 std::fs::write(
                     format!("/proc/sys/net/ipv4/{f}"),
@@ -854,7 +765,7 @@ fn set_cc(cfg: &LabConfig, cc: &str) -> Result<()> {
             .with_context(|| format!("allowing {cc} in {ALLOWED_CC}"))?;
     }
     for h in &cfg.hosts {
-        crate::sys::in_netns(&cfg.netns(&h.name), || {
+        longhaul_lab::sys::in_netns(&cfg.netns(&h.name), || {
             std::fs::write("/proc/sys/net/ipv4/tcp_congestion_control", cc)
                 .with_context(|| format!("setting {cc} in host {}", h.name))
         })?;

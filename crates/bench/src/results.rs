@@ -1,0 +1,239 @@
+//! What a suite run produced (results.json): every run of every tool, with
+//! a typed status, and the queries the reports share.
+
+use crate::scenario::{Metric, Suite};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// How a run ended (in results.json: `ok`, `failed`, `timeout`,
+/// `unverified`, `skipped`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Every receiver got the data set and it verified.
+    Ok,
+    /// The tool failed (its exit status, or it did not start).
+    Failed,
+    /// Stopped at the time cap: its rate is that of what it moved.
+    Timeout,
+    /// It ended, but a receiver's tree is not the data set.
+    Unverified,
+    /// Not run (a program is missing: the note says how to install it).
+    Skipped,
+}
+
+impl Status {
+    /// Counts in the tables: it ran to the end, or to its cap.
+    pub fn measured(self) -> bool {
+        matches!(self, Status::Ok | Status::Timeout)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Timeout => "timeout",
+            Status::Unverified => "unverified",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One tool's run over one scenario.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Run {
+    pub scenario: String,
+    pub tool: String,
+    pub rep: u32,
+    /// Every receiver's link ("A | B" for two receivers).
+    pub link: String,
+    /// The sweep the scenario belongs to, and its x on it.
+    #[serde(default)]
+    pub sweep: Option<String>,
+    #[serde(default)]
+    pub x: Option<f64>,
+    /// Competing traffic on the path during the run, if any.
+    #[serde(default)]
+    pub background: String,
+    /// What the competing traffic was delivered meanwhile, Mbit/s.
+    #[serde(default)]
+    pub background_mbps: Option<f64>,
+    /// How many hosts received the data set.
+    #[serde(default = "one")]
+    pub receivers: u32,
+    pub status: Status,
+    /// Why it failed or was skipped (the tail of its output, or how to install it).
+    pub note: String,
+    pub files: u64,
+    /// Bytes of the data set (each receiver gets all of them).
+    pub bytes: u64,
+    /// Bytes that reached a receiver, averaged over receivers (less than
+    /// `bytes` only when the run was stopped at its time cap).
+    #[serde(default)]
+    pub delivered_bytes: u64,
+    pub wall_s: f64,
+    /// Delivered bytes per receiver over the wall time.
+    pub mbps: f64,
+    /// (payload bytes / line rate) / wall time (seed 003).
+    pub ttp: f64,
+    /// Payload bytes (one copy) / bytes the server put on the wire (seed 003).
+    pub goodput: f64,
+    pub wire_bytes: u64,
+    /// Seconds from the start until the first byte of a file landed at a receiver.
+    #[serde(default)]
+    pub ttfb_s: Option<f64>,
+    /// CPU seconds of everything the tool ran in the receivers.
+    pub client_cpu_s: f64,
+    /// CPU seconds of everything the tool ran in the server.
+    pub server_cpu_s: f64,
+    /// None for memory-to-memory tools.
+    pub verified: Option<bool>,
+    /// Mbit/s the receivers' links delivered (mean over receivers), per 100 ms.
+    pub series_mbps: Vec<f64>,
+    /// Once at speed (see [`steady`]): the mean Mbit/s the emulator delivered
+    /// (IP bytes, retransmissions included) ...
+    #[serde(default)]
+    pub steady_mbps: Option<f64>,
+    /// ... and the standing queue on the way, ms: the median and the largest
+    /// of the per-second least waits.
+    #[serde(default)]
+    pub queue_ms: Option<f64>,
+    #[serde(default)]
+    pub queue_max_ms: Option<f64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Run {
+    /// The tool's part of what the bottleneck delivered, beside background
+    /// traffic (a fair share beside N TCP flows is 1/(N+1)).
+    pub fn share(&self) -> Option<f64> {
+        let bg = self.background_mbps?;
+        (self.mbps + bg > 0.0).then(|| self.mbps / (self.mbps + bg))
+    }
+}
+
+/// Everything a suite run produced (results.json).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Results {
+    pub suite: Suite,
+    /// The profile the suite ran under, and what it scaled.
+    #[serde(default)]
+    pub profile: String,
+    #[serde(default)]
+    pub profile_note: String,
+    pub started_unix: u64,
+    pub machine: BTreeMap<String, String>,
+    pub versions: BTreeMap<String, String>,
+    pub line_rate_bps: u64,
+    pub runs: Vec<Run>,
+}
+
+/// Scenarios and tools in the order they first ran.
+pub fn axes(r: &Results) -> (Vec<String>, Vec<String>) {
+    let mut sc: Vec<String> = Vec::new();
+    let mut tools: Vec<String> = Vec::new();
+    for x in &r.runs {
+        if !sc.contains(&x.scenario) {
+            sc.push(x.scenario.clone());
+        }
+        if !tools.contains(&x.tool) {
+            tools.push(x.tool.clone());
+        }
+    }
+    (sc, tools)
+}
+
+/// The runs of one tool in one scenario.
+pub fn runs_of<'a>(r: &'a Results, scenario: &str, tool: &str) -> Vec<&'a Run> {
+    r.runs
+        .iter()
+        .filter(|x| x.scenario == scenario && x.tool == tool)
+        .collect()
+}
+
+/// The cell of one tool in one scenario: mean Mbit/s of its measured runs
+/// (verified, or stopped at the time cap: then the rate of what it moved,
+/// marked ⏱), or why there is none.
+pub fn cell(runs: &[&Run]) -> (Option<f64>, String) {
+    let measured: Vec<&&Run> = runs.iter().filter(|x| x.status.measured()).collect();
+    if measured.is_empty() {
+        let why = runs.first().map_or("-".into(), |x| x.status.to_string());
+        return (None, why);
+    }
+    let mean = measured.iter().map(|x| x.mbps).sum::<f64>() / measured.len() as f64;
+    let capped = measured
+        .iter()
+        .filter(|x| x.status == Status::Timeout)
+        .count();
+    let mut note = String::new();
+    if capped > 0 {
+        note.push_str(" ⏱");
+    }
+    if measured.len() < runs.len() {
+        let _ = write!(note, " ({} of {} measured)", measured.len(), runs.len());
+    }
+    (Some(mean), note)
+}
+
+/// Like `cell`, for any metric.
+pub fn cell_of(runs: &[&Run], metric: Metric) -> (Option<f64>, String) {
+    let (mbps, note) = cell(runs);
+    let Some(_) = mbps else {
+        return (None, note);
+    };
+    let measured: Vec<&&Run> = runs.iter().filter(|x| x.status.measured()).collect();
+    let mean =
+        |f: fn(&Run) -> f64| measured.iter().map(|x| f(x)).sum::<f64>() / measured.len() as f64;
+    let v = match metric {
+        Metric::Mbps => mbps.expect("checked"),
+        Metric::Ttp => mean(|x| x.ttp),
+        Metric::Goodput => mean(|x| x.goodput),
+        Metric::Seconds => mean(|x| x.wall_s),
+        Metric::Share => {
+            let shares: Vec<f64> = measured.iter().filter_map(|x| x.share()).collect();
+            if shares.is_empty() {
+                return (None, "no background".into());
+            }
+            shares.iter().sum::<f64>() / shares.len() as f64
+        }
+    };
+    (Some(v), note)
+}
+
+/// The share column: the tool's part of the link beside background traffic.
+pub fn share_text(x: &Run) -> String {
+    x.share().map_or("-".into(), |s| format!("{s:.3}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_keep_their_names_in_results_json() {
+        for (s, name) in [
+            (Status::Ok, "ok"),
+            (Status::Failed, "failed"),
+            (Status::Timeout, "timeout"),
+            (Status::Unverified, "unverified"),
+            (Status::Skipped, "skipped"),
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), name);
+            let back: Status = serde_json::from_value(name.into()).unwrap();
+            assert_eq!(back, s);
+            assert_eq!(s.to_string(), name);
+            assert_eq!(s.measured(), matches!(s, Status::Ok | Status::Timeout));
+        }
+        assert!(serde_json::from_value::<Status>("fine".into()).is_err());
+    }
+}
