@@ -3,11 +3,20 @@
 //! data sets ([`dataset`]), the runner ([`runner`]), what a run produced
 //! ([`results`]) and the reports made from it ([`report`], [`html`]).
 //!
-//! Modules depend one way: `runner` → `tools`, `dataset`, `scenario`,
-//! `results`; `report` → `html` → `results` → `scenario`.
+//! The runner's helpers have modules of their own: [`proc`] (processes in
+//! the hosts), [`host`] (host settings), [`live`] (what an interrupted run
+//! must undo), [`metrics`] (numbers from what was measured).
+//!
+//! Modules depend one way: `runner` → `proc`, `host`, `metrics`, `tools`,
+//! `dataset`, `scenario`, `results`; `proc`, `host` → `live`; `report` →
+//! `html` → `results` → `scenario` → `tools`.
 
 pub mod dataset;
+pub mod host;
 pub mod html;
+pub mod live;
+pub mod metrics;
+pub mod proc;
 pub mod report;
 pub mod results;
 pub mod runner;

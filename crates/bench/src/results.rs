@@ -97,7 +97,7 @@ pub struct Run {
     pub verified: Option<bool>,
     /// Mbit/s the receivers' links delivered (mean over receivers), per 100 ms.
     pub series_mbps: Vec<f64>,
-    /// Once at speed (see [`steady`]): the mean Mbit/s the emulator delivered
+    /// Once at speed (see [`crate::metrics::steady`]): the mean Mbit/s the emulator delivered
     /// (IP bytes, retransmissions included) ...
     #[serde(default)]
     pub steady_mbps: Option<f64>,

@@ -4,6 +4,11 @@
 //! tree verified by hash — and every number saved as it is measured.
 
 use crate::dataset::{self, DataSet};
+use crate::host::{machine, mount_tmpfs, set_cc, set_tcp_max};
+pub use crate::live::clean_up;
+use crate::live::{live, unmount};
+use crate::metrics::*;
+use crate::proc::{forget_group, reap, spawn, stop, tail, wait_ready};
 use crate::results::{Results, Run, Status};
 use crate::scenario::{Background, Dest, Plan, Suite};
 use crate::tools::{Host, Proc, Proto, Receiver, Setup, Tool, ToolSpec};
@@ -12,8 +17,7 @@ use longhaul_lab::ops;
 use longhaul_lab::topology::{LabConfig, LinkArgs};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub struct Options {
@@ -29,52 +33,6 @@ pub struct Options {
     pub progress: bool,
 }
 
-/// What an interrupted run must clean up.
-#[derive(Default)]
-struct Live {
-    lab: Option<String>,
-    groups: Vec<i32>,
-    cc_restore: Option<String>,
-    mount: Option<PathBuf>,
-    /// Host-wide buffer limits raised for a scenario: (file, old value).
-    core_restore: Vec<(&'static str, u64)>,
-}
-
-static LIVE: Mutex<Live> = Mutex::new(Live {
-    lab: None,
-    groups: Vec::new(),
-    cc_restore: None,
-    mount: None,
-    core_restore: Vec::new(),
-});
-
-fn live() -> std::sync::MutexGuard<'static, Live> {
-    LIVE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Removes whatever a run has up (processes, lab, mount, host setting);
-/// used on Ctrl-C and at the end.
-pub fn clean_up() {
-    let mut l = live();
-    for g in l.groups.drain(..) {
-        // SAFETY: signalling a process group we created.
-        unsafe { libc::kill(-g, libc::SIGKILL) };
-    }
-    if let Some(lab) = l.lab.take() {
-        ops::teardown(&lab);
-    }
-    if let Some(m) = l.mount.take() {
-        unmount(&m);
-    }
-    if let Some(old) = l.cc_restore.take() {
-        let _ = std::fs::write(ALLOWED_CC, old);
-    }
-    for (f, old) in l.core_restore.drain(..).rev() {
-        let _ = std::fs::write(f, old.to_string());
-    }
-}
-
-const ALLOWED_CC: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
 const LAB: &str = "lhrun";
 const SERVER: &str = "srv";
 
@@ -232,24 +190,6 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
         let _ = std::fs::write(f, old.to_string());
     }
     Ok(())
-}
-
-fn mount_tmpfs(dir: &Path, size: u64) -> Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let st = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "lhrun"])
-        .arg(dir)
-        .status()
-        .context("running mount")?;
-    if !st.success() {
-        bail!("mount -t tmpfs on {} failed", dir.display());
-    }
-    live().mount = Some(dir.to_path_buf());
-    Ok(())
-}
-
-fn unmount(dir: &Path) {
-    let _ = Command::new("umount").arg(dir).status();
 }
 
 /// A process of the run: its group id and where it runs.
@@ -575,7 +515,6 @@ fn run_tool(
 }
 
 /// The port background traffic uses (iperf3 in the first receiver).
-const BACKGROUND_PORT: u16 = 5301;
 /// How long background traffic runs before a tool starts (TCP flows leave slow start).
 const BACKGROUND_LEAD: Duration = Duration::from_secs(2);
 
@@ -644,251 +583,6 @@ fn start_background(
     Ok(pids)
 }
 
-/// Bytes the background's data flows (to its port; not their ACKs) have
-/// moved, by one of their counters.
-fn background_total(
-    s: &longhaul_netem::Snapshot,
-    f: fn(&longhaul_netem::hub::FlowCounters) -> u64,
-) -> u64 {
-    s.flows
-        .iter()
-        .filter(|x| x.flow.dport == BACKGROUND_PORT)
-        .map(|x| f(&x.counters))
-        .sum()
-}
-
-/// Bytes the background's data flows moved between two snapshots.
-fn background_bytes(
-    before: &longhaul_netem::Snapshot,
-    after: &longhaul_netem::Snapshot,
-    f: fn(&longhaul_netem::hub::FlowCounters) -> u64,
-) -> u64 {
-    background_total(after, f).saturating_sub(background_total(before, f))
-}
-
-/// A counter's value at `t_ms`, read linearly between (time, value) marks
-/// (flat before the first and after the last).
-fn interpolate(marks: &[(u64, u64)], t_ms: u64) -> f64 {
-    let i = marks.partition_point(|m| m.0 <= t_ms);
-    match (i.checked_sub(1).map(|j| marks[j]), marks.get(i)) {
-        (Some((t0, v0)), Some(&(t1, v1))) if t1 > t0 => {
-            v0 as f64 + (v1 as f64 - v0 as f64) * (t_ms - t0) as f64 / (t1 - t0) as f64
-        }
-        (Some((_, v0)), _) => v0 as f64,
-        (None, Some(&(_, v1))) => v1 as f64,
-        (None, None) => 0.0,
-    }
-}
-
-#[derive(Default)]
-struct CpuSplit {
-    server: f64,
-    receivers: f64,
-}
-
-impl CpuSplit {
-    fn add(&mut self, h: Host, s: f64) {
-        match h {
-            Host::Server => self.server += s,
-            Host::Receiver(_) => self.receivers += s,
-        }
-    }
-}
-
-/// Whether any file under `dir` has a byte yet (stops at the first).
-fn has_a_byte(dir: &Path) -> bool {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return false;
-    };
-    rd.flatten().any(|e| match e.file_type() {
-        Ok(t) if t.is_dir() => has_a_byte(&e.path()),
-        Ok(t) if t.is_file() => e.metadata().is_ok_and(|m| m.len() > 0),
-        _ => false,
-    })
-}
-
-/// Bytes present in the files under `dir`: a file's length, or less when
-/// blocks are missing (tools that write at offsets, like longhaul and UFTP,
-/// make files of full length that fill in as data arrives).
-fn tree_bytes(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    rd.flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
-            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len().min(m.blocks() * 512)),
-            _ => 0,
-        })
-        .sum()
-}
-
-const CORE_MAX: [&str; 2] = ["/proc/sys/net/core/rmem_max", "/proc/sys/net/core/wmem_max"];
-
-/// Caps the hosts' TCP autotuning at `max` bytes; raises the host's
-/// net.core.rmem_max/wmem_max to it if they are lower (restored at the end),
-/// so programs that set their own buffer may ask for that much.
-fn set_tcp_max(cfg: &LabConfig, max: u64) -> Result<()> {
-    for f in CORE_MAX {
-        let now: u64 = std::fs::read_to_string(f)?.trim().parse().unwrap_or(0);
-        if now < max {
-            live().core_restore.push((f, now));
-            std::fs::write(f, max.to_string()).with_context(|| format!("raising {f}"))?;
-        }
-    }
-    for h in &cfg.hosts {
-        longhaul_lab::sys::in_netns(&cfg.netns(&h.name), || {
-            for (f, def) in [("tcp_rmem", 131_072), ("tcp_wmem", 16_384)] {
-                std::fs::write(
-                    format!("/proc/sys/net/ipv4/{f}"),
-                    format!("4096 {} {max}", def.min(max)),
-                )
-                .with_context(|| format!("setting {f} in host {}", h.name))?;
-            }
-            Ok(())
-        })?;
-    }
-    Ok(())
-}
-
-/// Sets the kernel congestion control of every host; allows it globally
-/// first if the namespaces may not choose it (restored at the end).
-fn set_cc(cfg: &LabConfig, cc: &str) -> Result<()> {
-    let allowed = std::fs::read_to_string(ALLOWED_CC).unwrap_or_default();
-    if !allowed.split_whitespace().any(|a| a == cc) {
-        let mut l = live();
-        if l.cc_restore.is_none() {
-            l.cc_restore = Some(allowed.trim().to_string());
-        }
-        std::fs::write(ALLOWED_CC, format!("{} {cc}", allowed.trim()))
-            .with_context(|| format!("allowing {cc} in {ALLOWED_CC}"))?;
-    }
-    for h in &cfg.hosts {
-        longhaul_lab::sys::in_netns(&cfg.netns(&h.name), || {
-            std::fs::write("/proc/sys/net/ipv4/tcp_congestion_control", cc)
-                .with_context(|| format!("setting {cc} in host {}", h.name))
-        })?;
-    }
-    Ok(())
-}
-
-fn spawn(ns: &str, proc: &Proc, log: &Path) -> Result<i32> {
-    use std::os::unix::process::CommandExt;
-    let argv = &proc.argv;
-    let out = std::fs::File::create(log)?;
-    let mut c = Command::new("ip");
-    if let Some(d) = &proc.cwd {
-        c.current_dir(d);
-    }
-    c.args(["netns", "exec", ns])
-        .args(argv)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .process_group(0);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        c.pre_exec(|| {
-            // The runner blocks the stop signals for its own handling; the tools must not inherit that.
-            let set = longhaul_netem::driver::stop_signal_set();
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            Ok(())
-        });
-    }
-    let child = c
-        .spawn()
-        .with_context(|| format!("starting {}", argv.join(" ")))?;
-    let pid = child.id() as i32;
-    live().groups.push(pid);
-    // Reaped by wait4 in `wait_for`/`stop`, not by Child.
-    std::mem::forget(child);
-    Ok(pid)
-}
-
-fn reap(pid: i32) -> Option<(i32, f64)> {
-    let mut status = 0;
-    // SAFETY: rusage is plain data; wait4 on our own child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
-    if r != pid {
-        return None;
-    }
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    Some((status, t(ru.ru_utime) + t(ru.ru_stime)))
-}
-
-/// Stops a process group (SIGTERM, then SIGKILL after 3 s); CPU seconds of its leader.
-fn stop(pid: i32) -> f64 {
-    // SAFETY: signalling the process group we created.
-    unsafe { libc::kill(-pid, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let cpu = loop {
-        if let Some((_, cpu)) = reap(pid) {
-            break cpu;
-        }
-        if Instant::now() >= deadline {
-            // SAFETY: as above.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            std::thread::sleep(Duration::from_millis(50));
-            break reap(pid).map_or(0.0, |r| r.1);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    // Whatever else is left of the group.
-    // SAFETY: as above.
-    unsafe { libc::kill(-pid, libc::SIGKILL) };
-    forget_group(pid);
-    cpu
-}
-
-fn forget_group(pid: i32) {
-    live().groups.retain(|&g| g != pid);
-}
-
-/// Waits until `pid`'s network namespace has the port bound (TCP: listening).
-fn wait_ready(pid: i32, (proto, port): (Proto, u16)) -> Result<()> {
-    let file = match proto {
-        Proto::Tcp => "tcp",
-        Proto::Udp => "udp",
-    };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let table = std::fs::read_to_string(format!("/proc/{pid}/net/{file}")).unwrap_or_default();
-        let bound = table.lines().skip(1).any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let local_port = f
-                .get(1)
-                .and_then(|a| a.rsplit(':').next())
-                .and_then(|p| u16::from_str_radix(p, 16).ok());
-            local_port == Some(port) && (proto == Proto::Udp || f.get(3) == Some(&"0A"))
-        });
-        if bound {
-            return Ok(());
-        }
-        if let Some((status, _)) = reap(pid) {
-            forget_group(pid);
-            bail!("the server exited (status {status}) before it listened");
-        }
-        if Instant::now() >= deadline {
-            bail!("the server did not listen on {file} port {port} within 15 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The last non-empty line of a log, shortened.
-fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
-    line.chars().take(200).collect()
-}
-
 fn version(tool: Tool, exe: &Path) -> String {
     let argv = tool.version_command();
     let out = if argv.is_empty() {
@@ -913,99 +607,12 @@ fn version(tool: Tool, exe: &Path) -> String {
         .unwrap_or_default()
 }
 
-fn machine() -> BTreeMap<String, String> {
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .unwrap_or_default()
-            .trim()
-            .to_string()
-    };
-    let cpu = read("/proc/cpuinfo")
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split(':').nth(1))
-        .unwrap_or("")
-        .trim()
-        .to_string();
-    let mut m = BTreeMap::new();
-    m.insert("kernel".into(), read("/proc/sys/kernel/osrelease"));
-    m.insert(
-        "cores".into(),
-        std::thread::available_parallelism()
-            .map_or(0, |n| n.get())
-            .to_string(),
-    );
-    m.insert("cpu".into(), cpu);
-    m.insert(
-        "memory".into(),
-        read("/proc/meminfo")
-            .lines()
-            .next()
-            .unwrap_or("")
-            .to_string(),
-    );
-    m
-}
-
 /// Writes results.json (through a temporary file, so it is never half written).
 pub fn save_json(out: &Path, results: &Results) -> Result<()> {
     let tmp = out.join(".results.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(results)?)?;
     std::fs::rename(&tmp, out.join("results.json"))?;
     Ok(())
-}
-
-/// A run once at speed: its mean rate, and the standing queue it kept.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Steady {
-    pub mbps: f64,
-    pub queue_ms: Option<f64>,
-    pub queue_max_ms: Option<f64>,
-}
-
-/// What a run did once at speed, from its 100 ms series and the least queue
-/// wait (us) a packet met in each 100 ms: the whole seconds from the first
-/// that delivered 90 % of the best second to the last that delivered half of
-/// it (the start-up before, the tail after, are left out). The standing queue
-/// of a second is the least wait in it (a queue that did not empty within a
-/// second, as CoDel reads a standing queue); reported are the median and the
-/// largest of those. None without a second of data.
-pub fn steady(series_mbps: &[f64], waits_us: &[Option<u32>]) -> Option<Steady> {
-    let secs: Vec<f64> = series_mbps
-        .chunks_exact(10)
-        .map(|c| c.iter().sum::<f64>() / 10.0)
-        .collect();
-    let best = secs.iter().copied().fold(0.0, f64::max);
-    if best <= 0.0 {
-        return None;
-    }
-    let start = secs.iter().position(|&r| r >= 0.9 * best)?;
-    let end = secs.iter().rposition(|&r| r >= 0.5 * best)?.max(start);
-    let span = &secs[start..=end];
-    let mbps = span.iter().sum::<f64>() / span.len() as f64;
-    let mut least: Vec<u32> = (start..=end)
-        .filter_map(|k| {
-            waits_us
-                .get(k * 10..(k * 10 + 10).min(waits_us.len()))?
-                .iter()
-                .flatten()
-                .min()
-                .copied()
-        })
-        .collect();
-    least.sort_unstable();
-    let ms = |us: u32| us as f64 / 1000.0;
-    Some(Steady {
-        mbps,
-        queue_ms: least.get(least.len() / 2).map(|&w| ms(w)),
-        queue_max_ms: least.last().map(|&w| ms(w)),
-    })
-}
-
-/// G as seed 003 defines it: payload bytes delivered (one copy) / bytes the
-/// server sent on the wire.
-fn goodput(delivered: u64, wire: u64) -> f64 {
-    delivered as f64 / wire.max(1) as f64
 }
 
 #[cfg(test)]

@@ -1,0 +1,141 @@
+//! What a run measured, made into numbers: CPU split by side, bytes at
+//! the receivers, background traffic, the steady rate and queue, goodput.
+
+use crate::tools::Host;
+use std::path::Path;
+
+/// The port background iperf3 traffic uses (its flows are counted apart).
+pub(crate) const BACKGROUND_PORT: u16 = 5301;
+
+/// Bytes the background's data flows (to its port; not their ACKs) have
+/// moved, by one of their counters.
+pub(crate) fn background_total(
+    s: &longhaul_netem::Snapshot,
+    f: fn(&longhaul_netem::hub::FlowCounters) -> u64,
+) -> u64 {
+    s.flows
+        .iter()
+        .filter(|x| x.flow.dport == BACKGROUND_PORT)
+        .map(|x| f(&x.counters))
+        .sum()
+}
+
+/// Bytes the background's data flows moved between two snapshots.
+pub(crate) fn background_bytes(
+    before: &longhaul_netem::Snapshot,
+    after: &longhaul_netem::Snapshot,
+    f: fn(&longhaul_netem::hub::FlowCounters) -> u64,
+) -> u64 {
+    background_total(after, f).saturating_sub(background_total(before, f))
+}
+
+/// A counter's value at `t_ms`, read linearly between (time, value) marks
+/// (flat before the first and after the last).
+pub(crate) fn interpolate(marks: &[(u64, u64)], t_ms: u64) -> f64 {
+    let i = marks.partition_point(|m| m.0 <= t_ms);
+    match (i.checked_sub(1).map(|j| marks[j]), marks.get(i)) {
+        (Some((t0, v0)), Some(&(t1, v1))) if t1 > t0 => {
+            v0 as f64 + (v1 as f64 - v0 as f64) * (t_ms - t0) as f64 / (t1 - t0) as f64
+        }
+        (Some((_, v0)), _) => v0 as f64,
+        (None, Some(&(_, v1))) => v1 as f64,
+        (None, None) => 0.0,
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct CpuSplit {
+    pub(crate) server: f64,
+    pub(crate) receivers: f64,
+}
+
+impl CpuSplit {
+    pub(crate) fn add(&mut self, h: Host, s: f64) {
+        match h {
+            Host::Server => self.server += s,
+            Host::Receiver(_) => self.receivers += s,
+        }
+    }
+}
+
+/// Whether any file under `dir` has a byte yet (stops at the first).
+pub(crate) fn has_a_byte(dir: &Path) -> bool {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    rd.flatten().any(|e| match e.file_type() {
+        Ok(t) if t.is_dir() => has_a_byte(&e.path()),
+        Ok(t) if t.is_file() => e.metadata().is_ok_and(|m| m.len() > 0),
+        _ => false,
+    })
+}
+
+/// Bytes present in the files under `dir`: a file's length, or less when
+/// blocks are missing (tools that write at offsets, like longhaul and UFTP,
+/// make files of full length that fill in as data arrives).
+pub(crate) fn tree_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len().min(m.blocks() * 512)),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// A run once at speed: its mean rate, and the standing queue it kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Steady {
+    pub mbps: f64,
+    pub queue_ms: Option<f64>,
+    pub queue_max_ms: Option<f64>,
+}
+
+/// What a run did once at speed, from its 100 ms series and the least queue
+/// wait (us) a packet met in each 100 ms: the whole seconds from the first
+/// that delivered 90 % of the best second to the last that delivered half of
+/// it (the start-up before, the tail after, are left out). The standing queue
+/// of a second is the least wait in it (a queue that did not empty within a
+/// second, as CoDel reads a standing queue); reported are the median and the
+/// largest of those. None without a second of data.
+pub fn steady(series_mbps: &[f64], waits_us: &[Option<u32>]) -> Option<Steady> {
+    let secs: Vec<f64> = series_mbps
+        .chunks_exact(10)
+        .map(|c| c.iter().sum::<f64>() / 10.0)
+        .collect();
+    let best = secs.iter().copied().fold(0.0, f64::max);
+    if best <= 0.0 {
+        return None;
+    }
+    let start = secs.iter().position(|&r| r >= 0.9 * best)?;
+    let end = secs.iter().rposition(|&r| r >= 0.5 * best)?.max(start);
+    let span = &secs[start..=end];
+    let mbps = span.iter().sum::<f64>() / span.len() as f64;
+    let mut least: Vec<u32> = (start..=end)
+        .filter_map(|k| {
+            waits_us
+                .get(k * 10..(k * 10 + 10).min(waits_us.len()))?
+                .iter()
+                .flatten()
+                .min()
+                .copied()
+        })
+        .collect();
+    least.sort_unstable();
+    let ms = |us: u32| us as f64 / 1000.0;
+    Some(Steady {
+        mbps,
+        queue_ms: least.get(least.len() / 2).map(|&w| ms(w)),
+        queue_max_ms: least.last().map(|&w| ms(w)),
+    })
+}
+
+/// G as seed 003 defines it: payload bytes delivered (one copy) / bytes the
+/// server sent on the wire.
+pub(crate) fn goodput(delivered: u64, wire: u64) -> f64 {
+    delivered as f64 / wire.max(1) as f64
+}
