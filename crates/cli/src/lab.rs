@@ -69,7 +69,11 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
         LabCommand::Demo(a) => {
             let suite = Suite::load("demo")?;
             if !a.no_install {
-                install(&[Tool::Longhaul, Tool::Rsync, Tool::Ftp], false)?;
+                let demo: Vec<Tool> = ["longhaul", "rsync", "ftp"]
+                    .iter()
+                    .map(|t| t.parse().expect("a built-in tool"))
+                    .collect();
+                install(&demo, false)?;
                 if longhaul_bench::tools::which("ip").is_none() {
                     apt_install(&["iproute2"])?;
                 }
@@ -85,7 +89,7 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
             Ok(0)
         }
         LabCommand::Deps(a) => {
-            let tools = parse_tools(a.tools.as_deref())?.unwrap_or(Tool::ALL.to_vec());
+            let tools = parse_tools(a.tools.as_deref())?.unwrap_or_else(Tool::all);
             install(&tools, a.dry_run)?;
             Ok(0)
         }

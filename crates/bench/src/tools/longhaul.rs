@@ -1,0 +1,135 @@
+//! The `longhaul` tool of the lab: longhaul serve + get (QUIC); one get per receiver (op=put: a serve in every receiver, a put to each).
+
+use super::*;
+
+/// longhaul serve + get (QUIC); one get per receiver (op=put: a serve in every receiver, a put to each).
+pub struct Longhaul;
+
+impl Adapter for Longhaul {
+    fn name(&self) -> &'static str {
+        "longhaul"
+    }
+
+    fn describe(&self) -> &'static str {
+        "longhaul serve + get (QUIC); one get per receiver (op=put: a serve in every receiver, a put to each)"
+    }
+
+    fn settings(&self) -> &'static [Setting] {
+        &[
+            (
+                "op",
+                "get (default: a read-only server beside the data, a get per receiver) or put (a server in every receiver, a put to each from beside the data)",
+                get_or_put,
+            ),
+            (
+                "cc",
+                "longhaul --cc: the sender's congestion controller for the data, default longhaul's",
+                longhaul_cc,
+            ),
+            ("max-rate", "longhaul --max-rate: a rate cap and wan's start hint", rate),
+            (
+                "window",
+                "longhaul --window: memory bound of the client's windows, default 1GiB (with op=put the receiving server keeps its own)",
+                size,
+            ),
+        ]
+    }
+
+    fn commands(&self, s: &Setup) -> Result<Commands> {
+        let a = s.server.to_string();
+        Ok({
+            if get(s.settings, "op", "get") == "put" {
+                // A server in every receiver, its root the destination; a put
+                // to each from the data's host, in parallel.
+                let exe = p(s.exe);
+                let daemons = s.receiver_daemons(7878, &|i, r| {
+                    v(&[
+                        &exe,
+                        "serve",
+                        "--root",
+                        &p(&r.dst),
+                        "--listen",
+                        &format!("{}:7878", r.addr),
+                        "--state-dir",
+                        &p(&s.run.join(format!("serve-state-{i}"))),
+                    ])
+                });
+                let actors = s
+                    .receivers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let mut argv = longhaul_client(
+                            &exe,
+                            "put",
+                            &s.run.join(format!("known_hosts-{i}")),
+                            s.settings,
+                        );
+                        // The directory's contents into the server's root.
+                        argv.extend([format!("{}/", p(s.src)), format!("{}:./", r.addr)]);
+                        Proc {
+                            host: Host::Server,
+                            argv,
+                            cwd: None,
+                        }
+                    })
+                    .collect();
+                Commands { daemons, actors }
+            } else {
+                let exe = p(s.exe);
+                Commands {
+                    daemons: vec![s.server_daemon(
+                        v(&[
+                            &exe,
+                            "serve",
+                            "--root",
+                            &p(s.src),
+                            "--listen",
+                            &format!("{a}:7878"),
+                            "--read-only",
+                            "--state-dir",
+                            &p(&s.run.join("serve-state")),
+                        ]),
+                        Proto::Udp,
+                        7878,
+                    )],
+                    actors: s.per_receiver(&|i, r| {
+                        let mut argv = longhaul_client(
+                            &exe,
+                            "get",
+                            &s.run.join(format!("known_hosts-{i}")),
+                            s.settings,
+                        );
+                        argv.extend([format!("{a}:./"), p(&r.dst)]);
+                        argv
+                    }),
+                }
+            }
+        })
+    }
+}
+
+/// `longhaul get|put` up to its paths: trust on first use, quiet, cold, and
+/// the tool's settings.
+fn longhaul_client(exe: &str, op: &str, known_hosts: &Path, settings: &Settings) -> Vec<String> {
+    let mut argv: Vec<String> = [
+        exe,
+        op,
+        "--accept-new",
+        "--known-hosts",
+        &known_hosts.display().to_string(),
+        "--quiet",
+        // Every run starts cold: no rate remembered from the runs before it
+        // (on other paths).
+        "--no-rates",
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    for k in ["cc", "max-rate", "window"] {
+        if let Some(x) = settings.get(k) {
+            argv.extend([format!("--{k}"), x.clone()]);
+        }
+    }
+    argv
+}

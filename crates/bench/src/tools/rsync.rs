@@ -1,0 +1,68 @@
+//! The `rsync` tool of the lab: rsync daemon, rsync -a.
+
+use super::*;
+
+/// rsync daemon, rsync -a.
+pub struct Rsync;
+
+impl Adapter for Rsync {
+    fn name(&self) -> &'static str {
+        "rsync"
+    }
+
+    fn describe(&self) -> &'static str {
+        "rsync daemon, rsync -a"
+    }
+
+    fn programs(&self) -> &'static [&'static str] {
+        &["rsync"]
+    }
+
+    fn packages(&self) -> &'static [&'static str] {
+        &["rsync"]
+    }
+
+    fn version_command(&self) -> &'static [&'static str] {
+        &["rsync", "--version"]
+    }
+
+    fn commands(&self, s: &Setup) -> Result<Commands> {
+        let a = s.server.to_string();
+        Ok({
+            let conf = s.run.join("rsyncd.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "use chroot = no\nuid = root\ngid = root\nmax connections = 0\n\
+                 [data]\npath = {}\nread only = yes\n",
+                    p(s.src)
+                ),
+            )?;
+            Commands {
+                daemons: vec![s.server_daemon(
+                    v(&[
+                        "rsync",
+                        "--daemon",
+                        "--no-detach",
+                        "--config",
+                        &p(&conf),
+                        "--address",
+                        &a,
+                        "--port",
+                        "873",
+                    ]),
+                    Proto::Tcp,
+                    873,
+                )],
+                actors: s.per_receiver(&|_, r| {
+                    v(&[
+                        "rsync",
+                        "-a",
+                        &format!("rsync://{a}/data/"),
+                        &format!("{}/", p(&r.dst)),
+                    ])
+                }),
+            }
+        })
+    }
+}

@@ -1,0 +1,118 @@
+//! The `uftp` tool of the lab: uftp → uftpd at 90% of the line rate, closed group; multicast to several receivers, unicast to one.
+
+use super::*;
+
+/// uftp → uftpd at 90% of the line rate, closed group; multicast to several receivers, unicast to one.
+pub struct Uftp;
+
+impl Adapter for Uftp {
+    fn name(&self) -> &'static str {
+        "uftp"
+    }
+
+    fn describe(&self) -> &'static str {
+        "uftp → uftpd at 90% of the line rate, closed group; multicast to several receivers, unicast to one"
+    }
+
+    fn settings(&self) -> &'static [Setting] {
+        &[(
+            "rate",
+            "uftp -R: sending rate, default 90% of the line rate",
+            rate,
+        )]
+    }
+
+    fn programs(&self) -> &'static [&'static str] {
+        &["uftp", "uftpd"]
+    }
+
+    fn packages(&self) -> &'static [&'static str] {
+        &["uftp"]
+    }
+
+    fn version_command(&self) -> &'static [&'static str] {
+        &["dpkg-query", "-W", "-f=uftp ${Version}\n", "uftp"]
+    }
+
+    fn multicasts(&self) -> bool {
+        true
+    }
+
+    fn commands(&self, s: &Setup) -> Result<Commands> {
+        Ok({
+            // A push: uftpd waits in every receiver, uftp in the server
+            // sends the tree's top-level entries once (multicast) or to
+            // the one receiver (unicast), and exits when all are complete.
+            let daemons = s.receiver_daemons(1044, &|i, r| {
+                v(&[
+                    "uftpd",
+                    "-d",
+                    "-q",
+                    "-x",
+                    "1",
+                    "-I",
+                    longhaul_lab::topology::PORT_NAME,
+                    "-B",
+                    "8388608",
+                    "-D",
+                    &p(&r.dst),
+                    "-F",
+                    &p(&s.run.join(format!("uftpd-{i}.status"))),
+                ])
+            });
+            let ids: Vec<String> = s
+                .receivers
+                .iter()
+                .map(|r| format!("0x{:08X}", u32::from(r.addr)))
+                .collect();
+            let dest = if s.receivers.len() == 1 {
+                s.receivers[0].addr.to_string()
+            } else {
+                UFTP_PUBLIC.to_string()
+            };
+            let bps = s.push_rate()?;
+            let kbps = (bps / 1000).max(1).to_string();
+            // The first group round-trip estimate must cover the path, or
+            // the announce phase ends before a far receiver registers.
+            let grtt = format!("{:.3}:0.001:15", (s.rtt.as_secs_f64() * 1.5).max(0.01));
+            let mut argv = v(&[
+                "uftp",
+                "-M",
+                &dest,
+                "-P",
+                UFTP_PRIVATE,
+                "-I",
+                longhaul_lab::topology::PORT_NAME,
+                "-H",
+                &ids.join(","),
+                "-R",
+                &kbps,
+                "-Y",
+                "none",
+                "-B",
+                "8388608",
+                "-r",
+                &grtt,
+                "-s",
+                "10",
+                "-x",
+                "1",
+                "-S",
+                &p(&s.run.join("uftp.status")),
+            ]);
+            argv.extend(top_level(s.src)?);
+            Commands {
+                daemons,
+                actors: vec![Proc {
+                    host: Host::Server,
+                    argv,
+                    cwd: Some(s.src.to_path_buf()),
+                }],
+            }
+        })
+    }
+}
+
+/// The multicast group UFTP announces on and the one its data goes to.
+const UFTP_PUBLIC: &str = "230.4.4.1";
+const UFTP_PRIVATE: &str = "230.5.5.1";
