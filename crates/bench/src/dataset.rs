@@ -3,7 +3,7 @@
 //! description, and a tree hash to verify what a tool delivered.
 
 use anyhow::{bail, Context, Result};
-use longhaul_transfer::gen;
+use longhaul_transfer::testdata;
 use std::path::{Path, PathBuf};
 
 /// A generated data set.
@@ -42,7 +42,7 @@ pub fn prepare(root: &Path, groups: &[(u64, u64)]) -> Result<DataSet> {
         std::fs::create_dir_all(&sub).with_context(|| format!("creating {}", sub.display()))?;
         for i in 0..n {
             let path = sub.join(format!("f{i:07}"));
-            gen::write_file(&path, (g as u64) << 40 | i, size)
+            testdata::write_file(&path, (g as u64) << 40 | i, size)
                 .with_context(|| format!("writing {}", path.display()))?;
         }
     }

@@ -23,11 +23,11 @@ pub(crate) fn spawn(ns: &str, proc: &Proc, log: &Path) -> Result<i32> {
         .stdout(out.try_clone()?)
         .stderr(out)
         .process_group(0);
+    // The runner blocks the stop signals for its own handling; the tools must not inherit that.
+    let set = longhaul_lab::signals::stop_set();
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
-        c.pre_exec(|| {
-            // The runner blocks the stop signals for its own handling; the tools must not inherit that.
-            let set = longhaul_netem::driver::stop_signal_set();
+        c.pre_exec(move || {
             libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
             Ok(())
         });

@@ -5,7 +5,7 @@ use crate::args::DemoArgs;
 use anyhow::{bail, Context, Result};
 use longhaul_quic::net::NetOpts;
 use longhaul_quic::{ClientOpts, Progress, ServeOpts, Server};
-use longhaul_transfer::gen;
+use longhaul_transfer::testdata;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -61,8 +61,9 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
         src.display()
     );
     std::fs::create_dir_all(&src)?;
-    gen::write_file(&src.join("big.bin"), 1, a.big_mib << 20).context("generating data")?;
-    gen::write_many(&src.join("small"), 1000, a.small, 10 * 1024).context("generating data")?;
+    testdata::write_file(&src.join("big.bin"), 1, a.big_mib << 20).context("generating data")?;
+    testdata::write_many(&src.join("small"), 1000, a.small, 10 * 1024)
+        .context("generating data")?;
 
     let server = Server::bind(ServeOpts {
         root: src.clone(),

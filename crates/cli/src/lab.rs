@@ -349,9 +349,9 @@ fn run_suite(
     exe: &std::path::Path,
 ) -> Result<i32> {
     // Ctrl-C (or SIGTERM/SIGHUP) removes what the run has up, then exits.
-    longhaul_netem::driver::block_stop_signals()?;
+    longhaul_lab::signals::block_stop()?;
     std::thread::spawn(|| {
-        if longhaul_netem::driver::wait_stop_signal().is_some() {
+        if longhaul_lab::signals::wait_stop().is_some() {
             eprintln!("interrupted: removing the lab and its processes");
             runner::clean_up();
             std::process::exit(130);

@@ -179,11 +179,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub fn run(cmd: McCommand) -> Result<i32> {
     // Ctrl-C / SIGTERM: stop cleanly (the sender sends END, the receiver removes
     // its part files).
-    longhaul_netem::driver::block_stop_signals()?;
+    longhaul_lab::signals::block_stop()?;
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     std::thread::spawn(move || {
-        if longhaul_netem::driver::wait_stop_signal().is_some() {
+        if longhaul_lab::signals::wait_stop().is_some() {
             s.store(true, Ordering::Relaxed);
         }
     });
@@ -356,34 +356,13 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
     let st = core.stats().clone();
     let ok = core.all_completed() && io_error.is_none() && !interrupted;
     if a.json {
-        let rx: Vec<_> = report
-            .iter()
-            .map(|r| {
-                let (state, why) = match &r.state {
-                    RxState::Expected => ("never registered", String::new()),
-                    RxState::Active => ("incomplete", String::new()),
-                    RxState::Completed => ("completed", String::new()),
-                    RxState::Failed(w) => ("failed", w.clone()),
-                    RxState::GaveUp(w) => ("given up", w.clone()),
-                };
-                json!({
-                    "name": r.name, "addr": r.addr.map(|a| a.to_string()), "state": state,
-                    "reason": why, "bytes": r.bytes, "packets": r.packets, "lost": r.lost,
-                    "loss": r.loss_ppm as f64 / 1e6, "passes": r.passes, "late": r.late,
-                    "rtt_ms": r.rtt.map(|d| d.as_secs_f64() * 1e3),
-                    "seconds": r.time.map(|d| d.as_secs_f64()),
-                    "mbps": r.time.filter(|_| r.state == RxState::Completed)
-                        .map(|d| r.bytes as f64 * 8.0 / d.as_secs_f64() / 1e6),
-                })
-            })
-            .collect();
         let doc = json!({
             "ok": ok, "session": format!("{session:016x}"), "files": files.manifest.files(),
             "bytes": data_len, "rate_bps": rate, "seconds": elapsed.as_secs_f64(),
             "hash_seconds": hashing.as_secs_f64(), "passes": st.passes,
             "datagrams": st.datagrams, "wire_bytes": st.bytes, "data_packets": st.data_packets,
             "repair_packets": st.repair_packets, "manifest_packets": st.manifest_packets,
-            "dropped": st.dropped, "receivers": rx, "interrupted": interrupted,
+            "dropped": st.dropped, "receivers": report, "interrupted": interrupted,
             "error": io_error.as_ref().map(|e| e.to_string()), "events": log,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -517,17 +496,7 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
             }
             ReceiverEvent::Ended(r) => {
                 if json {
-                    println!(
-                        "{}",
-                        json!({"event": "ended", "session": format!("{:016x}", r.session),
-                    "sender": r.sender.to_string(), "ok": r.ok, "error": r.error, "files": r.files,
-                    "bytes": r.bytes, "packets": r.packets, "lost": r.lost,
-                    "decoded_blocks": r.decoded_blocks, "decode_failures": r.decode_failures,
-                    "first_data_seconds": r.first_data.map(|d| d.as_secs_f64()),
-                    "data_done_seconds": r.data_done.map(|d| d.as_secs_f64()),
-                    "verify_seconds": r.verify_time.as_secs_f64(),
-                    "seconds": r.elapsed.as_secs_f64()})
-                    );
+                    println!("{}", ended_event(&r));
                 } else if r.ok {
                     eprintln!(
                         "session {:016x}: ok, {} files, {} bytes in {:.2} s, lost {} of {} packets",
@@ -559,4 +528,13 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
         Some(r) if r.error.starts_with("write") || r.error.starts_with("read") => 5,
         _ => 3,
     })
+}
+
+/// The receiver's `ended` event: `{"event": "ended"}` and the report's fields.
+fn ended_event(r: &ReceiveReport) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).expect("a report serialises");
+    v.as_object_mut()
+        .expect("a report is an object")
+        .insert("event".into(), json!("ended"));
+    v
 }

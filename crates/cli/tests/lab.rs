@@ -6,9 +6,10 @@
 //! The tests take turns (one lock): they measure time and rates, and two labs
 //! at once would share the two cores.
 
-mod common;
+use longhaul_testkit::{longhaul, run_timeout, Out};
 
-use common::{longhaul, run_timeout, Out, BIN};
+/// The binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;

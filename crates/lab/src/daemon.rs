@@ -9,10 +9,11 @@
 //! lab itself.
 
 use crate::ops::{self, ctl_path, read_config, write_pid, EMULATE, SUPERVISE};
+use crate::signals;
 use crate::sys;
 use crate::topology::{LabConfig, PORT_NAME};
 use anyhow::{bail, Context, Result};
-use longhaul_netem::driver::{self, Driver, Handle, Options};
+use longhaul_netem::driver::{Driver, Handle, Options};
 use longhaul_netem::tun::{Offload, Tun};
 use longhaul_netem::Hub;
 use std::io::{BufRead, BufReader, Write};
@@ -31,7 +32,7 @@ fn stdout_to_log() {
 
 /// Entry point of `longhaul lab __supervise --name NAME`.
 pub fn supervise(name: &str, exe: &Path) -> i32 {
-    let _ = driver::block_stop_signals();
+    let _ = signals::block_stop();
     let cfg = match read_config(name) {
         Ok(c) => c,
         Err(e) => {
@@ -55,7 +56,7 @@ pub fn supervise(name: &str, exe: &Path) -> i32 {
     eprintln!("lab '{name}' up: emulator pid {}", child.id());
     let emu = child.id() as i32;
     std::thread::spawn(move || {
-        if driver::wait_stop_signal().is_some() {
+        if signals::wait_stop().is_some() {
             eprintln!("stopping: signal received");
             sys::signal(emu, libc::SIGTERM);
         }
@@ -183,7 +184,7 @@ fn build(cfg: &LabConfig, exe: &Path) -> Result<Child> {
 /// Entry point of `longhaul lab __emulate --name NAME`.
 pub fn emulate(name: &str) -> i32 {
     // Blocked before any thread exists, so only the driver's signalfd sees them.
-    if let Err(e) = driver::block_stop_signals() {
+    if let Err(e) = signals::block_stop() {
         println!("error: blocking signals: {e}");
         return 1;
     }
@@ -257,7 +258,7 @@ fn prepare(name: &str) -> Result<(Driver, Handle)> {
         Options {
             pcap,
             batch_ns: BATCH_NS,
-            stop_on_signals: true,
+            stop_signals: Some(signals::stop_set()),
         },
     )?;
     let sock = ctl_path(&dir);

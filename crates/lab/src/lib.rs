@@ -6,5 +6,6 @@
 pub mod daemon;
 pub mod ops;
 pub mod probe;
+pub mod signals;
 pub mod sys;
 pub mod topology;

@@ -4,10 +4,10 @@
 //! and the config live in the state directory; `down` reads them, checks via
 //! /proc that they are still our processes, and stops them by PID.
 
+use crate::signals;
 use crate::sys;
 use crate::topology::{netns_name, state_root, LabConfig, NS_PREFIX};
 use anyhow::{anyhow, bail, Context, Result};
-use longhaul_netem::driver;
 use longhaul_netem::Snapshot;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -159,7 +159,7 @@ pub fn up(cfg: &LabConfig, exe: &Path) -> Result<()> {
 
     // Ctrl-C while we wait is delivered to the waiting thread, which then
     // stops the supervisor (it tears everything down on its way out).
-    driver::block_stop_signals()?;
+    signals::block_stop()?;
     let mut cmd = Command::new(exe);
     cmd.args(["lab", SUPERVISE, "--name", &cfg.name])
         .stdin(Stdio::null())
@@ -193,7 +193,7 @@ pub fn up(cfg: &LabConfig, exe: &Path) -> Result<()> {
         });
     });
     std::thread::spawn(move || {
-        if let Some(sig) = driver::wait_stop_signal() {
+        if let Some(sig) = signals::wait_stop() {
             if tx2.send(Err("interrupted".into())).is_err() {
                 // `up` has returned: the signal is for whoever waits next
                 // (e.g. a `lab run` that brings up lab after lab).

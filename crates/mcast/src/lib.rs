@@ -12,6 +12,7 @@
 //! - [`udp`]: the thin UDP driver (multicast, or unicast fan-out).
 
 pub mod fec;
+mod json;
 pub mod layout;
 pub mod manifest;
 pub mod receiver;

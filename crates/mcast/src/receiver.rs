@@ -9,11 +9,13 @@
 //! by the repair symbols of unfinished blocks, not by the session's size.
 
 use crate::fec;
+use crate::json;
 use crate::layout::{Layout, Object};
 use crate::manifest::Manifest;
 use crate::seal::Key;
 use crate::wire::{self, AckKind, Announce, Complete, EndReason, Msg, Nack, Register};
 use rand::{Rng, SeedableRng};
+use serde::Serialize;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
@@ -57,9 +59,11 @@ impl ReceiverConfig {
     }
 }
 
-/// What became of one session.
-#[derive(Debug, Clone, PartialEq)]
+/// What became of one session. In `--json` output (the receiver's `ended`
+/// event) durations are seconds and the session is 16 hex digits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReceiveReport {
+    #[serde(serialize_with = "json::session_hex")]
     pub session: u64,
     pub sender: SocketAddr,
     pub ok: bool,
@@ -73,9 +77,13 @@ pub struct ReceiveReport {
     pub decode_failures: u32,
     /// Since the session began: the first data symbol, and every block in (the
     /// store's verification follows), and how long the store took to verify.
+    #[serde(rename = "first_data_seconds", serialize_with = "json::opt_secs")]
     pub first_data: Option<Duration>,
+    #[serde(rename = "data_done_seconds", serialize_with = "json::opt_secs")]
     pub data_done: Option<Duration>,
+    #[serde(rename = "verify_seconds", serialize_with = "json::secs")]
     pub verify_time: Duration,
+    #[serde(rename = "seconds", serialize_with = "json::secs")]
     pub elapsed: Duration,
 }
 

@@ -13,6 +13,7 @@ use crate::fec::{Encoder, MAX_ESI};
 use crate::layout::{Layout, Object};
 use crate::seal::Key;
 use crate::wire::{self, Ack, AckKind, Announce, DataHdr, End, EndReason, Msg, Poll};
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
@@ -114,6 +115,54 @@ pub struct RxReport {
     /// From the session's start to its completion report reaching the sender.
     pub time: Option<Duration>,
     pub late: bool,
+}
+
+impl RxState {
+    /// The state's name in reports (`--json`): `never registered`,
+    /// `incomplete`, `completed`, `failed` or `given up`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RxState::Expected => "never registered",
+            RxState::Active => "incomplete",
+            RxState::Completed => "completed",
+            RxState::Failed(_) => "failed",
+            RxState::GaveUp(_) => "given up",
+        }
+    }
+
+    /// Why it failed or was given up; empty otherwise.
+    pub fn reason(&self) -> &str {
+        match self {
+            RxState::Failed(w) | RxState::GaveUp(w) => w,
+            _ => "",
+        }
+    }
+}
+
+/// In `--json` output: `state` by name with its `reason`, `loss` as a
+/// fraction, `rtt_ms`, `seconds`, and `mbps` (completed receivers only).
+impl Serialize for RxReport {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_struct("RxReport", 13)?;
+        m.serialize_field("name", &self.name)?;
+        m.serialize_field("addr", &self.addr)?;
+        m.serialize_field("state", self.state.name())?;
+        m.serialize_field("reason", self.state.reason())?;
+        m.serialize_field("bytes", &self.bytes)?;
+        m.serialize_field("packets", &self.packets)?;
+        m.serialize_field("lost", &self.lost)?;
+        m.serialize_field("loss", &(self.loss_ppm as f64 / 1e6))?;
+        m.serialize_field("passes", &self.passes)?;
+        m.serialize_field("late", &self.late)?;
+        m.serialize_field("rtt_ms", &self.rtt.map(|d| d.as_secs_f64() * 1e3))?;
+        m.serialize_field("seconds", &self.time.map(|d| d.as_secs_f64()))?;
+        let mbps = self
+            .time
+            .filter(|_| self.state == RxState::Completed)
+            .map(|d| self.bytes as f64 * 8.0 / d.as_secs_f64() / 1e6);
+        m.serialize_field("mbps", &mbps)?;
+        m.end()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

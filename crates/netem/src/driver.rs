@@ -56,9 +56,9 @@ pub struct Options {
     /// in between leave together, at most this late; sparse packets still
     /// leave on time. 0 = wake for every deadline.
     pub batch_ns: u64,
-    /// Stop on SIGINT, SIGTERM or SIGHUP. The caller must have blocked them
-    /// (see [`block_stop_signals`]) in every thread before spawning any.
-    pub stop_on_signals: bool,
+    /// Stop when one of these signals arrives (read from a signalfd). The
+    /// caller must have blocked them in every thread before spawning any.
+    pub stop_signals: Option<libc::sigset_t>,
 }
 
 /// Counts of the driver's own I/O troubles.
@@ -108,40 +108,6 @@ fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// SIGINT, SIGTERM and SIGHUP: the signals that stop a driver (and a lab).
-pub fn stop_signal_set() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local, zero-initialised set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
-}
-
-/// Blocks the stop signals in this thread (and every thread it spawns
-/// afterwards) so that only a signalfd or `wait_stop_signal` sees them.
-pub fn block_stop_signals() -> io::Result<()> {
-    let set = stop_signal_set();
-    // SAFETY: pthread_sigmask with a valid set.
-    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if r != 0 {
-        return Err(io::Error::from_raw_os_error(r));
-    }
-    Ok(())
-}
-
-/// Waits for a stop signal (blocked beforehand by `block_stop_signals`);
-/// returns which one.
-pub fn wait_stop_signal() -> Option<libc::c_int> {
-    let set = stop_signal_set();
-    let mut sig = 0;
-    // SAFETY: sigwait with a valid set and out-pointer.
-    (unsafe { libc::sigwait(&set, &mut sig) } == 0).then_some(sig)
-}
-
 impl Driver {
     pub fn new(hub: Hub, tuns: Vec<Tun>, opts: Options) -> io::Result<(Driver, Handle)> {
         assert_eq!(hub.ports(), tuns.len(), "one TUN per hub port");
@@ -164,13 +130,13 @@ impl Driver {
             unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
             "eventfd",
         )?));
-        let signals = if opts.stop_on_signals {
-            let set = stop_signal_set();
-            // SAFETY: signalfd with a valid set creates a new descriptor.
-            let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
-            Some(own(check(fd, "signalfd")?))
-        } else {
-            None
+        let signals = match &opts.stop_signals {
+            Some(set) => {
+                // SAFETY: signalfd with a valid set creates a new descriptor.
+                let fd = unsafe { libc::signalfd(-1, set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
+                Some(own(check(fd, "signalfd")?))
+            }
+            None => None,
         };
         // Wake on timers to the microsecond rather than the default 50 µs slack.
         // SAFETY: prctl with integer arguments.

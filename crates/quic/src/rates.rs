@@ -10,7 +10,7 @@
 //! this path, not a guess; `wan` paces at it from the first round trip, and the
 //! controller checks it within a few: a queue that builds (the path is slower
 //! now, or shared) drains the next round, and losses that come with a queue
-//! replace the estimate by what was delivered (tests/wan_sim.rs: a hint 2x too
+//! replace the estimate by what was delivered (tests/it/wan_sim.rs: a hint 2x too
 //! high is corrected). Entries expire after [`MAX_AGE`].
 //!
 //! The file: one line per server and direction, `get:HOST:PORT BITS_PER_SECOND

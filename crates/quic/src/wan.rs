@@ -1,7 +1,7 @@
 //! longhaul's own congestion controller for long, lossy paths: a sans-IO state
 //! machine (times and byte counts in, a window and a pacing rate out). The
 //! quinn adapter lives in `cc`; tests drive this core against a simulated
-//! bottleneck (`tests/wan_sim.rs`).
+//! bottleneck (`tests/it/wan_sim.rs`).
 //!
 //! The model, in the spirit of BBR but with loss read differently:
 //! - **Bandwidth**: the delivery rate over each round trip (bytes acknowledged /

@@ -12,15 +12,16 @@
 //! - [`unnamed`]: unnamed files (`O_TMPFILE`) linked under their name once verified.
 //! - [`sync`]: skip/resume/full decisions.
 //! - [`units`]: one grammar of sizes, rates and durations for flags, SPECs and suites.
+//! - [`testdata`]: seeded, incompressible test data for the demo, the bench and tests.
 
 pub mod chunk;
-pub mod gen;
 pub mod journal;
 pub mod landing;
 pub mod manifest;
 pub mod path;
 pub mod place;
 pub mod sync;
+pub mod testdata;
 pub mod units;
 pub mod unnamed;
 pub mod walk;

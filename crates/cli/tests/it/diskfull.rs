@@ -1,9 +1,7 @@
 //! A destination that fills up: exit 5, "No space left", the partial kept for a
 //! rerun and nothing under the final name. Needs root (mounts an 8 MiB tmpfs).
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

@@ -1,9 +1,7 @@
 //! Server identity pinning, ssh style: unknown, accept-new, remembered, changed,
 //! wrong --fingerprint.
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::ffi::OsString;
 
 fn get_args(srv: &Server, dest: &std::path::Path, extra: &[&str]) -> Vec<OsString> {

@@ -2,9 +2,7 @@
 //! nesting, every kind of symlink and unusual modes, compared byte for byte and by
 //! metadata (mode bits, mtime to the nanosecond, link targets, empty directories).
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;

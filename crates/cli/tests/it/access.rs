@@ -1,8 +1,6 @@
 //! Access control: a server token (file or LONGHAUL_TOKEN), and a read-only server.
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::ffi::OsString;
 use std::path::Path;
 

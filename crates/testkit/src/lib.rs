@@ -1,7 +1,10 @@
-//! Shared helpers of the black-box tests: a `longhaul serve` child process that is
-//! killed on drop, a client runner with a timeout, data generation, and a tree
-//! comparison by content and metadata.
-#![allow(dead_code)]
+//! Shared helpers of the black-box tests (the CLI's, run as a child
+//! process): a `longhaul serve` child that is killed on drop, a client
+//! runner with a timeout, temporary directories, data generation, and a tree
+//! comparison by content and metadata; and [`raw`], a QUIC client that
+//! speaks the control protocol frame by frame for hostile tests.
+
+pub mod raw;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
@@ -11,13 +14,28 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
+/// The `longhaul` binary cargo built for the running test: beside the test
+/// binary's `deps/` directory (`target/<profile>/longhaul`).
+pub fn bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>/deps/<test>");
+    let b = dir.join("longhaul");
+    assert!(
+        b.exists(),
+        "{} not built (run the CLI's tests)",
+        b.display()
+    );
+    b
+}
 pub const MIB: u64 = 1 << 20;
 
 /// A `longhaul` command that can never read or write the user's own config/state:
 /// the XDG directories point at a path that does not exist (and cannot be created).
 pub fn longhaul() -> Command {
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(bin());
     c.env_remove("LONGHAUL_TOKEN")
         .env_remove("LONGHAUL_LOG")
         .env("XDG_CONFIG_HOME", "/dev/null/longhaul-tests-no-config")

@@ -1,8 +1,6 @@
 //! --sync (size + mtime) and --sync --checksum (BLAKE3) skip what is already there.
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 

@@ -2,58 +2,27 @@
 //! separate `longhaul serve` process (capped at 8 GiB of address space, so the test
 //! cannot exhaust the machine) because the failure mode is the whole process dying.
 
-mod common;
-
-use common::*;
-use longhaul_quic::identity::{provider, PinVerifier, TrustPolicy};
-use longhaul_quic::proto::{
-    encode, ErrorCode, Frame, FrameDecoder, Hello, Op, PutSync, RootSpec, ALPN, VERSION,
-};
+use longhaul_quic::proto::{ErrorCode, Frame, Op, PutSync, RootSpec};
+use longhaul_testkit::raw::Raw;
+use longhaul_testkit::*;
 use longhaul_transfer::{Entry, EntryKind};
-use std::sync::Arc;
 use std::time::Duration;
 
 async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(ErrorCode, String)> {
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let verifier = Arc::new(PinVerifier::new(TrustPolicy {
-        host: addr.to_string(),
-        known_hosts: kh,
-        pinned: None,
-        accept_new: true,
-    }));
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![ALPN.to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    let conn = endpoint
-        .connect_with(quinn::ClientConfig::new(Arc::new(crypto)), addr, "longhaul")
-        .unwrap()
-        .await
-        .unwrap();
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    let mut wire = encode(&Frame::Hello(Hello {
-        version: VERSION,
-        token: vec![],
-        op: Op::Put {
-            dest: b"in".to_vec(),
-            dest_is_dir: true,
-            roots: vec![RootSpec {
-                name: b"huge".to_vec(),
-            }],
-            sync: PutSync::Always,
-            fsync: false,
-        },
-        max_rate: 0,
-        cc: None,
-        fresh: false,
-        streams: 0,
-    }));
-    wire.extend(encode(&Frame::Entry(Entry {
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut r = Raw::connect(addr, kh).await;
+    r.patience = Duration::from_secs(5);
+    r.hello(Op::Put {
+        dest: b"in".to_vec(),
+        dest_is_dir: true,
+        roots: vec![RootSpec {
+            name: b"huge".to_vec(),
+        }],
+        sync: PutSync::Always,
+        fsync: false,
+    })
+    .await;
+    r.frame(&Frame::Entry(Entry {
         id: 1,
         root: 0,
         path: vec![],
@@ -62,20 +31,9 @@ async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(Er
         mode: 0o644,
         mtime_ns: 0,
         link: vec![],
-    })));
-    send.write_all(&wire).await.unwrap();
-    let mut dec = FrameDecoder::new();
-    loop {
-        while let Ok(Some(f)) = dec.next_frame() {
-            if let Frame::Fatal { code, message } = f {
-                return Some((code, message));
-            }
-        }
-        match tokio::time::timeout(Duration::from_secs(5), recv.read_chunk(1 << 16, true)).await {
-            Ok(Ok(Some(c))) => dec.push(&c.bytes),
-            _ => return None,
-        }
-    }
+    }))
+    .await;
+    r.fatal().await
 }
 
 /// One Entry announcing a 4 PiB file makes the receiver allocate per-chunk state

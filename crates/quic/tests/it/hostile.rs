@@ -3,14 +3,12 @@
 //! broken data streams. Each must end its session with a precise reason, write
 //! nothing outside the root, and leave the server serving normal clients.
 
-mod common;
-
-use longhaul_quic::identity::{provider, PinVerifier, TrustPolicy};
 use longhaul_quic::proto::{
-    encode, ErrorCode, Frame, FrameDecoder, Hello, Op, Outcome, PutSync, RecordHeader, RootSpec,
-    Want, ALPN, DATA_PRELUDE, VERSION,
+    encode, ErrorCode, Frame, Hello, Op, Outcome, PutSync, RecordHeader, RootSpec, Want,
+    DATA_PRELUDE, VERSION,
 };
 use longhaul_quic::Progress;
+use longhaul_testkit::raw::Raw;
 use longhaul_transfer::{Entry, EntryKind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +18,7 @@ const DATA: &[u8] = b"the one file of the served root\n";
 
 struct Srv {
     /// First, so the server stops before its directory goes.
-    srv: common::Served,
+    srv: crate::common::Served,
     t: tempfile::TempDir,
     root: PathBuf,
 }
@@ -34,173 +32,40 @@ fn start() -> Srv {
     std::fs::create_dir(&root).unwrap();
     std::fs::write(root.join("data.bin"), DATA).unwrap();
     std::fs::create_dir(t.path().join("outside")).unwrap();
-    let srv = common::serve(&root, &t.path().join("state"), false);
+    let srv = crate::common::serve(&root, &t.path().join("state"), false);
     Srv { srv, t, root }
 }
 
-struct Raw {
-    _endpoint: quinn::Endpoint,
-    conn: quinn::Connection,
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
-    dec: FrameDecoder,
-}
-
 async fn connect(s: &Srv) -> Raw {
-    let verifier = Arc::new(PinVerifier::new(TrustPolicy {
-        host: s.srv.addr.to_string(),
-        known_hosts: s.t.path().join("known_hosts"),
-        pinned: None,
-        accept_new: true,
-    }));
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![ALPN.to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let cfg = quinn::ClientConfig::new(Arc::new(crypto));
-    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    let conn = endpoint
-        .connect_with(cfg, s.srv.addr, "longhaul")
-        .unwrap()
-        .await
-        .expect("handshake");
-    let (send, recv) = conn.open_bi().await.unwrap();
-    Raw {
-        _endpoint: endpoint,
-        conn,
-        send,
-        recv,
-        dec: FrameDecoder::new(),
-    }
+    Raw::connect(s.srv.addr, s.t.path().join("known_hosts")).await
 }
 
-impl Raw {
-    async fn write(&mut self, bytes: &[u8]) {
-        self.send.write_all(bytes).await.expect("writing");
-    }
+/// A put of one root named `root` into the directory `dest`, up to its Hello.
+async fn put_to(s: &Srv, dest: &[u8], root: &[u8]) -> Raw {
+    let mut r = connect(s).await;
+    r.hello(Op::Put {
+        dest: dest.to_vec(),
+        dest_is_dir: true,
+        roots: vec![RootSpec {
+            name: root.to_vec(),
+        }],
+        sync: PutSync::Always,
+        fsync: false,
+    })
+    .await;
+    r
+}
 
-    async fn frame(&mut self, f: &Frame) {
-        self.write(&encode(f)).await;
-    }
+/// A put of one directory root `x` into `in/`, up to its Hello.
+async fn put_hello(s: &Srv) -> Raw {
+    put_to(s, b"in", b"x").await
+}
 
-    /// The next control frame from the server; None at end of stream, on a
-    /// connection error, or after 10 s.
-    async fn next(&mut self) -> Option<Frame> {
-        loop {
-            if let Some(f) = self.dec.next_frame().expect("the server's frames decode") {
-                return Some(f);
-            }
-            let chunk =
-                tokio::time::timeout(Duration::from_secs(10), self.recv.read_chunk(1 << 16, true))
-                    .await;
-            match chunk {
-                Ok(Ok(Some(c))) => self.dec.push(&c.bytes),
-                _ => return None,
-            }
-        }
-    }
-
-    async fn hello(&mut self, op: Op) {
-        self.frame(&Frame::Hello(Hello {
-            version: VERSION,
-            token: vec![],
-            op,
-            max_rate: 0,
-            cc: None,
-            fresh: false,
-            streams: 0,
-        }))
-        .await;
-    }
-
-    /// The server's Welcome; returns its `fresh`.
-    async fn welcome(&mut self) -> bool {
-        match self.next().await {
-            Some(Frame::Welcome { version, fresh, .. }) => {
-                assert_eq!(version, VERSION);
-                fresh
-            }
-            other => panic!("expected Welcome, got {other:?}"),
-        }
-    }
-
-    /// A put of one directory root `x` into `in/`, up to its Hello.
-    async fn put_hello(s: &Srv) -> Raw {
-        let mut r = connect(s).await;
-        r.hello(Op::Put {
-            dest: b"in".to_vec(),
-            dest_is_dir: true,
-            roots: vec![RootSpec {
-                name: b"x".to_vec(),
-            }],
-            sync: PutSync::Always,
-            fsync: false,
-        })
-        .await;
-        r
-    }
-
-    /// The same up to the Welcome (fresh unless `in/x` holds something).
-    async fn put_session(s: &Srv) -> Raw {
-        let mut r = Raw::put_hello(s).await;
-        r.welcome().await;
-        r
-    }
-
-    /// Expect the session to end with a Fatal frame of `code` whose message, and the
-    /// connection's close reason, contain every one of `needles`.
-    async fn expect_fatal(mut self, code: ErrorCode, needles: &[&str]) {
-        let mut seen = Vec::new();
-        let fatal = loop {
-            match self.next().await {
-                Some(Frame::Fatal { code, message }) => break (code, message),
-                Some(f) => seen.push(f),
-                None => panic!(
-                    "no Fatal frame (close reason {:?}); frames: {seen:?}",
-                    self.conn.close_reason()
-                ),
-            }
-        };
-        assert_eq!(fatal.0, code, "{fatal:?}");
-        for n in needles {
-            assert!(fatal.1.contains(n), "Fatal {:?} lacks {n:?}", fatal.1);
-        }
-        let closed = tokio::time::timeout(Duration::from_secs(5), self.conn.closed())
-            .await
-            .expect("the server closes the connection");
-        match closed {
-            quinn::ConnectionError::ApplicationClosed(a) => {
-                let reason = String::from_utf8_lossy(&a.reason);
-                assert_eq!(a.error_code, quinn::VarInt::from_u32(1), "{a:?}");
-                for n in needles {
-                    assert!(reason.contains(n), "close reason {reason:?} lacks {n:?}");
-                }
-            }
-            other => panic!("expected an application close, got {other:?}"),
-        }
-    }
-
-    /// Expect a Fatal frame only (the server may leave closing to the client).
-    async fn expect_fatal_frame(&mut self, code: ErrorCode, needles: &[&str]) {
-        let fatal = loop {
-            match self.next().await {
-                Some(Frame::Fatal { code, message }) => break (code, message),
-                Some(_) => {}
-                None => panic!(
-                    "no Fatal frame (close reason {:?})",
-                    self.conn.close_reason()
-                ),
-            }
-        };
-        assert_eq!(fatal.0, code, "{fatal:?}");
-        for n in needles {
-            assert!(fatal.1.contains(n), "Fatal {:?} lacks {n:?}", fatal.1);
-        }
-    }
+/// The same up to the Welcome (fresh unless `in/x` holds something).
+async fn put_session(s: &Srv) -> Raw {
+    let mut r = put_hello(s).await;
+    r.welcome().await;
+    r
 }
 
 fn entry(id: u64, path: &[u8], kind: EntryKind, size: u64, link: &[u8]) -> Frame {
@@ -393,7 +258,7 @@ async fn put_manifest_entries_that_leave_the_root() {
     let abs = PathBuf::from(format!("/tmp/longhaul-hostile-abs-{}", std::process::id()));
 
     // (c) `../escape` below a legitimate root entry.
-    let mut r = Raw::put_session(&s).await;
+    let mut r = put_session(&s).await;
     r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
     r.frame(&entry(2, b"../escape", EntryKind::File, 5, b""))
         .await;
@@ -404,7 +269,7 @@ async fn put_manifest_entries_that_leave_the_root() {
     .await;
 
     // (c) An absolute path.
-    let mut r = Raw::put_session(&s).await;
+    let mut r = put_session(&s).await;
     r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
     let mut p = abs.as_os_str().as_encoded_bytes().to_vec();
     p.extend_from_slice(b"/f");
@@ -416,7 +281,7 @@ async fn put_manifest_entries_that_leave_the_root() {
     .await;
 
     // (c) A directory entry climbing out, and `..` hidden in the middle.
-    let mut r = Raw::put_session(&s).await;
+    let mut r = put_session(&s).await;
     r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
     r.frame(&entry(2, b"a/../../../escape-dir", EntryKind::Dir, 0, b""))
         .await;
@@ -424,34 +289,14 @@ async fn put_manifest_entries_that_leave_the_root() {
         .await;
 
     // (c) A root name that is `..` (the put request itself).
-    let mut r = connect(&s).await;
-    r.hello(Op::Put {
-        dest: b"in".to_vec(),
-        dest_is_dir: true,
-        roots: vec![RootSpec {
-            name: b"..".to_vec(),
-        }],
-        sync: PutSync::Always,
-        fsync: false,
-    })
-    .await;
+    let mut r = put_to(&s, b"in", b"..").await;
     r.welcome().await;
     r.frame(&entry(1, b"", EntryKind::File, 5, b"")).await;
     r.expect_fatal(ErrorCode::Protocol, &["'..' would leave the root"])
         .await;
 
     // (c) A put destination outside the root.
-    let mut r = connect(&s).await;
-    r.hello(Op::Put {
-        dest: b"../escape".to_vec(),
-        dest_is_dir: true,
-        roots: vec![RootSpec {
-            name: b"x".to_vec(),
-        }],
-        sync: PutSync::Always,
-        fsync: false,
-    })
-    .await;
+    let r = put_to(&s, b"../escape", b"x").await;
     r.expect_fatal(
         ErrorCode::BadPath,
         &["path \"../escape\" refused: '..' would leave the root"],
@@ -460,7 +305,7 @@ async fn put_manifest_entries_that_leave_the_root() {
 
     // (c) A symlink planted by the manifest, then a file through it.
     let outside = s.t.path().join("outside");
-    let mut r = Raw::put_session(&s).await;
+    let mut r = put_session(&s).await;
     r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
     r.frame(&entry(
         2,
@@ -502,7 +347,7 @@ async fn put_entries_through_a_link_in_the_root_or_by_a_reserved_name() {
     // A link that stays inside the root, then a file through it: it would
     // land in in/ instead of in/x/ (for a get into a new destination, in
     // the destination's parent).
-    let mut r = Raw::put_session(&s).await;
+    let mut r = put_session(&s).await;
     r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
     r.frame(&entry(2, b"up", EntryKind::Symlink, 0, b".."))
         .await;
@@ -522,7 +367,7 @@ async fn put_entries_through_a_link_in_the_root_or_by_a_reserved_name() {
 
     // A file named as another file's part would be truncated, renamed or
     // removed with that file: refused.
-    let mut r = Raw::put_session(&s).await;
+    let mut r = put_session(&s).await;
     r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
     r.frame(&entry(2, b".f.lh-part", EntryKind::File, 5, b""))
         .await;
@@ -536,7 +381,7 @@ async fn put_entries_through_a_link_in_the_root_or_by_a_reserved_name() {
 
     // An id used twice: a write in flight for the first file would count
     // for the second.
-    let mut r = Raw::put_session(&s).await;
+    let mut r = put_session(&s).await;
     r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
     r.frame(&entry(2, b"a", EntryKind::File, 5, b"")).await;
     r.frame(&entry(2, b"b", EntryKind::File, 5, b"")).await;
@@ -558,7 +403,7 @@ async fn broken_data_streams() {
     std::fs::write(s.root.join("in/x/keep"), b"keep").unwrap();
     // A put of one 10-byte file up to the receiver's Want.
     async fn ready(s: &Srv, size: u64) -> Raw {
-        let mut r = Raw::put_hello(s).await;
+        let mut r = put_hello(s).await;
         assert!(!r.welcome().await, "in/x holds a file: not fresh");
         r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
         r.frame(&entry(2, b"f", EntryKind::File, size, b"")).await;
@@ -767,7 +612,7 @@ async fn fresh_put_data() {
     let s = start();
     // A fresh put (in/x absent): no Want; a record may come before its entry.
     async fn fresh(s: &Srv) -> Raw {
-        let mut r = Raw::put_hello(s).await;
+        let mut r = put_hello(s).await;
         assert!(r.welcome().await, "in/x absent: fresh");
         r.frame(&entry(1, b"", EntryKind::Dir, 0, b"")).await;
         r

@@ -3,8 +3,6 @@
 //! in-process server on an oversubscribed runtime, to shake out ordering races
 //! between the control stream (FileDone, ManifestEnd) and the data streams.
 
-mod common;
-
 use longhaul_quic::Progress;
 use std::sync::Arc;
 
@@ -24,7 +22,7 @@ async fn every_received_file_is_reported_and_placed_before_get_returns() {
         std::fs::create_dir_all(root.join("set")).unwrap();
         std::fs::write(root.join(format!("set/f{i:02}")), vec![i as u8; 1000 + i]).unwrap();
     }
-    let srv = common::serve(&root, &t.path().join("state"), true);
+    let srv = crate::common::serve(&root, &t.path().join("state"), true);
     let (addr, opts) = (srv.addr, srv.client(t.path().join("known_hosts")));
     let mut failures = Vec::new();
     for round in 0..ROUNDS {

@@ -3,9 +3,7 @@
 //! Takes ~25 s: the client notices the dead server by the 15 s idle timeout (which
 //! its 5 s keep-alive restarts once, so ~20 s after the kill).
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 

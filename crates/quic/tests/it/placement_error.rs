@@ -4,8 +4,6 @@
 //! reader's error once reached the control loop after the "all settled" wake,
 //! and the get reported success with the file missing.
 
-mod common;
-
 use longhaul_quic::Progress;
 use std::sync::Arc;
 
@@ -17,7 +15,7 @@ async fn a_file_that_cannot_be_placed_fails_the_get() {
     // Three chunks: placed by a rename once every chunk and the hash are in.
     let bytes: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
     std::fs::write(root.join("big.bin"), &bytes).unwrap();
-    let srv = common::serve(&root, &t.path().join("state"), true);
+    let srv = crate::common::serve(&root, &t.path().join("state"), true);
     let (addr, opts) = (srv.addr, srv.client(t.path().join("known_hosts")));
     for round in 0..8 {
         let dest = t.path().join(format!("d{round}"));

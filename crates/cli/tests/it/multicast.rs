@@ -3,9 +3,7 @@
 //! Trees must arrive identical, names, modes, mtimes and links included; a wrong
 //! key or a receiver outside a closed group must fail precisely and leave nothing.
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};

@@ -4,9 +4,7 @@
 //! or an earlier run's part beside one, is not fresh: the server asks per file,
 //! replaces what is there and leaves no part behind.
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 

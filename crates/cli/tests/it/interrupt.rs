@@ -2,9 +2,7 @@
 //! every chunk written before the signal is journaled (not only those of the last
 //! periodic flush), so the rerun moves only what was missing.
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::ffi::OsString;
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -2,9 +2,7 @@
 //! and back with a put. Slow by nature (tens of seconds on 2 cores in the dev
 //! profile); prints its timings.
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::ffi::OsString;
 use std::path::Path;
 use std::time::Instant;

@@ -1,8 +1,6 @@
 //! --max-rate caps the sending rate (the server's, for a get).
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::ffi::OsString;
 
 /// `get --json OPTIONS...` of the server's `file` into `dest`, afresh.

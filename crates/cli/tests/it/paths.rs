@@ -2,9 +2,7 @@
 //! served root (`..`, absolute, through a symlink) is refused, nothing is written
 //! outside the destination, and the server goes on serving.
 
-mod common;
-
-use common::*;
+use longhaul_testkit::*;
 use std::ffi::OsString;
 use std::os::unix::fs::symlink;
 

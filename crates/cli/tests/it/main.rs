@@ -1,0 +1,20 @@
+//! The CLI's black-box tests, one binary: each module runs the `longhaul`
+//! binary (helpers in `longhaul-testkit`) as a user would. (The lab's tests
+//! are a binary of their own, `tests/lab.rs`: they measure the emulator's
+//! timing and want the machine to themselves.) `scripts/test` runs this
+//! binary one test at a time: some measure rates or time a rerun, and the
+//! bulk tests write gigabytes.
+
+mod access;
+mod bulk;
+mod diskfull;
+mod hostile_size;
+mod interrupt;
+mod multicast;
+mod paths;
+mod put_fresh;
+mod rate;
+mod resume;
+mod sync;
+mod tree;
+mod trust;
