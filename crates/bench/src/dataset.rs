@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// A generated data set.
 #[derive(Debug, Clone)]
-pub struct DataSet {
+pub(crate) struct DataSet {
     pub dir: PathBuf,
     pub files: u64,
     pub bytes: u64,
@@ -17,7 +17,7 @@ pub struct DataSet {
 
 /// The directory (under `root`) that holds the data set of `groups`
 /// ((size, count) pairs), generating it unless a complete copy is there.
-pub fn prepare(root: &Path, groups: &[(u64, u64)]) -> Result<DataSet> {
+pub(crate) fn prepare(root: &Path, groups: &[(u64, u64)]) -> Result<DataSet> {
     let key = groups
         .iter()
         .map(|(s, n)| format!("{n}x{s}"))
@@ -71,7 +71,7 @@ fn count(groups: &[(u64, u64)]) -> (u64, u64) {
 /// (files, bytes, hash) of the regular files under `dir`: BLAKE3 over every
 /// file's relative path, length and contents, in path order. Names and bytes
 /// only: modes, times and owners (which tools treat differently) do not count.
-pub fn tree_hash(dir: &Path) -> Result<(u64, u64, String)> {
+pub(crate) fn tree_hash(dir: &Path) -> Result<(u64, u64, String)> {
     let mut paths = Vec::new();
     walk(dir, dir, &mut paths)?;
     paths.sort();

@@ -386,7 +386,7 @@ fn fmt_num(v: f64) -> String {
 }
 
 /// The whole page.
-pub fn render(r: &Results) -> String {
+pub(crate) fn render(r: &Results) -> String {
     let info = &r.suite.suite;
     let (scenarios, tools) = axes(r);
     let mut s = String::new();

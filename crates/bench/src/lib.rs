@@ -1,22 +1,24 @@
 //! The benchmark on top of the lab (`longhaul-lab`): suites as data files
 //! ([`scenario`], `suites/*.toml`), one adapter per peer tool ([`tools`]),
-//! data sets ([`dataset`]), the runner ([`runner`]), what a run produced
-//! ([`results`]) and the reports made from it ([`report`], [`html`]).
+//! data sets (`dataset`), the runner ([`runner`]), what a run produced
+//! ([`results`]) and the reports made from it ([`report`], `html`).
 //!
-//! The runner's helpers have modules of their own: [`proc`] (processes in
-//! the hosts), [`host`] (host settings), [`live`] (what an interrupted run
-//! must undo), [`metrics`] (numbers from what was measured).
+//! The runner's helpers have modules of their own: `proc` (processes in
+//! the hosts), `host` (host settings), `live` (what an interrupted run
+//! must undo), `metrics` (numbers from what was measured).
 //!
 //! Modules depend one way: `runner` → `proc`, `host`, `metrics`, `tools`,
 //! `dataset`, `scenario`, `results`; `proc`, `host` → `live`; `report` →
 //! `html` → `results` → `scenario` → `tools`.
 
-pub mod dataset;
-pub mod host;
-pub mod html;
-pub mod live;
-pub mod metrics;
-pub mod proc;
+#![warn(unreachable_pub)]
+
+mod dataset;
+mod host;
+mod html;
+mod live;
+mod metrics;
+mod proc;
 pub mod report;
 pub mod results;
 pub mod runner;

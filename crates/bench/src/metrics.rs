@@ -89,7 +89,7 @@ pub(crate) fn tree_bytes(dir: &Path) -> u64 {
 
 /// A run once at speed: its mean rate, and the standing queue it kept.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Steady {
+pub(crate) struct Steady {
     pub mbps: f64,
     pub queue_ms: Option<f64>,
     pub queue_max_ms: Option<f64>,
@@ -102,7 +102,7 @@ pub struct Steady {
 /// of a second is the least wait in it (a queue that did not empty within a
 /// second, as CoDel reads a standing queue); reported are the median and the
 /// largest of those. None without a second of data.
-pub fn steady(series_mbps: &[f64], waits_us: &[Option<u32>]) -> Option<Steady> {
+pub(crate) fn steady(series_mbps: &[f64], waits_us: &[Option<u32>]) -> Option<Steady> {
     let secs: Vec<f64> = series_mbps
         .chunks_exact(10)
         .map(|c| c.iter().sum::<f64>() / 10.0)

@@ -3,7 +3,7 @@
 
 use crate::args::DemoArgs;
 use anyhow::{bail, Context, Result};
-use longhaul_quic::net::NetOpts;
+use longhaul_quic::NetOpts;
 use longhaul_quic::{ClientOpts, Progress, ServeOpts, Server};
 use longhaul_transfer::testdata;
 use std::path::Path;
@@ -72,7 +72,7 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
         token: None,
         state_dir: work.join("state"),
         net: NetOpts::default(),
-        streams: longhaul_quic::client::DEFAULT_STREAMS,
+        streams: longhaul_quic::DEFAULT_STREAMS,
     })?;
     let addr = server.local_addr()?;
     let fp = server.fingerprint.clone();

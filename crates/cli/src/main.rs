@@ -10,13 +10,13 @@ mod progress;
 use anyhow::Result;
 use args::{Cli, Command, TransferArgs};
 use clap::Parser;
-use longhaul_quic::cc::{parse_rate, CcChoice};
-use longhaul_quic::client::{join_host_port, split_host_port, DEFAULT_STREAMS};
 use longhaul_quic::identity::{
     check_fingerprint_syntax, default_known_hosts, default_rates, default_state_dir, Identity,
     TrustPolicy,
 };
-use longhaul_quic::net::NetOpts;
+use longhaul_quic::NetOpts;
+use longhaul_quic::{join_host_port, split_host_port, DEFAULT_STREAMS};
+use longhaul_quic::{parse_rate, CcChoice};
 use longhaul_quic::{ClientOpts, ClientReport, Problem, Progress, ServeOpts, Server};
 use longhaul_transfer::sync::SyncMode;
 use std::io::Write;

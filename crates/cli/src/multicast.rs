@@ -3,12 +3,12 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use longhaul_mcast::receiver::ReceiveReport;
 use longhaul_mcast::seal::Key;
 use longhaul_mcast::store::{FileSet, FileStore};
 use longhaul_mcast::udp::{self, Targets};
 use longhaul_mcast::{
-    Group, Receiver, ReceiverConfig, ReceiverEvent, RxState, Sender, SenderConfig, SenderEvent,
+    Group, ReceiveReport, Receiver, ReceiverConfig, ReceiverEvent, RxState, Sender, SenderConfig,
+    SenderEvent,
 };
 use serde_json::json;
 use std::io::IsTerminal;
@@ -205,7 +205,7 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
-    let rate = longhaul_quic::cc::parse_rate(&a.rate).map_err(|e| usage(e.to_string()))?;
+    let rate = longhaul_quic::parse_rate(&a.rate).map_err(|e| usage(e.to_string()))?;
     let targets = match (a.group, a.to.is_empty()) {
         (Some(g), true) if g.ip().is_multicast() => Targets::Multicast(g),
         (Some(g), true) => {

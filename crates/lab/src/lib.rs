@@ -3,6 +3,8 @@
 //! ([`topology`], [`ops`], [`daemon`]) and probes to check a path
 //! ([`probe`]). The benchmark that runs tools over it is `longhaul-bench`.
 
+#![warn(unreachable_pub)]
+
 pub mod daemon;
 pub mod ops;
 pub mod probe;

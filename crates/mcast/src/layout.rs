@@ -9,15 +9,15 @@
 
 /// Smallest and largest symbol sizes accepted from a sender (RaptorQ needs a
 /// multiple of the 8-byte alignment used here).
-pub const MIN_SYMBOL: u16 = 64;
-pub const MAX_SYMBOL: u16 = 8192;
-pub const ALIGN: u16 = 8;
+pub(crate) const MIN_SYMBOL: u16 = 64;
+pub(crate) const MAX_SYMBOL: u16 = 8192;
+pub(crate) const ALIGN: u16 = 8;
 /// Largest number of source symbols per block accepted (RFC 6330 allows 56403).
-pub const MAX_BLOCK_SYMBOLS: u16 = 8192;
+pub(crate) const MAX_BLOCK_SYMBOLS: u16 = 8192;
 /// Largest manifest accepted (64 MiB: about a million entries).
-pub const MAX_MANIFEST: u64 = 64 << 20;
+pub(crate) const MAX_MANIFEST: u64 = 64 << 20;
 /// Largest data object accepted (16 TiB).
-pub const MAX_DATA: u64 = 1 << 44;
+pub(crate) const MAX_DATA: u64 = 1 << 44;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Object {

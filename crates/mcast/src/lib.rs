@@ -2,25 +2,29 @@
 //!
 //! - [`wire`]: the datagrams (version 1), plain or sealed.
 //! - [`seal`]: ChaCha20-Poly1305 with a per-session key from a shared key file.
-//! - [`layout`]: the manifest and data objects cut into source blocks.
+//! - `layout`: the manifest and data objects cut into source blocks.
 //! - [`manifest`]: what a session carries (paths, sizes, modes, mtimes, BLAKE3).
 //! - [`fec`]: RaptorQ encoding and decoding of one block.
-//! - [`sender`], [`receiver`]: the sans-IO protocol cores (datagrams and time in;
+//! - `sender`, `receiver` ([`Sender`], [`Receiver`]): the sans-IO protocol cores (datagrams and time in;
 //!   datagrams, deadlines and events out).
 //! - [`store`]: the receiver's files (crash-safe: part files, verify, rename) and
 //!   the sender's source over a file set.
 //! - [`udp`]: the thin UDP driver (multicast, or unicast fan-out).
 
+#![warn(unreachable_pub)]
+
 pub mod fec;
 mod json;
-pub mod layout;
+mod layout;
 pub mod manifest;
-pub mod receiver;
+mod receiver;
 pub mod seal;
-pub mod sender;
+mod sender;
 pub mod store;
 pub mod udp;
 pub mod wire;
 
 pub use receiver::{ReceiveReport, Receiver, ReceiverConfig, ReceiverEvent, Store};
-pub use sender::{Group, RxReport, RxState, SendTo, Sender, SenderConfig, SenderEvent, Source};
+pub use sender::{
+    Group, RxReport, RxState, SendTo, Sender, SenderConfig, SenderEvent, SenderStats, Source,
+};

@@ -10,17 +10,17 @@
 //! arrive as several trains.
 
 /// Bytes of the `virtio_net_hdr` before each packet.
-pub const VNET_HDR_LEN: usize = 10;
+pub(crate) const VNET_HDR_LEN: usize = 10;
 /// The checksum is partial: the receiver need not verify it.
-pub const F_NEEDS_CSUM: u8 = 1;
-pub const GSO_NONE: u8 = 0;
-pub const GSO_TCPV4: u8 = 1;
-pub const GSO_UDP_L4: u8 = 5;
-pub const GSO_ECN: u8 = 0x80;
+pub(crate) const F_NEEDS_CSUM: u8 = 1;
+pub(crate) const GSO_NONE: u8 = 0;
+pub(crate) const GSO_TCPV4: u8 = 1;
+pub(crate) const GSO_UDP_L4: u8 = 5;
+pub(crate) const GSO_ECN: u8 = 0x80;
 
 /// `struct virtio_net_hdr` (native byte order, as TUN uses by default).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct VnetHdr {
+pub(crate) struct VnetHdr {
     pub flags: u8,
     pub gso_type: u8,
     pub hdr_len: u16,
@@ -31,7 +31,7 @@ pub struct VnetHdr {
 
 impl VnetHdr {
     /// Reads the header at the start of `frame` (which must hold one).
-    pub fn parse(frame: &[u8]) -> VnetHdr {
+    pub(crate) fn parse(frame: &[u8]) -> VnetHdr {
         let u = |i: usize| u16::from_ne_bytes([frame[i], frame[i + 1]]);
         VnetHdr {
             flags: frame[0],
@@ -43,7 +43,7 @@ impl VnetHdr {
         }
     }
 
-    pub fn write(&self, out: &mut [u8]) {
+    pub(crate) fn write(&self, out: &mut [u8]) {
         out[0] = self.flags;
         out[1] = self.gso_type;
         out[2..4].copy_from_slice(&self.hdr_len.to_ne_bytes());
@@ -55,7 +55,7 @@ impl VnetHdr {
 
 /// How a packet maps onto wire segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
+pub(crate) struct Shape {
     /// IP + TCP/UDP header bytes every segment carries.
     pub hdr: u32,
     /// Payload bytes of every segment but the last (0 for a plain packet).
@@ -68,7 +68,7 @@ pub struct Shape {
 
 impl Shape {
     /// A plain packet of `len` IP bytes: one segment.
-    pub fn single(len: u32) -> Shape {
+    pub(crate) fn single(len: u32) -> Shape {
         Shape {
             hdr: len,
             mss: 0,
@@ -78,7 +78,7 @@ impl Shape {
     }
 
     /// Wire bytes of segment `i`.
-    pub fn seg_len(&self, i: u32) -> u32 {
+    pub(crate) fn seg_len(&self, i: u32) -> u32 {
         if i + 1 >= self.segs {
             self.last
         } else {
@@ -87,7 +87,7 @@ impl Shape {
     }
 
     /// Wire bytes of segments `first..first + count`.
-    pub fn wire_bytes(&self, first: u32, count: u32) -> u64 {
+    pub(crate) fn wire_bytes(&self, first: u32, count: u32) -> u64 {
         if count == 0 {
             return 0;
         }
@@ -102,7 +102,7 @@ impl Shape {
 
 /// Why a frame is not a valid aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GsoError {
+pub(crate) enum GsoError {
     TooShort,
     NotIpv4,
     /// GSO type other than TCPv4 or UDP (L4), or not matching the IP protocol.
@@ -113,7 +113,7 @@ pub enum GsoError {
 }
 
 /// The shape of `frame` (a `virtio_net_hdr`, then an IPv4 packet).
-pub fn shape(frame: &[u8]) -> Result<Shape, GsoError> {
+pub(crate) fn shape(frame: &[u8]) -> Result<Shape, GsoError> {
     if frame.len() < VNET_HDR_LEN {
         return Err(GsoError::TooShort);
     }
@@ -178,7 +178,7 @@ pub fn shape(frame: &[u8]) -> Result<Shape, GsoError> {
 /// the first segment only, FIN and PSH on the last only), UDP length, and
 /// the partial checksum of the new length. One segment goes out as a plain
 /// packet, several as a smaller aggregate. Returns the frame's length.
-pub fn build_run(frame: &[u8], s: &Shape, first: u32, count: u32, out: &mut [u8]) -> usize {
+pub(crate) fn build_run(frame: &[u8], s: &Shape, first: u32, count: u32, out: &mut [u8]) -> usize {
     assert!(count >= 1 && first + count <= s.segs && s.mss > 0);
     let h = VnetHdr::parse(frame);
     let ip = &frame[VNET_HDR_LEN..];
@@ -232,7 +232,7 @@ pub fn build_run(frame: &[u8], s: &Shape, first: u32, count: u32, out: &mut [u8]
 }
 
 /// One's-complement sum of big-endian 16-bit words (odd byte padded), unfolded.
-pub fn sum(b: &[u8]) -> u32 {
+pub(crate) fn sum(b: &[u8]) -> u32 {
     let mut s = 0u32;
     let mut it = b.chunks_exact(2);
     for w in &mut it {
@@ -245,7 +245,7 @@ pub fn sum(b: &[u8]) -> u32 {
 }
 
 /// Folds a 32-bit one's-complement sum to 16 bits.
-pub fn fold(mut s: u32) -> u16 {
+pub(crate) fn fold(mut s: u32) -> u16 {
     while s > 0xffff {
         s = (s & 0xffff) + (s >> 16);
     }

@@ -1,19 +1,21 @@
 //! The lab's WAN emulator.
 //!
 //! The core is sans-IO and deterministic: [`spec`] parses link specifications,
-//! [`loss`] holds the seeded loss models, [`link`] is one direction of a link
+//! `loss` holds the seeded loss models, `link` is one direction of a link
 //! (queue, rate, loss, delay), and [`hub`] joins hosts' links into one switch.
-//! [`gso`] reads and cuts TSO/USO aggregates, [`pcap`] formats captures. The Linux driver ([`tun`], [`driver`]) owns a TUN
+//! `gso` reads and cuts TSO/USO aggregates, `pcap` formats captures. The Linux driver ([`tun`], [`driver`]) owns a TUN
 //! port in each host's network namespace and moves packets through the hub on
 //! precise timers.
 
-pub mod gso;
+#![warn(unreachable_pub)]
+
+mod gso;
 pub mod hub;
-pub mod link;
-pub mod loss;
-pub mod packet;
-pub mod pcap;
-pub mod pool;
+mod link;
+mod loss;
+mod packet;
+mod pcap;
+mod pool;
 pub mod spec;
 
 pub use hub::{HostConfig, Hub, HubConfig, Snapshot};

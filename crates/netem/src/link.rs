@@ -166,7 +166,7 @@ impl QueueSeries {
 
 /// Surviving segments of an offered train, handed back by `pop_due`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Train<T> {
+pub(crate) struct Train<T> {
     /// When its last segment arrives (ns).
     pub due: u64,
     /// Its segments: `first..first + count` of the offered packet's shape.
@@ -180,10 +180,10 @@ pub struct Train<T> {
 /// Segments of one aggregate that arrive within this span (ns) of the first
 /// are handed back together, as one train; a longer aggregate (a slow link)
 /// is cut into several.
-pub const TRAIN_NS: u64 = 1_000_000;
+pub(crate) const TRAIN_NS: u64 = 1_000_000;
 
 /// One direction of a link.
-pub struct DirLink<T> {
+pub(crate) struct DirLink<T> {
     spec: DirSpec,
     loss: Loss,
     rng: Rng,
@@ -202,7 +202,7 @@ pub struct DirLink<T> {
 }
 
 impl<T: Clone> DirLink<T> {
-    pub fn new(spec: DirSpec, seed: u64) -> Self {
+    pub(crate) fn new(spec: DirSpec, seed: u64) -> Self {
         DirLink {
             spec,
             loss: Loss::new(spec.loss),
@@ -220,21 +220,19 @@ impl<T: Clone> DirLink<T> {
         }
     }
 
-    pub fn spec(&self) -> &DirSpec {
-        &self.spec
-    }
-
-    /// True when packets pass without delay, loss or rate limit.
-    pub fn is_ideal(&self) -> bool {
-        self.spec.is_ideal()
-    }
-
     /// Offers segments `first..first + count` of a packet shaped `shape`,
     /// arriving at `now` (ns). Each segment meets the queue, the serialiser
     /// and the loss model on its own; the survivors are kept as trains
     /// (consecutive segments due within `TRAIN_NS` of each other), each
     /// holding a clone of `item`. Returns the number of trains kept.
-    pub fn offer(&mut self, now: u64, shape: &Shape, first: u32, count: u32, item: T) -> u32 {
+    pub(crate) fn offer(
+        &mut self,
+        now: u64,
+        shape: &Shape,
+        first: u32,
+        count: u32,
+        item: T,
+    ) -> u32 {
         // Arrivals are monotonic per link even if the caller's events are not.
         let now = now.max(self.last_arrival);
         self.last_arrival = now;
@@ -346,12 +344,12 @@ impl<T: Clone> DirLink<T> {
     }
 
     /// When the next train is due, if any is in flight.
-    pub fn next_due(&self) -> Option<u64> {
+    pub(crate) fn next_due(&self) -> Option<u64> {
         self.in_flight.front().map(|p| p.due)
     }
 
     /// Hands back the next train due at or before `now`, and counts it delivered.
-    pub fn pop_due(&mut self, now: u64) -> Option<Train<T>> {
+    pub(crate) fn pop_due(&mut self, now: u64) -> Option<Train<T>> {
         if self.in_flight.front()?.due > now {
             return None;
         }
@@ -363,13 +361,8 @@ impl<T: Clone> DirLink<T> {
     }
 
     /// Trains accepted and not yet handed back.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.len()
-    }
-
-    /// Drains everything in flight (for shutdown), without counting it delivered.
-    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
-        self.in_flight.drain(..).map(|p| p.item)
     }
 }
 

@@ -6,26 +6,26 @@ use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 /// A seeded random source; one per link direction so directions are independent.
-pub struct Rng(Xoshiro256PlusPlus);
+pub(crate) struct Rng(Xoshiro256PlusPlus);
 
 impl Rng {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Rng(Xoshiro256PlusPlus::seed_from_u64(seed))
     }
 
     /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.0.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
+    pub(crate) fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.unit() < p
     }
 }
 
 /// A loss model and its current state.
-pub struct Loss {
+pub(crate) struct Loss {
     spec: LossSpec,
     /// Gilbert-Elliott: in the bad state. Burst: packets still to drop.
     bad: bool,
@@ -35,7 +35,7 @@ pub struct Loss {
 }
 
 impl Loss {
-    pub fn new(spec: LossSpec) -> Self {
+    pub(crate) fn new(spec: LossSpec) -> Self {
         let burst_start = match spec {
             // Each cycle is a geometric run of survivors (mean (1-q)/q) followed by
             // `len` losses; solving len / ((1-q)/q + len) = rate for q.
@@ -54,7 +54,7 @@ impl Loss {
     }
 
     /// Decides the fate of the next packet: true = lost.
-    pub fn lose(&mut self, rng: &mut Rng) -> bool {
+    pub(crate) fn lose(&mut self, rng: &mut Rng) -> bool {
         match self.spec {
             LossSpec::None => false,
             LossSpec::Bernoulli { p } => rng.chance(p),

@@ -15,7 +15,7 @@ pub struct FlowKey {
 
 /// What the header says, or why it could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parsed {
+pub(crate) enum Parsed {
     V4(FlowKey),
     /// IPv6 or anything that is not IPv4.
     NotV4,
@@ -23,7 +23,7 @@ pub enum Parsed {
     Malformed,
 }
 
-pub fn parse(pkt: &[u8]) -> Parsed {
+pub(crate) fn parse(pkt: &[u8]) -> Parsed {
     let Some(&b0) = pkt.first() else {
         return Parsed::Malformed;
     };
@@ -56,7 +56,7 @@ pub fn parse(pkt: &[u8]) -> Parsed {
 }
 
 /// True for multicast (224.0.0.0/4) and limited broadcast.
-pub fn is_group(dst: Ipv4Addr) -> bool {
+pub(crate) fn is_group(dst: Ipv4Addr) -> bool {
     dst.is_multicast() || dst.is_broadcast()
 }
 

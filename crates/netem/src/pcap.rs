@@ -4,18 +4,18 @@
 use std::io::{self, Write};
 
 /// Nanosecond-resolution pcap magic.
-pub const MAGIC_NS: u32 = 0xa1b2_3c4d;
+pub(crate) const MAGIC_NS: u32 = 0xa1b2_3c4d;
 /// LINKTYPE_RAW: each record starts with an IPv4 or IPv6 header.
-pub const LINKTYPE_RAW: u32 = 101;
+pub(crate) const LINKTYPE_RAW: u32 = 101;
 
-pub struct PcapWriter<W: Write> {
+pub(crate) struct PcapWriter<W: Write> {
     out: W,
     snaplen: u32,
 }
 
 impl<W: Write> PcapWriter<W> {
     /// Writes the file header; records keep at most `snaplen` bytes of each packet.
-    pub fn new(mut out: W, snaplen: u32) -> io::Result<Self> {
+    pub(crate) fn new(mut out: W, snaplen: u32) -> io::Result<Self> {
         let snaplen = snaplen.max(1);
         let mut h = [0u8; 24];
         h[0..4].copy_from_slice(&MAGIC_NS.to_le_bytes());
@@ -28,7 +28,7 @@ impl<W: Write> PcapWriter<W> {
     }
 
     /// Records `pkt` seen at `unix_ns` nanoseconds since the epoch.
-    pub fn record(&mut self, unix_ns: u64, pkt: &[u8]) -> io::Result<()> {
+    pub(crate) fn record(&mut self, unix_ns: u64, pkt: &[u8]) -> io::Result<()> {
         let cap = pkt.len().min(self.snaplen as usize);
         let mut h = [0u8; 16];
         h[0..4].copy_from_slice(&((unix_ns / 1_000_000_000) as u32).to_le_bytes());
@@ -39,7 +39,7 @@ impl<W: Write> PcapWriter<W> {
         self.out.write_all(&pkt[..cap])
     }
 
-    pub fn flush(&mut self) -> io::Result<()> {
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
 }

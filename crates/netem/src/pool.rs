@@ -22,7 +22,7 @@ struct Class {
     allocated: u32,
 }
 
-pub struct Pool {
+pub(crate) struct Pool {
     classes: Vec<Class>,
     budget: usize,
     used: usize,
@@ -31,7 +31,7 @@ pub struct Pool {
 impl Pool {
     /// A pool with slots of each of `sizes` (ascending), growing to at most
     /// `budget` bytes in all.
-    pub fn new(sizes: &[usize], budget: usize) -> Self {
+    pub(crate) fn new(sizes: &[usize], budget: usize) -> Self {
         assert!(!sizes.is_empty() && sizes.len() <= 8);
         assert!(sizes.windows(2).all(|w| w[0] < w[1]), "sizes ascend");
         let classes = sizes
@@ -52,14 +52,9 @@ impl Pool {
         }
     }
 
-    /// The largest slot.
-    pub fn max_slot(&self) -> usize {
-        self.classes.last().map_or(0, |c| c.slot)
-    }
-
     /// A free slot of at least `len` bytes (the smallest class that fits and
     /// has room), with one reference; `None` when the budget is spent.
-    pub fn get(&mut self, len: usize) -> Option<BufId> {
+    pub(crate) fn get(&mut self, len: usize) -> Option<BufId> {
         let first = self.classes.iter().position(|c| c.slot >= len)?;
         (first..self.classes.len()).find_map(|k| self.get_in(k))
     }
@@ -88,7 +83,7 @@ impl Pool {
     }
 
     /// Turns the caller's one reference to `id` into `n` references (0 frees it).
-    pub fn hand_over(&mut self, id: BufId, n: u32) {
+    pub(crate) fn hand_over(&mut self, id: BufId, n: u32) {
         let (c, i) = self.split(id);
         let class = &mut self.classes[c];
         let r = &mut class.refs[i];
@@ -101,14 +96,14 @@ impl Pool {
     }
 
     /// Drops one reference; the slot is free when none is left.
-    pub fn put(&mut self, id: BufId) {
+    pub(crate) fn put(&mut self, id: BufId) {
         self.hand_over(id, 0)
     }
 
     /// Moves the first `len` bytes of `id` into a slot of the smallest class
     /// that holds them, if that is smaller and has room, freeing `id`.
     /// Returns where the bytes are now.
-    pub fn compact(&mut self, id: BufId, len: usize) -> BufId {
+    pub(crate) fn compact(&mut self, id: BufId, len: usize) -> BufId {
         let (c, _) = self.split(id);
         let Some(k) = self.classes.iter().position(|cl| cl.slot >= len) else {
             return id;
@@ -127,19 +122,19 @@ impl Pool {
         to
     }
 
-    pub fn buf(&self, id: BufId) -> &[u8] {
+    pub(crate) fn buf(&self, id: BufId) -> &[u8] {
         let (c, k, o) = self.locate(id);
         &self.classes[c].chunks[k][o..o + self.classes[c].slot]
     }
 
-    pub fn buf_mut(&mut self, id: BufId) -> &mut [u8] {
+    pub(crate) fn buf_mut(&mut self, id: BufId) -> &mut [u8] {
         let (c, k, o) = self.locate(id);
         let slot = self.classes[c].slot;
         &mut self.classes[c].chunks[k][o..o + slot]
     }
 
     /// Slots handed out and not returned.
-    pub fn in_use(&self) -> u32 {
+    pub(crate) fn in_use(&self) -> u32 {
         self.classes
             .iter()
             .map(|c| c.allocated - c.free.len() as u32)
@@ -147,7 +142,7 @@ impl Pool {
     }
 
     /// Bytes of slots allocated so far.
-    pub fn allocated_bytes(&self) -> usize {
+    pub(crate) fn allocated_bytes(&self) -> usize {
         self.used
     }
 

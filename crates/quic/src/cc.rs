@@ -109,14 +109,14 @@ fn rate_window(rate: u64, rtt: Duration, mtu: u16) -> u64 {
 
 /// Loss-blind controller for dedicated links: window = rate x smoothed RTT.
 #[derive(Debug, Clone)]
-pub struct FixedRate {
+pub(crate) struct FixedRate {
     rate: u64,
     rtt: Duration,
     mtu: u16,
 }
 
 impl FixedRate {
-    pub fn new(rate: u64, mtu: u16) -> Self {
+    pub(crate) fn new(rate: u64, mtu: u16) -> Self {
         FixedRate {
             rate,
             rtt: Duration::from_millis(100),
@@ -165,18 +165,18 @@ impl Controller for FixedRate {
 /// taken per acknowledged packet (ACK time less send time); losses are counted
 /// per congestion event quinn reports.
 #[derive(Debug, Clone)]
-pub struct WanController {
+pub(crate) struct WanController {
     core: crate::wan::Wan,
 }
 
 impl WanController {
-    pub fn new(mtu: u16, hint: u64) -> Self {
+    pub(crate) fn new(mtu: u16, hint: u64) -> Self {
         WanController {
             core: crate::wan::Wan::new(mtu, hint),
         }
     }
 
-    pub fn fair(mtu: u16) -> Self {
+    pub(crate) fn fair(mtu: u16) -> Self {
         WanController {
             core: crate::wan::Wan::fair(mtu),
         }
@@ -232,7 +232,7 @@ impl CcHandle {
 }
 
 /// A controller that can be replaced and capped while the connection lives.
-pub struct Switchable {
+pub(crate) struct Switchable {
     inner: Box<dyn Controller>,
     handle: Arc<CcHandle>,
     max_rate: u64,

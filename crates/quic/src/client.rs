@@ -66,7 +66,7 @@ impl Interrupt {
 }
 
 /// The application close code of a connection the user interrupted.
-pub const INTERRUPTED: u32 = 2;
+pub(crate) const INTERRUPTED: u32 = 2;
 
 impl ClientOpts {
     /// The data streams this client sends on (a put): its `--streams`, else

@@ -8,31 +8,26 @@ use tokio::sync::mpsc;
 
 /// Sends frames on the control stream. Dropping every clone finishes the stream.
 #[derive(Clone)]
-pub struct CtlTx(mpsc::Sender<Frame>);
+pub(crate) struct CtlTx(mpsc::Sender<Frame>);
 
 impl CtlTx {
-    pub async fn send(&self, f: Frame) -> Result<(), Problem> {
+    pub(crate) async fn send(&self, f: Frame) -> Result<(), Problem> {
         self.0
             .send(f)
             .await
             .map_err(|_| Problem::new(Kind::Connection, "control stream closed"))
     }
-
-    /// For blocking threads (the walker).
-    pub fn blocking_send(&self, f: Frame) -> Result<(), Problem> {
-        self.0
-            .blocking_send(f)
-            .map_err(|_| Problem::new(Kind::Connection, "control stream closed"))
-    }
 }
 
-pub type CtlRx = mpsc::Receiver<Result<Frame, Problem>>;
+pub(crate) type CtlRx = mpsc::Receiver<Result<Frame, Problem>>;
 
 /// quinn's priority for the control stream (data streams keep the default 0).
-pub const CONTROL_PRIORITY: i32 = 1;
+pub(crate) const CONTROL_PRIORITY: i32 = 1;
 
 /// Start the writer; the returned handle ends when the stream is finished.
-pub fn spawn_writer(mut send: SendStream) -> (CtlTx, tokio::task::JoinHandle<Result<(), Problem>>) {
+pub(crate) fn spawn_writer(
+    mut send: SendStream,
+) -> (CtlTx, tokio::task::JoinHandle<Result<(), Problem>>) {
     // Control frames go before data queued on the data streams: a request,
     // an answer or a file's hash is a few bytes that the peer waits on (a
     // receiver places a small file as soon as it has both its data and its
@@ -96,7 +91,7 @@ pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Start the reader. A protocol error is delivered as the last item; a clean end
 /// of stream closes the channel.
-pub fn spawn_reader(mut recv: RecvStream) -> CtlRx {
+pub(crate) fn spawn_reader(mut recv: RecvStream) -> CtlRx {
     let (tx, rx) = mpsc::channel(1024);
     tokio::spawn(async move {
         if let Err(p) = read_frames(&mut recv, &tx).await {

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 /// driver's own task: a page-cache copy and a few metadata calls take
 /// microseconds, less than a trip to the blocking pool and back (per 10 kB
 /// file, that trip cost more CPU than the write).
-pub const LIGHT_BYTES: u64 = 64 << 10;
+pub(crate) const LIGHT_BYTES: u64 = 64 << 10;
 
 /// How long a file that another session of this process is receiving is
 /// waited for while that session goes on. It covers the 15 s idle timeout of
@@ -26,10 +26,10 @@ pub const LIGHT_BYTES: u64 = 64 << 10;
 /// that is ending is waited for however long its journaling takes: under
 /// heavy write load its fdatasync took over 10 s (a put rerun at once after
 /// Ctrl-C, beside another test writing gigabytes).
-pub const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The destination of one receiving session and the files it has open.
-pub struct RecvDisk {
+pub(crate) struct RecvDisk {
     dest: Mutex<DestDir>,
     files: Mutex<HashMap<u64, Incoming>>,
 }
@@ -39,7 +39,7 @@ fn gone() -> io::Error {
 }
 
 impl RecvDisk {
-    pub fn new(base: Dir) -> RecvDisk {
+    pub(crate) fn new(base: Dir) -> RecvDisk {
         RecvDisk {
             dest: Mutex::new(DestDir::new(base)),
             files: Mutex::new(HashMap::new()),
@@ -47,7 +47,7 @@ impl RecvDisk {
     }
 
     /// Whether `job` is cheap enough for the driver's own task.
-    pub fn is_light(&self, job: &Job) -> bool {
+    pub(crate) fn is_light(&self, job: &Job) -> bool {
         match job {
             Job::Write { data, .. } => data.len() as u64 <= LIGHT_BYTES,
             Job::Finish { size, .. } => *size <= LIGHT_BYTES,
@@ -70,7 +70,7 @@ impl RecvDisk {
     }
 
     /// Run one job (blocking).
-    pub fn run(&self, job: Job) -> Done {
+    pub(crate) fn run(&self, job: Job) -> Done {
         match job {
             Job::Dir {
                 target,
@@ -112,7 +112,6 @@ impl RecvDisk {
                 let result = self.write(id, index, &data, expected);
                 Done::Written {
                     id,
-                    index,
                     stream,
                     data,
                     result,
@@ -148,7 +147,7 @@ impl RecvDisk {
                 if let Some(mut inc) = inc {
                     let _ = inc.flush_journal();
                 }
-                Done::Closed { id }
+                Done::Closed
             }
             Job::FinishDirs => Done::DirsFinished(self.dest.lock().unwrap().finish_dirs()),
             Job::SyncFs => {
@@ -272,7 +271,7 @@ impl RecvDisk {
     /// The session is over, however it ended: every file still open keeps
     /// what is durably written for a rerun (synced and journaled), and a
     /// session waiting for one of its targets may take it over.
-    pub fn close_all(&self) {
+    pub(crate) fn close_all(&self) {
         let left: Vec<Incoming> = self.files.lock().unwrap().drain().map(|(_, f)| f).collect();
         for f in &left {
             f.ending();
@@ -284,7 +283,7 @@ impl RecvDisk {
 
     /// Directory modes and mtimes, when the session ends without
     /// [`Job::FinishDirs`] (it failed).
-    pub fn finish_dirs(&self) -> io::Result<()> {
+    pub(crate) fn finish_dirs(&self) -> io::Result<()> {
         self.dest.lock().unwrap().finish_dirs()
     }
 }

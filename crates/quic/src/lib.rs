@@ -1,25 +1,40 @@
 //! longhaul-quic: unicast sessions over QUIC (quinn + rustls).
 //!
 //! One connection per session; control frames on one bidirectional stream, file
-//! data on several unidirectional streams (see docs/PROTOCOL.md). [`proto`] is the
-//! sans-IO wire format; [`sender`] and [`receiver`] are the two roles, used by
-//! [`server`] and [`client`] in either direction; [`cc`] holds congestion control.
+//! data on several unidirectional streams (see docs/PROTOCOL.md).
+//!
+//! The surface: [`get`] and [`put`] with [`ClientOpts`] for a client, [`Server`]
+//! with [`ServeOpts`] for a daemon, [`NetOpts`] for the socket and window
+//! settings both share, [`Progress`] for live counters and the reports
+//! ([`ClientReport`], [`SessionReport`], [`Problem`]) for the outcome. Three
+//! modules are public because other crates and the tests speak them directly:
+//! [`proto`] (the sans-IO wire format), [`identity`] (keys and trust) and
+//! [`wan`] (the sans-IO congestion controller). Inside, the sans-IO unicast
+//! cores (`core::send`, `core::recv`) are driven by the `sender` and `receiver`
+//! drivers, which `server` and `client` use in either direction.
 
-pub mod cc;
-pub mod client;
-pub mod control;
-pub mod core;
-pub mod disk;
+#![warn(unreachable_pub)]
+
+mod cc;
+mod client;
+mod control;
+mod core;
+mod disk;
 pub mod identity;
-pub mod net;
+mod net;
 pub mod proto;
-pub mod rates;
-pub mod receiver;
-pub mod report;
-pub mod sender;
-pub mod server;
+mod rates;
+mod receiver;
+mod report;
+mod sender;
+mod server;
 pub mod wan;
 
-pub use client::{get, put, ClientOpts, ClientReport, Interrupt, Totals};
-pub use report::{Kind, Problem, Progress};
+pub use cc::{parse_rate, CcChoice};
+pub use client::{
+    get, join_host_port, put, split_host_port, ClientOpts, ClientReport, Interrupt, Totals,
+    DEFAULT_STREAMS,
+};
+pub use net::NetOpts;
+pub use report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 pub use server::{ServeOpts, Server, DEFAULT_PORT};

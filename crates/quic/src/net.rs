@@ -38,7 +38,7 @@ impl Default for NetOpts {
 /// The cap is quinn's: it batches up to 10 datagrams in one GSO send, and a batch
 /// must fit one 64 KiB UDP datagram (10 × 6,500 = 65,000 ≤ 65,507); a larger
 /// batch fails with EMSGSIZE, which quinn-udp drops without a word.
-pub const MAX_UDP_PAYLOAD: u16 = 6500;
+pub(crate) const MAX_UDP_PAYLOAD: u16 = 6500;
 
 /// Data streams a peer may have open at once. A stream of 1 MiB (the sender
 /// rotates at that) stays open until all of it, retransmissions included, is
@@ -47,10 +47,10 @@ pub const MAX_UDP_PAYLOAD: u16 = 6500;
 /// second every few (the lab: rounds of 150-570 Mbit/s among 900s, the
 /// controller's window unchanged). 1024 covers 1 GiB in flight; memory stays
 /// bounded by the connection window.
-pub const MAX_UNI_STREAMS: u32 = 1024;
+pub(crate) const MAX_UNI_STREAMS: u32 = 1024;
 
 /// Smallest window ever used: enough for 1 Gbit/s at 100 ms.
-pub const MIN_WINDOW: u64 = 16 << 20;
+pub(crate) const MIN_WINDOW: u64 = 16 << 20;
 
 impl NetOpts {
     /// First receive window: the BDP of the rate hint over a 1 s RTT (the longest
@@ -91,7 +91,7 @@ impl NetOpts {
 
 /// Largest UDP payload the route to `peer` allows: the outgoing interface's MTU
 /// (IP_MTU on a connected socket) less IP and UDP headers.
-pub fn path_payload(peer: SocketAddr) -> Option<u16> {
+pub(crate) fn path_payload(peer: SocketAddr) -> Option<u16> {
     use std::os::fd::AsRawFd;
     let bind: SocketAddr = if peer.is_ipv6() {
         "[::]:0"
@@ -127,7 +127,7 @@ pub fn path_payload(peer: SocketAddr) -> Option<u16> {
 
 /// Which bytes the peak of [`spawn_window_tuner`] counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub(crate) enum Flow {
     /// Received (this side receives the files: what the path delivered).
     Rx,
     /// Sent less what was declared lost (this side sends the files).
@@ -152,7 +152,11 @@ pub enum Flow {
 /// a mean that includes the start-up and the tail. A remembered mean of the
 /// data phase (payload, start-up included) sat 10-20 % below the path's rate,
 /// and `wan` started there grows only by its probes.
-pub fn spawn_window_tuner(conn: quinn::Connection, opts: NetOpts, flow: Flow) -> Arc<AtomicU64> {
+pub(crate) fn spawn_window_tuner(
+    conn: quinn::Connection,
+    opts: NetOpts,
+    flow: Flow,
+) -> Arc<AtomicU64> {
     let peak = Arc::new(AtomicU64::new(0));
     let out = peak.clone();
     tokio::spawn(async move {
@@ -213,7 +217,7 @@ fn grown(window: u64, bdp: u64, bound: u64) -> Option<u64> {
 }
 
 /// A UDP socket with large kernel buffers (forced past rmem_max when root).
-pub fn udp_socket(addr: SocketAddr) -> Result<std::net::UdpSocket> {
+pub(crate) fn udp_socket(addr: SocketAddr) -> Result<std::net::UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
@@ -248,7 +252,7 @@ fn set_int(s: &socket2::Socket, opt: libc::c_int, v: usize) -> bool {
     }
 }
 
-pub fn endpoint(
+pub(crate) fn endpoint(
     socket: std::net::UdpSocket,
     server: Option<quinn::ServerConfig>,
 ) -> Result<quinn::Endpoint> {

@@ -22,19 +22,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// A remembered rate older than this is not used.
-pub const MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(crate) const MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Transfers that moved less than this say little about the path's rate (they
 /// end in the controller's startup) and are not remembered.
-pub const MIN_BYTES: u64 = 64 << 20;
+pub(crate) const MIN_BYTES: u64 = 64 << 20;
 /// Nor do transfers of files smaller than this on average: they are limited
 /// by creating files, not by the path (20,000 files of 10 kB on loopback left
 /// 121 Mbit/s behind), and a hint below the path's rate starts `wan` cruising
 /// where it can only grow by its probes: at 700 ms, 3.6 % every 8 round trips.
-pub const MIN_MEAN_FILE: u64 = 4 << 20;
+pub(crate) const MIN_MEAN_FILE: u64 = 4 << 20;
 
 /// Is a complete `wan` transfer of `bytes` in `files` files a fair reading of
 /// the path's rate?
-pub fn worth_remembering(bytes: u64, files: u64) -> bool {
+pub(crate) fn worth_remembering(bytes: u64, files: u64) -> bool {
     bytes >= MIN_BYTES && bytes / files.max(1) >= MIN_MEAN_FILE
 }
 /// Servers the file keeps (the most recently used).
@@ -74,22 +74,23 @@ fn unix(t: SystemTime) -> u64 {
 }
 
 #[derive(Debug, Clone)]
-pub struct RateMemory {
+pub(crate) struct RateMemory {
     path: PathBuf,
 }
 
 impl RateMemory {
-    pub fn new(path: PathBuf) -> RateMemory {
+    pub(crate) fn new(path: PathBuf) -> RateMemory {
         RateMemory { path }
     }
 
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The rate remembered for `server` (`get:HOST:PORT`, `put:HOST:PORT`),
     /// bits/s, if any and fresh.
-    pub fn recall(&self, server: &str, now: SystemTime) -> Option<u64> {
+    pub(crate) fn recall(&self, server: &str, now: SystemTime) -> Option<u64> {
         let text = std::fs::read_to_string(&self.path).ok()?;
         let now = unix(now);
         parse(&text)
@@ -102,7 +103,7 @@ impl RateMemory {
 
     /// Remember `bps` for `server`, replacing what was there (the file is
     /// replaced whole, see `identity::write_private`).
-    pub fn remember(&self, server: &str, bps: u64, now: SystemTime) -> Result<()> {
+    pub(crate) fn remember(&self, server: &str, bps: u64, now: SystemTime) -> Result<()> {
         if server.chars().any(char::is_whitespace) || server.is_empty() {
             anyhow::bail!("{server:?} cannot be a key of the rate memory");
         }

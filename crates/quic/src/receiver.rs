@@ -24,7 +24,7 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 /// Where a receiving session's entries go.
-pub struct Destination {
+pub(crate) struct Destination {
     /// Directory under which every target is resolved (cap-std confined).
     pub base: Dir,
     pub landing: Landing,
@@ -32,13 +32,13 @@ pub struct Destination {
 
 impl Destination {
     /// See [`Landing::is_fresh`].
-    pub fn is_fresh(&self) -> bool {
+    pub(crate) fn is_fresh(&self) -> bool {
         self.landing.is_fresh(&self.base)
     }
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct RecvOpts {
+pub(crate) struct RecvOpts {
     pub sync: SyncMode,
     /// See [`RecvConfig::fresh`].
     pub fresh: bool,
@@ -76,7 +76,7 @@ fn protocol(msg: impl Into<String>) -> Problem {
 }
 
 /// Run the receiving role until every entry is settled; sends `Done`.
-pub async fn run_receiver(
+pub(crate) async fn run_receiver(
     conn: quinn::Connection,
     ctl: CtlTx,
     rx: &mut CtlRx,

@@ -25,7 +25,7 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 /// One requested root on the sending side: a directory handle and a path inside it.
-pub struct SendRoot {
+pub(crate) struct SendRoot {
     pub dir: Arc<Dir>,
     pub start: RelPath,
     /// The request ended in `/`: only a directory will do.
@@ -33,11 +33,11 @@ pub struct SendRoot {
 }
 
 /// A root that could not even be named (bad path): sent as a `RootError`.
-pub type SendRootResult = Result<SendRoot, (ErrorCode, String)>;
+pub(crate) type SendRootResult = Result<SendRoot, (ErrorCode, String)>;
 
 /// A source file, as the core's jobs name it.
 #[derive(Debug)]
-pub struct SrcFile {
+pub(crate) struct SrcFile {
     dir: Arc<Dir>,
     path: RelPath,
 }
@@ -46,7 +46,7 @@ type Src = Arc<SrcFile>;
 
 /// How a session's sending side runs.
 #[derive(Debug, Clone, Copy)]
-pub struct SendOpts {
+pub(crate) struct SendOpts {
     /// Data streams at once.
     pub streams: usize,
     /// Cap on the sending rate (bits/s), 0 = none.
@@ -69,7 +69,7 @@ enum Input {
 }
 
 /// Run the sending role until the receiver says `Done` (or the session fails).
-pub async fn run_sender(
+pub(crate) async fn run_sender(
     conn: quinn::Connection,
     ctl: CtlTx,
     rx: &mut CtlRx,
@@ -347,7 +347,7 @@ fn open_root(
 /// The sending side's file-system work: the source files open while their
 /// chunks are read, by id.
 #[derive(Default)]
-pub struct SendDisk {
+pub(crate) struct SendDisk {
     open: Mutex<HashMap<u64, Arc<File>>>,
 }
 

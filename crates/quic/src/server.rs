@@ -33,7 +33,7 @@ pub struct ServeOpts {
 }
 
 /// The application close code of connections a shutting-down server closes.
-pub const SHUTDOWN: u32 = 3;
+pub(crate) const SHUTDOWN: u32 = 3;
 
 /// A bound server, ready to run.
 pub struct Server {

@@ -3,7 +3,7 @@
 use super::*;
 
 /// vsftpd (anonymous), lftp mirror --parallel=4 (MDTM off: one round trip less per file).
-pub struct Ftp;
+pub(super) struct Ftp;
 
 impl Adapter for Ftp {
     fn name(&self) -> &'static str {

@@ -3,7 +3,7 @@
 use super::*;
 
 /// globus-gridftp-server (anonymous, no certificates), globus-url-copy -fast -pp -cc 4 -p 4 -r -cd.
-pub struct Gridftp;
+pub(super) struct Gridftp;
 
 impl Adapter for Gridftp {
     fn name(&self) -> &'static str {

@@ -3,7 +3,7 @@
 use super::*;
 
 /// iperf3 -R -n BYTES, memory to memory (ceiling).
-pub struct Iperf3;
+pub(super) struct Iperf3;
 
 impl Adapter for Iperf3 {
     fn name(&self) -> &'static str {

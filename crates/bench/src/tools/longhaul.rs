@@ -3,7 +3,7 @@
 use super::*;
 
 /// longhaul serve + get (QUIC); one get per receiver (op=put: a serve in every receiver, a put to each).
-pub struct Longhaul;
+pub(super) struct Longhaul;
 
 impl Adapter for Longhaul {
     fn name(&self) -> &'static str {

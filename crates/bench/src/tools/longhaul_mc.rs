@@ -3,7 +3,7 @@
 use super::*;
 
 /// longhaul multicast send → receive (RaptorQ), closed group, at 90% of the line rate; IP multicast to every receiver.
-pub struct LonghaulMc;
+pub(super) struct LonghaulMc;
 
 impl Adapter for LonghaulMc {
     fn name(&self) -> &'static str {

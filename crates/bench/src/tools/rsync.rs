@@ -3,7 +3,7 @@
 use super::*;
 
 /// rsync daemon, rsync -a.
-pub struct Rsync;
+pub(super) struct Rsync;
 
 impl Adapter for Rsync {
     fn name(&self) -> &'static str {

@@ -3,7 +3,7 @@
 use super::*;
 
 /// OpenSSH sshd + scp -r (SFTP protocol), key authentication.
-pub struct Scp;
+pub(super) struct Scp;
 
 impl Adapter for Scp {
     fn name(&self) -> &'static str {

@@ -3,7 +3,7 @@
 use super::*;
 
 /// tar | nc, one TCP stream per receiver.
-pub struct Tarnc;
+pub(super) struct Tarnc;
 
 impl Adapter for Tarnc {
     fn name(&self) -> &'static str {

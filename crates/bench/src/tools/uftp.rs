@@ -3,7 +3,7 @@
 use super::*;
 
 /// uftp → uftpd at 90% of the line rate, closed group; multicast to several receivers, unicast to one.
-pub struct Uftp;
+pub(super) struct Uftp;
 
 impl Adapter for Uftp {
     fn name(&self) -> &'static str {

@@ -2,8 +2,8 @@
 //! time in; frames, file-system jobs and events out. The drivers
 //! ([`crate::receiver`], [`crate::sender`]) move bytes between them and quinn and run the jobs.
 
-pub mod recv;
-pub mod send;
+pub(crate) mod recv;
+pub(crate) mod send;
 
 use crate::proto::Frame;
 use crate::report::Problem;
@@ -11,7 +11,7 @@ use std::time::Instant;
 
 /// Where a role's session stands.
 #[derive(Debug, Clone, PartialEq)]
-pub enum State {
+pub(crate) enum State {
     Running,
     /// Done: the receiver settled every entry (and queued `Done`), or the
     /// sender read the receiver's `Done`.
@@ -22,7 +22,7 @@ pub enum State {
 }
 
 /// What both roles take from the control stream.
-pub trait Role {
+pub(crate) trait Role {
     fn handle_frame(&mut self, now: Instant, frame: Frame);
     /// The session failed outside the core (a stream, the connection).
     fn handle_failure(&mut self, p: Problem);

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 /// How a receiving session runs.
 #[derive(Debug, Clone, Copy)]
-pub struct RecvConfig {
+pub(crate) struct RecvConfig {
     pub sync: SyncMode,
     /// The sender sends every file whole without waiting for a `Want` (a
     /// get's `Hello.fresh`, a put's `Welcome.fresh`): none is sent, nothing is
@@ -48,7 +48,7 @@ pub struct RecvConfig {
 /// the control stream is behind (none did in the lab); without a bound, a
 /// client that names a fresh destination could pin a full record on each of
 /// its streams (1024 × 1 MiB) for ids it never announces.
-pub const MAX_WAITING: u64 = 64 << 20;
+pub(crate) const MAX_WAITING: u64 = 64 << 20;
 
 /// How often a file's written chunks are made durable and journaled for resume:
 /// at most this often, and only once 16 chunks (16 MiB) wait. A receiver killed
@@ -57,12 +57,12 @@ pub const MAX_WAITING: u64 = 64 << 20;
 /// the writers while it commits: 1 GiB on loopback took 1.8-1.9 s with no sync,
 /// 2.0-3.0 s with one a second, 2.5-2.7 s with one per 250 ms; with one per 16
 /// chunks on the stream's own task (before) 3.5-4 s.
-pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
-pub const CHECKPOINT_MIN_CHUNKS: usize = 16;
+pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const CHECKPOINT_MIN_CHUNKS: usize = 16;
 
 /// One data record, decoded by the driver ([`crate::proto::RecordDecoder`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     /// The driver's name for the stream it came on (handed back in
     /// [`Event::StreamReady`]).
     pub stream: u64,
@@ -75,7 +75,7 @@ pub struct Record {
 /// File-system work for the driver. Each job's result comes back as the
 /// [`Done`] of the same name.
 #[derive(Debug)]
-pub enum Job {
+pub(crate) enum Job {
     /// Create directory `target` (mode and mtime applied at the end).
     Dir {
         target: RelPath,
@@ -128,7 +128,7 @@ pub enum Job {
 impl Job {
     /// Jobs that run one at a time, in order, on the driver's manifest lane
     /// (they share the destination's directory cache).
-    pub fn is_manifest(&self) -> bool {
+    pub(crate) fn is_manifest(&self) -> bool {
         matches!(
             self,
             Job::Dir { .. }
@@ -142,7 +142,7 @@ impl Job {
 
 /// What [`Job::Open`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Opened {
+pub(crate) enum Opened {
     /// Already there (`--sync`): not wanted.
     Skip,
     /// The part is open. `want`: what to ask the sender for (`All`,
@@ -152,7 +152,7 @@ pub enum Opened {
 
 /// What [`Job::Write`] left.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Wrote {
+pub(crate) enum Wrote {
     /// Written and recorded.
     Chunk,
     /// A file of one chunk, settled by its writer.
@@ -161,7 +161,7 @@ pub enum Wrote {
 
 /// A finished job.
 #[derive(Debug)]
-pub enum Done {
+pub(crate) enum Done {
     /// Of [`Job::Dir`] or [`Job::Symlink`].
     Made {
         target: RelPath,
@@ -174,7 +174,6 @@ pub enum Done {
     /// `stream` is the job's; `data` is the buffer, back for reuse.
     Written {
         id: u64,
-        index: u64,
         stream: u64,
         data: Vec<u8>,
         result: std::io::Result<Wrote>,
@@ -190,16 +189,14 @@ pub enum Done {
     Discarded {
         id: u64,
     },
-    Closed {
-        id: u64,
-    },
+    Closed,
     DirsFinished(std::io::Result<()>),
     Synced(std::io::Result<()>),
 }
 
 /// Something the driver acts on.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     /// A record of this stream is dealt with (written, or dropped); its
     /// buffer comes back. The driver bounds what a stream has in the core's
     /// hands, so a slow disk holds the streams.
@@ -255,7 +252,7 @@ impl InFile {
 }
 
 /// The receiving role's state machine.
-pub struct RecvCore {
+pub(crate) struct RecvCore {
     cfg: RecvConfig,
     landing: Landing,
     progress: Arc<Progress>,
@@ -293,7 +290,7 @@ fn io_problem(path: &str, e: impl std::fmt::Display) -> Problem {
 }
 
 impl RecvCore {
-    pub fn new(cfg: RecvConfig, landing: Landing, progress: Arc<Progress>) -> RecvCore {
+    pub(crate) fn new(cfg: RecvConfig, landing: Landing, progress: Arc<Progress>) -> RecvCore {
         RecvCore {
             cfg,
             landing,
@@ -316,15 +313,15 @@ impl RecvCore {
     }
 
     /// The report so far (complete once the state is not `Running`).
-    pub fn take_report(&mut self) -> SessionReport {
+    pub(crate) fn take_report(&mut self) -> SessionReport {
         std::mem::take(&mut self.report)
     }
 
-    pub fn poll_frame(&mut self) -> Option<Frame> {
+    pub(crate) fn poll_frame(&mut self) -> Option<Frame> {
         self.frames.pop_front()
     }
 
-    pub fn poll_job(&mut self) -> Option<Job> {
+    pub(crate) fn poll_job(&mut self) -> Option<Job> {
         let j = self.jobs.pop_front();
         if j.is_some() {
             self.busy += 1;
@@ -332,17 +329,13 @@ impl RecvCore {
         j
     }
 
-    pub fn poll_event(&mut self) -> Option<Event> {
+    pub(crate) fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
 
-    /// Jobs handed out and not yet done.
-    pub fn busy(&self) -> usize {
-        self.busy
-    }
-
     /// Record bytes held for entries not yet announced or opened.
-    pub fn waiting_bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn waiting_bytes(&self) -> u64 {
         self.waiting_bytes
     }
 
@@ -547,7 +540,7 @@ impl RecvCore {
         Ok(())
     }
 
-    pub fn handle_record(&mut self, now: Instant, r: Record) {
+    pub(crate) fn handle_record(&mut self, now: Instant, r: Record) {
         if !self.running() {
             return;
         }
@@ -648,7 +641,7 @@ impl RecvCore {
         Ok(())
     }
 
-    pub fn handle_done(&mut self, now: Instant, done: Done) {
+    pub(crate) fn handle_done(&mut self, now: Instant, done: Done) {
         self.busy -= 1;
         if self.running() {
             if let Err(p) = self.on_done(now, done) {
@@ -714,7 +707,7 @@ impl RecvCore {
                 self.settle(id, f.display, f.plan.size, 0, Status::Skipped, None);
                 Ok(())
             }
-            Done::Closed { .. } => Ok(()),
+            Done::Closed => Ok(()),
             Done::DirsFinished(r) => {
                 if let Err(e) = r {
                     self.report

@@ -37,11 +37,11 @@ use std::time::{Duration, Instant};
 /// thousands in flight. At 1 MiB (under a thousand packets) a stream cannot
 /// reach that, and the connection's window still fills the path: finished
 /// streams stay in flight until acknowledged.
-pub const STREAM_BYTES: u64 = 1 << 20;
+pub(crate) const STREAM_BYTES: u64 = 1 << 20;
 
 /// How a sending session runs.
 #[derive(Debug, Clone, Copy)]
-pub struct SendConfig {
+pub(crate) struct SendConfig {
     /// Send every file whole at once, unasked (a get's `Hello.fresh`, a
     /// put's `Welcome.fresh`).
     pub fresh: bool,
@@ -52,7 +52,7 @@ pub struct SendConfig {
 
 /// One thing the walk of a requested root found.
 #[derive(Debug)]
-pub enum Walked<S> {
+pub(crate) enum Walked<S> {
     /// The root could not be served.
     RootError {
         root: u32,
@@ -78,7 +78,7 @@ pub enum Walked<S> {
 
 /// File-system work for the driver.
 #[derive(Debug)]
-pub enum Job<S> {
+pub(crate) enum Job<S> {
     /// Read and hash chunk `index` of file `id` for `lane`. `check`: this is
     /// the file's only chunk; after reading, make sure the source is still
     /// the file announced (its size and mtime).
@@ -108,7 +108,7 @@ pub enum Job<S> {
 
 /// A finished job.
 #[derive(Debug)]
-pub enum Done {
+pub(crate) enum Done {
     Read {
         lane: usize,
         id: u64,
@@ -132,7 +132,7 @@ pub enum Done {
 
 /// A record for a lane's stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transmit {
+pub(crate) struct Transmit {
     pub lane: usize,
     /// Finish the lane's stream and open a new one first.
     pub rotate: bool,
@@ -193,10 +193,10 @@ struct Lane {
 /// How many bytes a lane may have being read or waiting to be written: a
 /// lane holds several small records at once (no round trip through the
 /// driver per 10 kB file) but one large chunk at a time.
-pub const LANE_BYTES: u64 = 256 << 10;
+pub(crate) const LANE_BYTES: u64 = 256 << 10;
 
 /// The sending role's state machine.
-pub struct SendCore<S> {
+pub(crate) struct SendCore<S> {
     cfg: SendConfig,
     progress: Arc<Progress>,
     next_id: u64,
@@ -220,7 +220,7 @@ fn protocol(msg: impl Into<String>) -> Problem {
 }
 
 impl<S: Clone> SendCore<S> {
-    pub fn new(cfg: SendConfig, lanes: usize, progress: Arc<Progress>) -> SendCore<S> {
+    pub(crate) fn new(cfg: SendConfig, lanes: usize, progress: Arc<Progress>) -> SendCore<S> {
         SendCore {
             cfg,
             progress,
@@ -237,15 +237,15 @@ impl<S: Clone> SendCore<S> {
         }
     }
 
-    pub fn take_report(&mut self) -> SessionReport {
+    pub(crate) fn take_report(&mut self) -> SessionReport {
         std::mem::take(&mut self.report)
     }
 
-    pub fn poll_frame(&mut self) -> Option<Frame> {
+    pub(crate) fn poll_frame(&mut self) -> Option<Frame> {
         self.frames.pop_front()
     }
 
-    pub fn poll_job(&mut self) -> Option<Job<S>> {
+    pub(crate) fn poll_job(&mut self) -> Option<Job<S>> {
         self.jobs.pop_front()
     }
 
@@ -255,7 +255,7 @@ impl<S: Clone> SendCore<S> {
         self.queue.len()
     }
 
-    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+    pub(crate) fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
     }
 
@@ -271,7 +271,7 @@ impl<S: Clone> SendCore<S> {
         }
     }
 
-    pub fn handle_walked(&mut self, now: Instant, w: Walked<S>) {
+    pub(crate) fn handle_walked(&mut self, now: Instant, w: Walked<S>) {
         if !self.running() {
             return;
         }
@@ -469,7 +469,7 @@ impl<S: Clone> SendCore<S> {
     }
 
     /// `lane` wrote a record of `bytes` bytes of data ([`Transmit::data`]).
-    pub fn handle_written(&mut self, now: Instant, lane: usize, bytes: u64) {
+    pub(crate) fn handle_written(&mut self, now: Instant, lane: usize, bytes: u64) {
         self.release(lane, bytes);
         self.assign(now);
     }
@@ -545,7 +545,7 @@ impl<S: Clone> SendCore<S> {
         }
     }
 
-    pub fn handle_done(&mut self, now: Instant, done: Done) {
+    pub(crate) fn handle_done(&mut self, now: Instant, done: Done) {
         if !self.running() {
             return;
         }

@@ -1,6 +1,6 @@
 //! What the in-process server tests share.
 
-use longhaul_quic::net::NetOpts;
+use longhaul_quic::NetOpts;
 use longhaul_quic::{ClientOpts, ServeOpts, Server};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
