@@ -11,7 +11,7 @@
 //! `dataset`, `scenario`, `results`; `proc`, `host` → `live`; `report` →
 //! `html` → `results` → `scenario` → `tools`.
 
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 
 mod dataset;
 mod host;

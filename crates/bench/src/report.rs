@@ -23,6 +23,8 @@ pub fn write_all(dir: &Path, r: &Results) -> Result<()> {
     Ok(())
 }
 
+/// results.csv: a header line, then one line per run with the suite, the profile
+/// and every number of [`crate::results::Run`].
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
         "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,steady_mbps,queue_ms,queue_max_ms,wire_bytes,client_cpu_s,server_cpu_s,verified,note\n",
@@ -76,6 +78,9 @@ fn field(v: &str) -> String {
     }
 }
 
+/// summary.md: the suite and machine, the tool × scenario table of mean Mbit/s
+/// (target marked), the sweeps' tables, every run, the tools' versions and what the
+/// columns mean.
 pub fn summary(r: &Results) -> String {
     let info = &r.suite.suite;
     let (scenarios, tools) = axes(r);

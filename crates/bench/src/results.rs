@@ -29,6 +29,7 @@ impl Status {
         matches!(self, Status::Ok | Status::Timeout)
     }
 
+    /// The status's name in results.json and the reports.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -49,14 +50,18 @@ impl std::fmt::Display for Status {
 /// One tool's run over one scenario.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Run {
+    /// Name of the scenario it ran.
     pub scenario: String,
+    /// The tool's label: its name, with its settings if any (`gridftp:p=8`).
     pub tool: String,
+    /// Repetition number, from 1.
     pub rep: u32,
     /// Every receiver's link ("A | B" for two receivers).
     pub link: String,
     /// The sweep the scenario belongs to, and its x on it.
     #[serde(default)]
     pub sweep: Option<String>,
+    /// Its x on that sweep.
     #[serde(default)]
     pub x: Option<f64>,
     /// Competing traffic on the path during the run, if any.
@@ -68,9 +73,11 @@ pub struct Run {
     /// How many hosts received the data set.
     #[serde(default = "one")]
     pub receivers: u32,
+    /// How it ended; only `ok` and `timeout` runs count in the tables.
     pub status: Status,
     /// Why it failed or was skipped (the tail of its output, or how to install it).
     pub note: String,
+    /// Number of files in the data set.
     pub files: u64,
     /// Bytes of the data set (each receiver gets all of them).
     pub bytes: u64,
@@ -78,6 +85,8 @@ pub struct Run {
     /// `bytes` only when the run was stopped at its time cap).
     #[serde(default)]
     pub delivered_bytes: u64,
+    /// Seconds from the actors' start until the last one exited or the time cap
+    /// stopped them; 0 if they never started.
     pub wall_s: f64,
     /// Delivered bytes per receiver over the wall time.
     pub mbps: f64,
@@ -85,6 +94,8 @@ pub struct Run {
     pub ttp: f64,
     /// Payload bytes (one copy) / bytes the server put on the wire (seed 003).
     pub goodput: f64,
+    /// Bytes the server host offered to the emulator while the tool ran (IP bytes,
+    /// background traffic taken out); the denominator of `goodput`.
     pub wire_bytes: u64,
     /// Seconds from the start until the first byte of a file landed at a receiver.
     #[serde(default)]
@@ -97,7 +108,7 @@ pub struct Run {
     pub verified: Option<bool>,
     /// Mbit/s the receivers' links delivered (mean over receivers), per 100 ms.
     pub series_mbps: Vec<f64>,
-    /// Once at speed (see [`crate::metrics::steady`]): the mean Mbit/s the emulator delivered
+    /// Once at speed (`metrics::steady`): the mean Mbit/s the emulator delivered
     /// (IP bytes, retransmissions included) ...
     #[serde(default)]
     pub steady_mbps: Option<f64>,
@@ -105,6 +116,7 @@ pub struct Run {
     /// of the per-second least waits.
     #[serde(default)]
     pub queue_ms: Option<f64>,
+    /// The largest of those per-second least waits, ms.
     #[serde(default)]
     pub queue_max_ms: Option<f64>,
 }
@@ -125,16 +137,26 @@ impl Run {
 /// Everything a suite run produced (results.json).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
+    /// The suite as it was loaded: the reports take its title, target and sweeps.
     pub suite: Suite,
     /// The profile the suite ran under, and what it scaled.
     #[serde(default)]
     pub profile: String,
+    /// What the profile did to the suite, a sentence for the reports
+    /// ([`crate::runner::profile_note`]).
     #[serde(default)]
     pub profile_note: String,
+    /// When the suite run started, seconds since the Unix epoch.
     pub started_unix: u64,
+    /// The machine it ran on: `kernel`, `cores`, `cpu` and `memory` (the first line
+    /// of /proc/meminfo).
     pub machine: BTreeMap<String, String>,
+    /// Each tool's version (the first line its version command printed), by tool
+    /// name; recorded when the tool first runs, so a skipped tool has none.
     pub versions: BTreeMap<String, String>,
+    /// The suite's line rate in bit/s, the reference of `ttp`.
     pub line_rate_bps: u64,
+    /// Every run, in the order they ran.
     pub runs: Vec<Run>,
 }
 

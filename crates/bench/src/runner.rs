@@ -20,14 +20,21 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// How [`run_suite`] runs a suite (from `longhaul lab run`).
 pub struct Options {
+    /// The longhaul executable: it brings the lab up, and longhaul's adapters run it.
     pub exe: PathBuf,
+    /// Output directory: results.json (rewritten after every run), the data sets
+    /// (`data/`), the receivers' destinations (`work/`) and each run's files and logs
+    /// (`runs/`).
     pub out: PathBuf,
     /// quick, standard or full.
     pub profile: String,
     /// Only these tools (of each scenario's list): a name takes every
     /// variant of the tool, a label (`gridftp:p=8`) just that one.
     pub tools: Option<Vec<String>>,
+    /// Runs per tool, over every scenario's and the profile's `repeat`; None keeps
+    /// them.
     pub repeat: Option<u32>,
     /// Print one line per run on stderr.
     pub progress: bool,

@@ -13,6 +13,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Suite {
+    /// The `[suite]` table: name, line rate and the defaults of every scenario.
     pub suite: SuiteInfo,
     /// quick / standard / full: how the suite scales down to fit a time budget.
     #[serde(default)]
@@ -20,6 +21,7 @@ pub struct Suite {
     /// Sweeps: scenarios that vary one thing, drawn as a line chart.
     #[serde(default)]
     pub sweep: BTreeMap<String, Sweep>,
+    /// The `[[scenario]]`s, in the order they run.
     #[serde(rename = "scenario")]
     pub scenarios: Vec<Scenario>,
 }
@@ -28,6 +30,7 @@ pub struct Suite {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
+    /// What the profile does, in a sentence; the reports add it to the profile note.
     #[serde(default)]
     pub description: String,
     /// Share of each file group's bytes: the count shrinks while it stays
@@ -38,6 +41,8 @@ pub struct Profile {
     /// Factor on every time cap (at least 1 s after scaling).
     #[serde(default = "unit")]
     pub time_scale: f64,
+    /// Runs per tool and scenario under this profile, over the scenario's and the
+    /// suite's `repeat`; None keeps theirs.
     #[serde(default)]
     pub repeat: Option<u32>,
     /// Only the scenarios whose names match one of these patterns (`*`
@@ -53,6 +58,7 @@ pub struct Profile {
 pub struct Sweep {
     /// What x is ("one-way latency (ms)").
     pub x: String,
+    /// Title of its chart in report.html; empty means the sweep's name.
     #[serde(default)]
     pub title: String,
     /// Draw x on a log axis.
@@ -71,9 +77,14 @@ fn mbps_only() -> Vec<Metric> {
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Metric {
+    /// Mbit/s per receiver: delivered bytes × 8 / wall time (the default).
     #[default]
     Mbps,
+    /// TTP (seed 003): (delivered payload bytes / line rate) / wall time, so 1.0 is
+    /// the line rate.
     Ttp,
+    /// G (seed 003): payload bytes delivered (one copy) / bytes the server put on
+    /// the wire.
     Goodput,
     /// Wall time of the whole transfer.
     Seconds,
@@ -83,6 +94,7 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// The metric's name on chart axes and in table headings ("Mbit/s", "TTP", ...).
     pub fn label(self) -> &'static str {
         match self {
             Metric::Mbps => "Mbit/s",
@@ -107,11 +119,15 @@ pub fn glob(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// Competing traffic as a scenario writes it: `tcp_flows`, or `udp_pps` with an
+/// optional `udp_size`; [`Suite::plans_for`] checks and resolves it into [`Background`].
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackgroundSpec {
+    /// Bulk TCP flows (0 to 64; 0 means none).
     #[serde(default)]
     pub tcp_flows: Option<u32>,
+    /// UDP datagrams per second at a constant rate (0 to 1,000,000; 0 means none).
     #[serde(default)]
     pub udp_pps: Option<u32>,
     /// UDP payload bytes per datagram (default 1250, as seed 004).
@@ -125,10 +141,17 @@ pub enum Background {
     /// N bulk TCP flows (iperf3 -P N, the scenario's congestion control).
     Tcp(u32),
     /// Constant-rate UDP: datagrams per second of `size` payload bytes.
-    Udp { pps: u32, size: u32 },
+    Udp {
+        /// Datagrams per second.
+        pps: u32,
+        /// Payload bytes per datagram (16 to 1472).
+        size: u32,
+    },
 }
 
 impl Background {
+    /// One line for the reports and results.json's `background`: the number of TCP
+    /// flows, or the UDP datagram rate with its payload rate in Mbit/s.
     pub fn describe(&self) -> String {
         match self {
             Background::Tcp(n) => {
@@ -162,10 +185,13 @@ pub enum Dest {
     Tmpfs,
 }
 
+/// The `[suite]` table: what the suite is, and the defaults its scenarios inherit.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SuiteInfo {
+    /// Suite name (1 to 64 of `A-Z a-z 0-9 - _ .`), the title of its reports.
     pub name: String,
+    /// What the suite measures: a paragraph under the title of its reports.
     #[serde(default)]
     pub description: String,
     /// The study it replays (e.g. "seed 000: EUMETSAT WAN study, Table 1").
@@ -179,6 +205,8 @@ pub struct SuiteInfo {
     /// Tools of every scenario that names none.
     #[serde(default)]
     pub tools: Vec<String>,
+    /// Runs per tool and scenario where neither the scenario nor the profile says
+    /// (1 to 100; default 1).
     #[serde(default = "one")]
     pub repeat: u32,
     /// Longest a tool may take in one run ("300s", "5m").
@@ -192,9 +220,13 @@ pub struct SuiteInfo {
     pub dest: Dest,
 }
 
+/// One `[[scenario]]` as written: links, data set and tools; what it leaves out
+/// comes from `[suite]`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
+    /// Its name, unique in the suite (1 to 64 of `A-Z a-z 0-9 - _ .`); it labels
+    /// its runs and report rows.
     pub name: String,
     /// Every receiver's link (emulator SPEC); the server sits at the hub.
     #[serde(default)]
@@ -205,11 +237,14 @@ pub struct Scenario {
     /// How many receivers (default 1, or as many as `links`).
     #[serde(default)]
     pub receivers: Option<usize>,
+    /// Where receivers write; None means the suite's `dest`.
     #[serde(default)]
     pub dest: Option<Dest>,
     /// The sweep it belongs to (a `[sweep.NAME]` of the suite) and its place on it.
     #[serde(default)]
     pub sweep: Option<String>,
+    /// Its place on the sweep's x axis, in the unit the sweep's `x` names; given
+    /// together with `sweep`.
     #[serde(default)]
     pub x: Option<f64>,
     /// Largest TCP buffer the hosts' autotuning may grow to (tcp_rmem and
@@ -223,21 +258,29 @@ pub struct Scenario {
     pub background: Option<BackgroundSpec>,
     /// The data set: groups of files of one size.
     pub files: Vec<FileGroup>,
+    /// Tools to run (`name` or `name:key=value,...`); empty means the suite's `tools`.
     #[serde(default)]
     pub tools: Vec<String>,
+    /// Runs per tool (1 to 100); None means the suite's (a profile's `repeat`
+    /// overrides both).
     #[serde(default)]
     pub repeat: Option<u32>,
+    /// Longest a tool may take in one run ("300s", "5m"); None means the suite's.
     #[serde(default)]
     pub time_cap: Option<String>,
+    /// Kernel TCP congestion control of the hosts (cubic, bbr or reno); None means
+    /// the suite's.
     #[serde(default)]
     pub cc: Option<String>,
 }
 
+/// One group of a scenario's data set: `count` files of `size` each.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileGroup {
     /// Size of each file ("10kB", "5MB", "1GiB").
     pub size: String,
+    /// How many files (1 to 1,000,000 as written; a profile may lower it).
     pub count: u64,
 }
 
@@ -252,27 +295,40 @@ fn five_minutes() -> String {
 /// A scenario with everything resolved and checked.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The scenario's name.
     pub name: String,
     /// One per receiver.
     pub links: Vec<String>,
+    /// Where receivers write (the scenario's, else the suite's).
     pub dest: Dest,
+    /// File groups as (bytes per file, count), scaled by the profile.
     pub files: Vec<(u64, u64)>,
+    /// Tools in the order listed (the scenario's, else the suite's), no label twice.
     pub tools: Vec<ToolSpec>,
     /// (sweep name, x).
     pub sweep: Option<(String, f64)>,
     /// Bytes; None = the lab's default (128 MiB).
     pub tcp_max: Option<u64>,
+    /// Competing traffic; None when the scenario has none (or asks for zero).
     pub background: Option<Background>,
+    /// Runs per tool: the profile's, else the scenario's, else the suite's (the
+    /// runner's `--repeat` overrides it).
     pub repeat: u32,
+    /// Longest a tool may take in one run, scaled by the profile (at least 1 s); a
+    /// run that reaches it is stopped.
     pub time_cap: Duration,
+    /// Kernel TCP congestion control set in every host (the scenario's, else the
+    /// suite's); None leaves the hosts' default.
     pub cc: Option<String>,
 }
 
 impl Plan {
+    /// Bytes of the data set, which every receiver gets whole.
     pub fn bytes(&self) -> u64 {
         self.files.iter().map(|(size, n)| size * n).sum()
     }
 
+    /// Number of files in the data set.
     pub fn file_count(&self) -> u64 {
         self.files.iter().map(|(_, n)| n).sum()
     }
@@ -344,6 +400,8 @@ impl Suite {
         Suite::parse(&text).with_context(|| name_or_path.to_string())
     }
 
+    /// Parses a suite's TOML and checks it: no profile but quick, standard and full,
+    /// and every scenario resolved under each of the three.
     pub fn parse(text: &str) -> Result<Suite> {
         let s: Suite = toml::from_str(text)?;
         for name in s.profile.keys() {
@@ -368,6 +426,8 @@ impl Suite {
         Ok(self.profile.get(name))
     }
 
+    /// The `[suite]` line rate in bit/s, the reference of TTP (checked by
+    /// [`Suite::parse`]).
     pub fn line_rate_bps(&self) -> u64 {
         parse_rate(&self.suite.line_rate).expect("checked by plans()")
     }

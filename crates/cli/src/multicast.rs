@@ -298,7 +298,7 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
     bar.set_length(data_len);
     bar.set_position(0);
     bar.set_message("announcing");
-    let total_syms = core.layout().total_symbols().max(1);
+    let total_syms = core.total_symbols().max(1);
     let mut log = Vec::new();
     let quiet = a.quiet || a.json;
     let r = udp::run_sender(&sock, &targets, &mut core, &mut files, stop, &mut |c, e| {

@@ -3,7 +3,7 @@
 //! ([`topology`], [`ops`], [`daemon`]) and probes to check a path
 //! ([`probe`]). The benchmark that runs tools over it is `longhaul-bench`.
 
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod daemon;
 pub mod ops;

@@ -16,12 +16,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+/// Hidden `longhaul lab` subcommand that runs a lab's supervisor; it is also
+/// how the supervisor is recognised in /proc and names its pid file.
 pub const SUPERVISE: &str = "__supervise";
+/// Hidden `longhaul lab` subcommand that runs a lab's emulator; it is also
+/// how the emulator is recognised in /proc.
 pub const EMULATE: &str = "__emulate";
 
+/// The lab's config (`config.json`, written by `up`) in state directory `dir`.
 pub fn config_path(dir: &Path) -> PathBuf {
     dir.join("config.json")
 }
+/// The emulator's control socket (`ctl.sock`, requests `stats` and `stop`) in
+/// state directory `dir`.
 pub fn ctl_path(dir: &Path) -> PathBuf {
     dir.join("ctl.sock")
 }
@@ -34,6 +41,8 @@ fn pid_path(dir: &Path, role: &str) -> PathBuf {
     dir.join(file)
 }
 
+/// Records `pid` in `dir`: `supervisor.pid` for [`SUPERVISE`], `emulator.pid`
+/// for any other role.
 pub fn write_pid(dir: &Path, role: &str, pid: u32) -> Result<()> {
     std::fs::write(pid_path(dir, role), format!("{pid}\n"))
         .with_context(|| format!("writing {}", pid_path(dir, role).display()))
@@ -47,6 +56,8 @@ fn read_pid(dir: &Path, role: &str) -> Option<i32> {
         .ok()
 }
 
+/// Lab `name`'s config from its state directory; an error when it is missing
+/// (the lab is not up) or does not parse.
 pub fn read_config(name: &str) -> Result<LabConfig> {
     let path = config_path(&state_root().join(name));
     let text = std::fs::read_to_string(&path)
@@ -57,9 +68,12 @@ pub fn read_config(name: &str) -> Result<LabConfig> {
 /// Whether a lab is running, left over from a crash, or absent.
 #[derive(Debug)]
 pub enum Status {
+    /// Its supervisor and emulator are both running (pid files checked
+    /// against /proc) and its config reads back; holds that config.
     Up(Box<LabConfig>),
     /// Some of it is left (state directory or namespaces) but its processes are gone.
     Stale,
+    /// Neither a state directory nor a namespace of this lab exists.
     Absent,
 }
 
@@ -71,6 +85,7 @@ fn lab_namespaces(name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether lab `name` is up, stale or absent.
 pub fn status(name: &str) -> Status {
     let dir = state_root().join(name);
     let live =
@@ -108,6 +123,8 @@ pub fn all_labs() -> Vec<String> {
     names
 }
 
+/// Fails, saying what to do, unless this process runs as root and the
+/// machine has /dev/net/tun and iproute2's `ip`.
 pub fn require_root() -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -252,8 +269,12 @@ pub fn teardown(name: &str) -> Vec<String> {
 /// What `down` removed.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct DownReport {
+    /// Labs that were up and were stopped.
     pub stopped: Vec<String>,
+    /// Labs left over from a crash whose remains were removed.
     pub stale: Vec<String>,
+    /// Network namespaces of those labs that were found and deleted (a failed
+    /// delete only prints a warning), sorted.
     pub namespaces: Vec<String>,
 }
 

@@ -38,13 +38,21 @@ pub fn echo(port: u16) -> Result<()> {
     }
 }
 
+/// What [`rtt`] measured.
 #[derive(Debug, Serialize)]
 pub struct RttReport {
+    /// Probes sent.
     pub sent: u64,
+    /// Echoes received before the prober gave up.
     pub received: u64,
+    /// Round trip of each echoed probe, in sequence order, ms.
     pub rtt_ms: Vec<f64>,
+    /// Mean round trip, ms (0 when nothing came back).
     pub mean_ms: f64,
+    /// Shortest round trip, ms (infinite, `null` in JSON, when nothing came
+    /// back).
     pub min_ms: f64,
+    /// Longest round trip, ms (0 when nothing came back).
     pub max_ms: f64,
 }
 
@@ -112,12 +120,16 @@ pub fn rtt(to: &str, count: u64, interval: Duration, size: usize) -> Result<RttR
     })
 }
 
+/// What [`send`] sent.
 #[derive(Debug, Serialize)]
 pub struct SendReport {
+    /// Datagrams sent (a send refused with ECONNREFUSED counts too).
     pub sent_pkts: u64,
     /// IP bytes (payload + 28).
     pub sent_bytes: u64,
+    /// Seconds from the start to the end of sending.
     pub secs: f64,
+    /// Average sending rate of IP bytes, bit/s (`sent_bytes × 8 / secs`).
     pub rate_bps: f64,
 }
 
@@ -176,8 +188,10 @@ pub fn send(
     })
 }
 
+/// What [`sink`] received.
 #[derive(Debug, Serialize)]
 pub struct SinkReport {
+    /// Datagrams received (those of at least the 16-byte probe header).
     pub received_pkts: u64,
     /// IP bytes (payload + 28).
     pub received_bytes: u64,
@@ -187,6 +201,8 @@ pub struct SinkReport {
     pub missing: u64,
     /// Runs of consecutive missing sequence numbers.
     pub bursts: u64,
+    /// Mean length of those runs (`missing / bursts`; 0 when nothing is
+    /// missing).
     pub mean_burst: f64,
     /// Seconds from the first to the last datagram.
     pub secs: f64,

@@ -28,11 +28,6 @@ pub fn output(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-pub fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence and permission.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
-}
-
 /// The process's command line, if it exists.
 pub fn cmdline(pid: i32) -> Option<Vec<String>> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
@@ -54,6 +49,7 @@ pub fn is_lab_process(pid: i32, role: &str, lab: &str) -> bool {
     args.iter().any(|a| a == role) && args.windows(2).any(|w| w[0] == "--name" && w[1] == lab)
 }
 
+/// Sends `sig` to `pid`, ignoring failure (no such process, not permitted).
 pub fn signal(pid: i32, sig: libc::c_int) {
     // SAFETY: plain kill(2).
     unsafe { libc::kill(pid, sig) };
@@ -112,6 +108,7 @@ pub fn netns_list() -> Vec<String> {
     v
 }
 
+/// True if named network namespace `ns` exists (`/run/netns/NS`).
 pub fn netns_exists(ns: &str) -> bool {
     Path::new("/run/netns").join(ns).exists()
 }

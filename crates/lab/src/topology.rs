@@ -15,6 +15,7 @@ pub const NS_PREFIX: &str = "lh-";
 pub const PORT_NAME: &str = "lh0";
 /// Hosts get 10.77.0.1, .2, ... in the order given.
 pub const SUBNET: [u8; 3] = [10, 77, 0];
+/// Most hosts a lab may have (addresses up to 10.77.0.200).
 pub const MAX_HOSTS: usize = 200;
 
 /// Where labs keep their state (config, pids, control socket, logs).
@@ -55,11 +56,22 @@ pub fn check_host_name(name: &str) -> Result<()> {
 /// Everything needed to build (and tear down) a lab.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LabConfig {
+    /// Lab name (1–12 of a-z0-9): names the namespaces (`lh-NAME-HOST`) and
+    /// the state directory.
     pub name: String,
+    /// The hosts in the order given, the N-th at 10.77.0.N; the first is the
+    /// hub host, with an ideal link unless `--link-to` gives it one.
     pub hosts: Vec<HostConfig>,
+    /// Seed of the emulator's random choices (losses, jitter): the same seed
+    /// and traffic replay the same losses.
     pub seed: u64,
+    /// MTU of every host's TUN port, bytes (576 to 9000).
     pub mtu: usize,
+    /// Where the emulator writes a pcap of every packet the hosts send (the
+    /// CLI makes `--pcap` absolute, as the emulator runs elsewhere); `None`
+    /// (the default): no capture.
     pub pcap: Option<PathBuf>,
+    /// Bytes kept of each captured packet (68 unless `--snaplen` says).
     pub snaplen: u32,
     /// Ports pass TSO/USO aggregates (see `longhaul_netem::gso`).
     #[serde(default = "yes")]
@@ -141,18 +153,23 @@ impl LabConfig {
         })
     }
 
+    /// The network namespace of `host` in this lab (`lh-NAME-HOST`).
     pub fn netns(&self, host: &str) -> String {
         netns_name(&self.name, host)
     }
 
+    /// This lab's state directory, under [`state_root`].
     pub fn dir(&self) -> PathBuf {
         state_root().join(&self.name)
     }
 
+    /// The host called `name`, if the lab has one.
     pub fn host(&self, name: &str) -> Option<&HostConfig> {
         self.hosts.iter().find(|h| h.name == name)
     }
 
+    /// The emulator's hub: these hosts, seed and MTU, `vnet_hdr` when
+    /// `offload` is on, and a 1 GiB cap on packet buffers.
     pub fn hub_config(&self) -> HubConfig {
         HubConfig {
             hosts: self.hosts.clone(),
@@ -180,6 +197,7 @@ impl LabConfig {
     }
 }
 
+/// The network namespace of `host` in lab `lab`: `lh-LAB-HOST`.
 pub fn netns_name(lab: &str, host: &str) -> String {
     format!("{NS_PREFIX}{lab}-{host}")
 }

@@ -20,13 +20,13 @@ pub(crate) const MAX_MANIFEST: u64 = 64 << 20;
 pub(crate) const MAX_DATA: u64 = 1 << 44;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Object {
+pub(crate) enum Object {
     Manifest,
     Data,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
+pub(crate) struct Layout {
     pub symbol_size: u16,
     pub block_symbols: u16,
     pub manifest_len: u64,
@@ -37,7 +37,7 @@ pub struct Layout {
 
 /// Where one block lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Block {
+pub(crate) struct Block {
     pub object: Object,
     /// Offset within its object.
     pub offset: u64,
@@ -48,7 +48,7 @@ pub struct Block {
 
 impl Layout {
     /// Check a sender's parameters; the error says which one is out of range.
-    pub fn new(
+    pub(crate) fn new(
         symbol_size: u16,
         block_symbols: u16,
         manifest_len: u64,
@@ -83,24 +83,24 @@ impl Layout {
         })
     }
 
-    pub fn block_bytes(&self) -> u64 {
+    pub(crate) fn block_bytes(&self) -> u64 {
         self.symbol_size as u64 * self.block_symbols as u64
     }
 
-    pub fn manifest_blocks(&self) -> u32 {
+    pub(crate) fn manifest_blocks(&self) -> u32 {
         self.manifest_blocks
     }
 
-    pub fn blocks(&self) -> u32 {
+    pub(crate) fn blocks(&self) -> u32 {
         self.manifest_blocks + self.data_blocks
     }
 
     /// Global numbers of the data object's blocks.
-    pub fn data_range(&self) -> std::ops::Range<u32> {
+    pub(crate) fn data_range(&self) -> std::ops::Range<u32> {
         self.manifest_blocks..self.blocks()
     }
 
-    pub fn block(&self, b: u32) -> Option<Block> {
+    pub(crate) fn block(&self, b: u32) -> Option<Block> {
         let (object, i, total) = if b < self.manifest_blocks {
             (Object::Manifest, b, self.manifest_len)
         } else if b < self.blocks() {
@@ -119,7 +119,7 @@ impl Layout {
     }
 
     /// Source symbols in the whole session.
-    pub fn total_symbols(&self) -> u64 {
+    pub(crate) fn total_symbols(&self) -> u64 {
         (0..self.blocks())
             .map(|b| self.block(b).map_or(0, |x| x.k as u64))
             .sum()

@@ -11,7 +11,7 @@
 //!   the sender's source over a file set.
 //! - [`udp`]: the thin UDP driver (multicast, or unicast fan-out).
 
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod fec;
 mod json;
@@ -24,7 +24,7 @@ pub mod store;
 pub mod udp;
 pub mod wire;
 
-pub use receiver::{ReceiveReport, Receiver, ReceiverConfig, ReceiverEvent, Store};
+pub use receiver::{ReceiveReport, Receiver, ReceiverConfig, ReceiverEvent, ReceiverStats, Store};
 pub use sender::{
     Group, RxReport, RxState, SendTo, Sender, SenderConfig, SenderEvent, SenderStats, Source,
 };

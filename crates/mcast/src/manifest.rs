@@ -6,21 +6,29 @@ use longhaul_transfer::{EntryKind, RelPath};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
+/// One manifest entry: a file, a directory or a symbolic link.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Item {
     /// Relative to the receiver's destination; never empty, validated on receipt.
     pub path: Vec<u8>,
+    /// File, directory or symbolic link; only files have bytes in the data object.
     pub kind: EntryKind,
+    /// A file's length in bytes; 0 for the other kinds (checked on receipt).
     pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`), given to files and directories when placed.
     pub mode: u32,
+    /// Modification time in nanoseconds since the Unix epoch, given to each placed entry.
     pub mtime_ns: i64,
+    /// A symbolic link's target bytes (empty for the other kinds).
     pub link: Vec<u8>,
     /// BLAKE3 of a file's bytes (zero for other kinds).
     pub hash: [u8; 32],
 }
 
+/// The manifest object: every entry of the session, in order (postcard-encoded).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Manifest {
+    /// The entries; files' bytes follow one another in the data object in this order.
     pub items: Vec<Item>,
 }
 
@@ -29,11 +37,14 @@ pub struct Manifest {
 pub struct FileSpan {
     /// Index into `Manifest::items`.
     pub item: usize,
+    /// Where the file's first byte lies in the data object.
     pub offset: u64,
+    /// The file's length in bytes.
     pub len: u64,
 }
 
 impl Manifest {
+    /// The manifest object's bytes (postcard), as sent and as [`Manifest::decode`] reads them.
     pub fn encode(&self) -> Vec<u8> {
         postcard::to_allocvec(self).expect("postcard encode")
     }
@@ -111,6 +122,7 @@ impl Manifest {
         v
     }
 
+    /// Bytes of the data object: every file's size added up.
     pub fn data_len(&self) -> u64 {
         self.items
             .iter()
@@ -119,6 +131,7 @@ impl Manifest {
             .sum()
     }
 
+    /// Number of files (directories and links not counted).
     pub fn files(&self) -> usize {
         self.items
             .iter()

@@ -25,7 +25,10 @@ use std::time::{Duration, Instant};
 pub trait Store {
     /// The manifest is known: prepare (directories, part files).
     fn begin(&mut self, manifest: &Manifest) -> Result<(), String>;
+    /// Write `data` at `offset` of the data object (it may span several files).
     fn write(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Read back `buf.len()` bytes written earlier at `offset`, to rebuild a block from the
+    /// source symbols it holds.
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Every byte is in: verify each file's BLAKE3 and give it its final name.
     fn finish(&mut self) -> Result<(), String>;
@@ -37,8 +40,11 @@ pub trait Store {
     fn abort(&mut self);
 }
 
+/// A receiver's settings; [`ReceiverConfig::new`] gives the defaults.
 #[derive(Debug, Clone)]
 pub struct ReceiverConfig {
+    /// Name it registers under: 1–64 bytes of printable ASCII without spaces or commas; a
+    /// closed group must list it.
     pub name: String,
     /// Key file contents; with them every datagram must be sealed.
     pub key_material: Option<Vec<u8>>,
@@ -49,6 +55,7 @@ pub struct ReceiverConfig {
 }
 
 impl ReceiverConfig {
+    /// Defaults for a receiver called `name`: no key, a 30 s idle timeout, a margin of 2.
     pub fn new(name: &str) -> ReceiverConfig {
         ReceiverConfig {
             name: name.to_string(),
@@ -63,57 +70,88 @@ impl ReceiverConfig {
 /// event) durations are seconds and the session is 16 hex digits.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReceiveReport {
+    /// Session id (16 hex digits in JSON).
     #[serde(serialize_with = "json::session_hex")]
     pub session: u64,
+    /// Address the session's datagrams came from.
     pub sender: SocketAddr,
+    /// Every file arrived, verified and took its final name.
     pub ok: bool,
+    /// Why the session failed; empty when `ok`.
     pub error: String,
+    /// Files in the manifest (0 if it never arrived).
     pub files: usize,
+    /// The session's data length in bytes, from its ANNOUNCE (also when the files did not
+    /// arrive).
     pub bytes: u64,
+    /// DATA datagrams taken (manifest and data symbols, duplicates included).
     pub packets: u64,
+    /// DATA datagrams missed, from gaps in the sender's sequence numbers.
     pub lost: u64,
+    /// Blocks rebuilt, manifest and data, counting those complete without decoding.
     pub decoded_blocks: u32,
     /// Decodes that failed (too few independent symbols) and waited for more.
     pub decode_failures: u32,
-    /// Since the session began: the first data symbol, and every block in (the
-    /// store's verification follows), and how long the store took to verify.
+    /// From the session's first ANNOUNCE to the first data symbol taken; None if none was.
     #[serde(rename = "first_data_seconds", serialize_with = "json::opt_secs")]
     pub first_data: Option<Duration>,
+    /// From the session's first ANNOUNCE until every data block was in (the store's
+    /// verification follows); None if that never happened.
     #[serde(rename = "data_done_seconds", serialize_with = "json::opt_secs")]
     pub data_done: Option<Duration>,
+    /// How long the store's `finish` took (sync, verify, rename); zero if it never ran.
     #[serde(rename = "verify_seconds", serialize_with = "json::secs")]
     pub verify_time: Duration,
+    /// From the session's first ANNOUNCE to its end.
     #[serde(rename = "seconds", serialize_with = "json::secs")]
     pub elapsed: Duration,
 }
 
+/// What happened in the receiver, from [`Receiver::poll_event`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReceiverEvent {
-    /// A session's manifest arrived: `files` files of `bytes` bytes in all.
+    /// Registered and the store has begun: the session's data is taken from now on,
+    /// `files` files of `bytes` bytes in all.
     Started {
+        /// Session id.
         session: u64,
+        /// The sender's address.
         sender: SocketAddr,
+        /// Files in the manifest.
         files: usize,
+        /// Bytes of the data object: all files together.
         bytes: u64,
     },
+    /// The sender acknowledged this receiver's REGISTER.
     Registered {
+        /// Session id.
         session: u64,
     },
-    /// A closed group that does not name us.
+    /// The sender refused our REGISTER: a closed group that does not name us, our name
+    /// already registered from another address, or a session already ending.
     Rejected {
+        /// Session id (`Ended` follows).
         session: u64,
     },
+    /// A session is over, completed or not; the receiver takes the next one.
     Ended(ReceiveReport),
+    /// A datagram was dropped (counted in `stats`).
     Dropped {
+        /// Where it came from.
         from: SocketAddr,
+        /// Why: undecodable, another session or sender, a changed ANNOUNCE, a bad symbol, ...
         why: String,
     },
 }
 
+/// A receiver's counters over all its sessions, from [`Receiver::stats`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReceiverStats {
+    /// Datagrams handed to [`Receiver::handle`].
     pub datagrams: u64,
+    /// Datagrams refused, one per [`ReceiverEvent::Dropped`].
     pub dropped: u64,
+    /// Sessions opened (by an ANNOUNCE).
     pub sessions: u64,
 }
 
@@ -192,6 +230,10 @@ const COMPLETE_TRIES: u32 = 8;
 /// Remember this many finished sessions, to ignore their stragglers.
 const FINISHED_MEMORY: usize = 64;
 
+/// The receiver's sans-IO core, one session at a time: datagrams go in through
+/// [`Receiver::handle`] and time through [`Receiver::handle_timeout`]; datagrams to the
+/// sender and events come out of [`Receiver::poll_transmit`] and
+/// [`Receiver::poll_event`]; the files go through a [`Store`].
 pub struct Receiver {
     cfg: ReceiverConfig,
     sess: Option<Session>,
@@ -203,6 +245,7 @@ pub struct Receiver {
 }
 
 impl Receiver {
+    /// A receiver; fails on an invalid name or a key file shorter than 16 bytes.
     pub fn new(cfg: ReceiverConfig) -> Result<Receiver, String> {
         wire::check_name(&cfg.name)?;
         if let Some(m) = &cfg.key_material {
@@ -224,19 +267,23 @@ impl Receiver {
         self.rng = rand::rngs::StdRng::seed_from_u64(seed);
     }
 
+    /// Counters so far.
     pub fn stats(&self) -> &ReceiverStats {
         &self.stats
     }
 
+    /// The next event, oldest first; None when none is waiting.
     pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
         self.events.pop_front()
     }
 
+    /// The next datagram for the network and where it goes (the session's sender); None
+    /// when none is waiting.
     pub fn poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
         self.out.pop_front()
     }
 
-    /// Is a session under way (manifest known, not yet over)?
+    /// Is a session under way (its first ANNOUNCE taken, not yet over)?
     pub fn busy(&self) -> bool {
         self.sess.is_some()
     }
@@ -258,6 +305,8 @@ impl Receiver {
         self.events.push_back(ReceiverEvent::Dropped { from, why });
     }
 
+    /// When [`Receiver::handle_timeout`] should run next (a time in the past: at once, a
+    /// block waits to be decoded); None without a session.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let s = self.sess.as_ref()?;
         if !s.ready.is_empty() {

@@ -11,11 +11,15 @@ use rand::{RngCore, SeedableRng};
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 use std::cell::RefCell;
 
+/// Bytes of the random nonce that opens a sealed body.
 pub const NONCE_LEN: usize = 12;
+/// Bytes of the Poly1305 tag that closes a sealed body.
 pub const TAG_LEN: usize = 16;
 /// Shortest key file accepted.
 pub const MIN_MATERIAL: usize = 16;
 
+/// One session's ChaCha20-Poly1305 key, derived from the key file and the session id
+/// ([`Key::from_material`]).
 pub struct Key {
     key: LessSafeKey,
 }
@@ -44,6 +48,7 @@ impl Key {
         })
     }
 
+    /// Fill `out` with random bytes from this thread's CSPRNG: a fresh nonce per datagram.
     pub fn fill_nonce(&self, out: &mut [u8]) {
         RNG.with(|r| r.borrow_mut().fill_bytes(out));
     }

@@ -21,9 +21,12 @@ use std::time::{Duration, Instant};
 
 /// Reads the data object (every file back to back).
 pub trait Source {
+    /// Fill all of `buf` with the data object's bytes from `offset` on. An error (a file
+    /// that shrank or went away) comes back from [`Sender::poll_transmit`].
     fn read_data(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
 }
 
+/// Who may join a session (announced to receivers as `open`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Group {
     /// Only these receivers; the session waits (up to the announce window) for all.
@@ -32,13 +35,21 @@ pub enum Group {
     Open,
 }
 
+/// A sender's settings. The default: 100 Mbit/s, 1400-byte symbols, 1024-symbol blocks,
+/// 2 % overhead, an open group, a 2 s announce window.
 #[derive(Debug, Clone)]
 pub struct SenderConfig {
+    /// Sending rate in bit/s, counting `wire_overhead` per datagram; at least 8000.
     pub rate_bps: u64,
+    /// Bytes per symbol: a multiple of 8 in 64..=8192 that fits a datagram with its header,
+    /// DATA fields and (sealed) nonce and tag.
     pub symbol_size: u16,
+    /// Source symbols of a full block (1..=8192): blocks hold `block_symbols × symbol_size`
+    /// bytes (an object's last block may hold fewer).
     pub block_symbols: u16,
     /// Repair symbols sent in pass 1, as a fraction of each block's source symbols.
     pub overhead: f64,
+    /// Closed (only the receivers it names) or open (whoever registers).
     pub group: Group,
     /// Open group: how long registrations are taken before data starts. Closed
     /// group: how long to wait for every named receiver before starting anyway.
@@ -52,6 +63,8 @@ pub struct SenderConfig {
     /// A receiver that answers this many polls in a row with silence, and has not
     /// been heard from for `silent_time`, is given up on.
     pub silent_polls: u32,
+    /// How long a receiver must also have been unheard from before `silent_polls` unanswered
+    /// polls give it up.
     pub silent_time: Duration,
     /// Bytes below UDP a datagram costs on the wire (IPv4 + UDP headers).
     pub wire_overhead: usize,
@@ -79,33 +92,50 @@ impl Default for SenderConfig {
     }
 }
 
+/// Where a datagram from [`Sender::poll_transmit`] goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendTo {
+    /// To the group: its multicast address, or every fan-out address.
     Group,
+    /// To this one receiver's address only (ACKs).
     To(SocketAddr),
 }
 
+/// Where one receiver stands, as the sender sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RxState {
     /// Named by a closed group, not (yet) heard from.
     Expected,
+    /// Registered and not complete: it is served and polled, and its RTT counts towards the
+    /// GRTT.
     Active,
+    /// Reported completion with every file verified.
     Completed,
     /// Reported completion, but its files did not verify.
     Failed(String),
+    /// Given up on (never registered, silent, or still incomplete after `max_passes`), with
+    /// the reason.
     GaveUp(String),
 }
 
 /// One receiver as the sender sees it.
 #[derive(Debug, Clone)]
 pub struct RxReport {
+    /// Name it registered under, or that the closed group expects.
     pub name: String,
+    /// Address it registered from; None if it never did.
     pub addr: Option<SocketAddr>,
+    /// Where it stands now.
     pub state: RxState,
+    /// Round-trip time from its echoes, smoothed (¾ old, ¼ new) over its NACKs; None
+    /// before any sample.
     pub rtt: Option<Duration>,
-    /// Bytes, packets and losses the receiver reported on completion.
+    /// The session's data length in bytes, as the receiver reported it on completion (0
+    /// before).
     pub bytes: u64,
+    /// DATA datagrams it reported taking (0 before its completion report).
     pub packets: u64,
+    /// DATA datagrams it reported missing (0 before its completion report).
     pub lost: u64,
     /// Loss it reported last (parts per million).
     pub loss_ppm: u32,
@@ -114,6 +144,7 @@ pub struct RxReport {
     pub passes: u32,
     /// From the session's start to its completion report reaching the sender.
     pub time: Option<Duration>,
+    /// It registered after pass 1 had started.
     pub late: bool,
 }
 
@@ -165,47 +196,78 @@ impl Serialize for RxReport {
     }
 }
 
+/// What happened in the sender, from [`Sender::poll_event`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum SenderEvent {
+    /// A receiver joined: its first REGISTER, or a NACK standing in for a lost one.
     Registered {
+        /// Name it registered under.
         name: String,
+        /// Address it registered from; its later datagrams count only from there.
         addr: SocketAddr,
+        /// It came after pass 1 had started.
         late: bool,
     },
+    /// A REGISTER refused: a closed group does not name it, or the session is ending. (A
+    /// name already registered from another address is refused too, reported as `Dropped`.)
     Rejected {
+        /// Name it asked to register under.
         name: String,
+        /// Address the REGISTER came from (the ACK Rejected goes there).
         addr: SocketAddr,
     },
+    /// A pass begins.
     PassStarted {
+        /// Pass number, from 1.
         pass: u32,
+        /// Blocks the pass sends symbols of.
         blocks: u32,
+        /// Symbols planned: sources plus `overhead` repair in pass 1, fresh repair only later.
         symbols: u64,
     },
+    /// A receiver's first completion report arrived.
     Completed {
+        /// The reporting receiver.
         name: String,
+        /// Its files all arrived and verified.
         ok: bool,
+        /// Its error when not `ok`; empty otherwise.
         error: String,
     },
+    /// A receiver was given up on (it is reported, and no longer waited for).
     GaveUp {
+        /// The receiver given up on.
         name: String,
+        /// Why: never registered, no answer to n polls, or still incomplete after n passes.
         reason: String,
     },
     /// Dropped datagrams, with why (counted; also in `stats`).
     Dropped {
+        /// Where the datagram came from.
         from: SocketAddr,
+        /// Why it was dropped (undecodable, another session, an unregistered name or address, ...).
         why: String,
     },
+    /// The session is over and its END datagrams are out; [`Sender::is_done`] now holds.
     Finished,
 }
 
+/// A sender's counters for its session, from [`Sender::stats`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SenderStats {
+    /// Datagrams handed out by `poll_transmit`, of every type.
     pub datagrams: u64,
+    /// Their bytes: UDP payloads, IP and UDP headers not counted.
     pub bytes: u64,
+    /// Source symbols of data blocks sent.
     pub data_packets: u64,
+    /// Repair symbols of data blocks sent.
     pub repair_packets: u64,
+    /// Symbols of manifest blocks sent (sources and repair).
     pub manifest_packets: u64,
+    /// Datagrams refused, one per [`SenderEvent::Dropped`].
     pub dropped: u64,
+    /// Passes started so far.
     pub passes: u32,
 }
 
@@ -275,6 +337,9 @@ struct Cur {
 const REPAIR_BATCH: u32 = 64;
 const ENDS: u32 = 3;
 
+/// The sender's sans-IO core for one session: datagrams from receivers go in through
+/// [`Sender::handle`]; datagrams out, deadlines and events come from
+/// [`Sender::poll_transmit`], [`Sender::poll_timeout`] and [`Sender::poll_event`].
 pub struct Sender {
     cfg: SenderConfig,
     session: u64,
@@ -382,22 +447,28 @@ impl Sender {
         Ok(s)
     }
 
+    /// The session id every datagram carries.
     pub fn session(&self) -> u64 {
         self.session
     }
 
-    pub fn layout(&self) -> &Layout {
-        &self.layout
+    /// Source symbols in the whole session (manifest and data): what one
+    /// pass sends before any repair.
+    pub fn total_symbols(&self) -> u64 {
+        self.layout.total_symbols()
     }
 
+    /// Counters so far.
     pub fn stats(&self) -> &SenderStats {
         &self.stats
     }
 
+    /// The session is over and its END datagrams went out: stop driving the core.
     pub fn is_done(&self) -> bool {
         self.phase == Phase::Done
     }
 
+    /// The next event, oldest first; None when none is waiting.
     pub fn poll_event(&mut self) -> Option<SenderEvent> {
         self.events.pop_front()
     }
@@ -422,6 +493,7 @@ impl Sender {
         now.saturating_duration_since(self.start).as_micros() as u64
     }
 
+    /// Every receiver named by the group or registered, by name, and where it stands.
     pub fn report(&self) -> Vec<RxReport> {
         self.rx
             .iter()

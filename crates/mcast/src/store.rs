@@ -41,6 +41,7 @@ struct SrcFile {
 
 /// The sender's view of its paths: manifest plus a [`Source`] over the files.
 pub struct FileSet {
+    /// Every readable entry under the paths, files hashed: the manifest the session carries.
     pub manifest: Manifest,
     files: Vec<SrcFile>,
     open: FdCache,

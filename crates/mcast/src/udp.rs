@@ -39,7 +39,9 @@ const RECV_BUF: usize = 65_536;
 /// Where the sender's group datagrams go.
 #[derive(Debug, Clone)]
 pub enum Targets {
+    /// One datagram to this IPv4 multicast group and port.
     Multicast(SocketAddrV4),
+    /// Each group datagram to every one of these (unicast) addresses in turn.
     Fanout(Vec<SocketAddr>),
 }
 

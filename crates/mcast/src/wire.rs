@@ -18,8 +18,12 @@
 use crate::seal::Key;
 use serde::{Deserialize, Serialize};
 
+/// First two bytes of every datagram; anything else is refused ([`WireError::Magic`]).
 pub const MAGIC: [u8; 2] = *b"LM";
+/// Protocol version, byte 2 of the header; a datagram of another version is refused
+/// ([`WireError::Version`]).
 pub const VERSION: u8 = 1;
+/// Bytes of the header every datagram starts with; a sealed datagram's associated data.
 pub const HEADER_LEN: usize = 16;
 /// Fixed fields of a DATA body before the symbol: seq u64, block u32, esi u32.
 pub const DATA_FIELDS: usize = 16;
@@ -30,16 +34,27 @@ pub const MAX_DATAGRAM: usize = 9000;
 
 const FLAG_SEALED: u8 = 1;
 
+/// Datagram type, byte 3 of the header: below 16 the sender's, from 16 on a receiver's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
+    /// Sender to group: the session's parameters ([`Announce`]); the only type that opens a
+    /// session at a receiver.
     Announce = 1,
+    /// Sender to group: one RaptorQ symbol of a manifest or data block ([`DataHdr`] and the
+    /// symbol).
     Data = 2,
+    /// Sender to group: after a pass, what do you still need? ([`Poll`]).
     Poll = 3,
+    /// Sender to one receiver: the answer to its REGISTER or COMPLETE ([`Ack`]).
     Ack = 4,
+    /// Sender to group: the session is over, finished or aborted ([`End`]).
     End = 5,
+    /// Receiver to sender: join the session, sent once the manifest is decoded ([`Register`]).
     Register = 16,
+    /// Receiver to sender: the answer to a POLL, the symbols its unfinished blocks need ([`Nack`]).
     Nack = 17,
+    /// Receiver to sender: its result for the session ([`Complete`]).
     Complete = 18,
 }
 
@@ -66,9 +81,13 @@ pub struct Announce {
     pub symbol_size: u16,
     /// Source symbols of a full block.
     pub block_symbols: u16,
+    /// The sender's configured rate in bit/s (IP and UDP headers counted); informational,
+    /// receivers do not act on it.
     pub rate_bps: u64,
-    /// Length and BLAKE3 of the manifest object (blocks before the data object's).
+    /// Length of the manifest object in bytes (its blocks come before the data object's).
     pub manifest_len: u64,
+    /// BLAKE3 of the whole manifest object: a receiver checks the decoded manifest against it
+    /// before using it, and drops a later ANNOUNCE of the session with another hash.
     pub manifest_hash: [u8; 32],
     /// Length of the data object: every file's bytes, back to back.
     pub data_len: u64,
@@ -83,30 +102,41 @@ pub struct Announce {
 /// "Report what you still need": sent at the end of each pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Poll {
+    /// The latest data pass (1 after the first); receivers echo it in NACK.
     pub pass: u32,
+    /// Polls after this pass's data: 0 for the first, one more for each repeated poll that
+    /// followed no data; echoed in NACK. The sender takes needs only from answers to the
+    /// current `pass` and `round`.
     pub round: u32,
+    /// Sender clock (µs since the sender started) when the poll was made, echoed as `echo_us`
+    /// for round-trip times.
     pub time_us: u64,
     /// Receivers spread their answers uniformly over this many µs.
     pub window_us: u32,
 }
 
+/// What an [`Ack`] tells the receiver it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AckKind {
     /// The receiver is in the session.
     Registered,
     /// The sender has the receiver's completion report; it may stop repeating it.
     Done,
-    /// A closed group that does not name this receiver.
+    /// Refused: a closed group that does not name this receiver, a name already registered
+    /// from another address, or a session already ending.
     Rejected,
 }
 
 /// The sender's answer to one receiver (sent to its address only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ack {
+    /// Registered, completion report received, or refused.
     pub kind: AckKind,
+    /// Name of the receiver it answers; receivers ignore ACKs that name another.
     pub name: String,
 }
 
+/// Why the sender ended the session (receivers put it in their error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EndReason {
     /// Every receiver completed or was given up on.
@@ -115,17 +145,23 @@ pub enum EndReason {
     Aborted,
 }
 
+/// The session is over (sent to the group, repeated). A receiver still reporting its
+/// completion keeps that result; any other receiver fails the session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct End {
+    /// Whether every receiver was done with, or the sender stopped early.
     pub reason: EndReason,
 }
 
 /// A receiver joins (repeated until acknowledged; sent once it holds the manifest).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Register {
+    /// The receiver's name (see [`check_name`]); the sender tracks receivers by it.
     pub name: String,
-    /// `time_us` of the newest ANNOUNCE or POLL, and how long the receiver held it.
+    /// `time_us` of the newest ANNOUNCE or POLL the receiver saw (sender clock, µs).
     pub echo_us: u64,
+    /// µs the receiver held that `time_us` before sending this; the sender subtracts it
+    /// from the round-trip sample.
     pub held_us: u32,
 }
 
@@ -133,29 +169,48 @@ pub struct Register {
 /// deltas from the previous entry (postcard writes them as varints).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Nack {
+    /// Name of the answering receiver, as registered.
     pub name: String,
+    /// `pass` of the POLL this answers.
     pub pass: u32,
+    /// `round` of the POLL this answers; needs in answers to an older poll are ignored.
     pub round: u32,
+    /// `time_us` of the newest ANNOUNCE or POLL the receiver saw (sender clock, µs), taken
+    /// when the NACK goes out.
     pub echo_us: u64,
+    /// µs from that datagram's arrival to this NACK going out (its random delay included).
     pub held_us: u32,
-    /// Packets lost so far, parts per million (from sequence-number gaps).
+    /// Packets lost so far, parts per million (from sequence-number gaps), capped at
+    /// 500 000 (50 %).
     pub loss_ppm: u32,
-    /// This datagram is `part` of `parts` of the answer.
+    /// This datagram is `part` (from 0) of `parts` of the answer.
     pub part: u16,
+    /// How many datagrams the answer is split into (at least 1; at most 120 entries each).
     pub parts: u16,
+    /// `(block, symbols)` for each block the receiver cannot rebuild yet: the block as a
+    /// delta (absolute in the part's first entry), and how many more symbols it asks for,
+    /// scaled up for its loss. Empty: nothing needed.
     pub needs: Vec<(u32, u32)>,
 }
 
 /// A receiver's result for the session (repeated until acknowledged).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Complete {
+    /// Name of the reporting receiver, as registered.
     pub name: String,
     /// Every file arrived and matched its BLAKE3.
     pub ok: bool,
+    /// The session's data length in bytes, from the ANNOUNCE (not a count of bytes received).
     pub bytes: u64,
+    /// DATA datagrams the receiver took in the session (manifest and data symbols, duplicates
+    /// included).
     pub packets: u64,
+    /// DATA datagrams it missed, from gaps in `seq` between the lowest and highest seen.
     pub lost: u64,
+    /// Milliseconds from the receiver's first ANNOUNCE of the session to this report
+    /// (informational; the sender does not read it).
     pub elapsed_ms: u64,
+    /// Why the session failed at the receiver; empty when `ok`.
     pub error: String,
 }
 
@@ -164,24 +219,36 @@ pub struct Complete {
 pub struct DataHdr {
     /// Sender's packet counter: gaps tell a receiver how much it lost.
     pub seq: u64,
+    /// Block number, global across the session: the manifest's blocks first, then the data's.
     pub block: u32,
     /// RaptorQ encoding symbol id: below the block's K a source symbol, else repair.
     pub esi: u32,
 }
 
+/// A datagram's decoded body, one variant per [`Kind`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Msg<'a> {
+    /// ANNOUNCE: the session's parameters.
     Announce(Announce),
+    /// DATA: the fixed fields and the symbol, borrowed from the datagram (its length is not
+    /// checked here: the receiver drops symbols that are not `symbol_size` bytes).
     Data(DataHdr, &'a [u8]),
+    /// POLL: the sender asks for needs.
     Poll(Poll),
+    /// ACK: the sender answers one receiver.
     Ack(Ack),
+    /// END: the session is over.
     End(End),
+    /// REGISTER: a receiver joins.
     Register(Register),
+    /// NACK: a receiver's needs after a pass.
     Nack(Nack),
+    /// COMPLETE: a receiver's result.
     Complete(Complete),
 }
 
 impl Msg<'_> {
+    /// The type byte this body is sent under.
     pub fn kind(&self) -> Kind {
         match self {
             Msg::Announce(_) => Kind::Announce,
@@ -201,28 +268,42 @@ impl Msg<'_> {
     }
 }
 
+/// Why [`header`] or [`decode`] refused a datagram.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
+    /// Shorter than [`HEADER_LEN`] (its length in bytes).
     #[error("datagram of {0} bytes is shorter than the {HEADER_LEN}-byte header")]
     Short(usize),
+    /// Does not start with [`MAGIC`] (the two bytes found).
     #[error("not a longhaul multicast datagram (magic {0:02x?})")]
     Magic([u8; 2]),
+    /// Another protocol version than [`VERSION`] (the version byte found).
     #[error("protocol version {0}, this build speaks {VERSION}")]
     Version(u8),
+    /// A type byte that is no [`Kind`].
     #[error("unknown datagram type {0}")]
     Type(u8),
+    /// A flag bit other than `sealed`, or one of the three zero bytes, is set.
     #[error("reserved header bits set")]
     Reserved,
+    /// Sealed, but this side has no key.
     #[error("sealed datagram, but no key is configured")]
     Sealed,
+    /// Not sealed, but this side has a key (then every datagram must be sealed).
     #[error("unsealed datagram, but the session requires a key")]
     Unsealed,
+    /// Did not authenticate under the key (wrong key, forged or damaged), or too short to
+    /// hold nonce and tag.
     #[error("authentication failed (wrong key or forged datagram)")]
     Auth,
+    /// The body does not parse as its type: truncated, bytes left over, or DATA without a
+    /// symbol.
     #[error("malformed {0:?} body")]
     Body(Kind),
+    /// A receiver name that is empty or longer than [`MAX_NAME`] (its length in bytes).
     #[error("name of {0} bytes exceeds {MAX_NAME}")]
     Name(usize),
+    /// Longer than [`MAX_DATAGRAM`] (its length in bytes).
     #[error("datagram of {0} bytes exceeds {MAX_DATAGRAM}")]
     Long(usize),
 }
@@ -230,11 +311,17 @@ pub enum WireError {
 /// Header fields of a datagram, read without decrypting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// Datagram type (byte 3).
     pub kind: Kind,
+    /// Flag bit 0: the body is encrypted and authenticated under the session's key.
     pub sealed: bool,
+    /// Session id (bytes 8..16, big endian) the sender drew at random; every datagram of the
+    /// session carries it.
     pub session: u64,
 }
 
+/// Check and read a datagram's header without touching the body: length (16 to
+/// [`MAX_DATAGRAM`] bytes), magic, version, type and reserved bits.
 pub fn header(d: &[u8]) -> Result<Header, WireError> {
     if d.len() < HEADER_LEN {
         return Err(WireError::Short(d.len()));

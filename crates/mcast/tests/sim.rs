@@ -373,7 +373,7 @@ fn three_receivers_with_independent_loss_all_complete() {
     // Repair was sent once for the group, not per receiver: total data symbols
     // stay near (1 + c's loss) of the source, not 3x.
     let st = o.sender.stats();
-    let src = o.sender.layout().total_symbols();
+    let src = o.sender.total_symbols();
     let sent = st.data_packets + st.repair_packets;
     assert!(sent < src * 13 / 10, "sent {sent} symbols for {src}");
     // Lossless receiver: done about when the data is (3.3 MB at 100 Mbit/s ~ 0.27 s).

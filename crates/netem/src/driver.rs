@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 /// Requests other threads may make.
 pub enum Request {
+    /// Send a [`Snapshot`] of every counter back on this channel.
     Snapshot(mpsc::SyncSender<Snapshot>),
+    /// Make [`Driver::run`] return with the final counters.
     Stop,
 }
 
@@ -64,11 +66,18 @@ pub struct Options {
 /// Counts of the driver's own I/O troubles.
 #[derive(Debug, Default, Clone)]
 pub struct IoCounters {
+    /// Frames whose write to a TUN port failed (the frame is lost).
     pub write_errors: u64,
+    /// Reads from a TUN port that failed with anything but `WouldBlock`.
     pub read_errors: u64,
+    /// Frames that filled their whole buffer slot, so may have been
+    /// truncated; dropped.
     pub oversize: u64,
 }
 
+/// The emulator's packet loop: owns the hub, one TUN port per hub port, the
+/// timer and the optional capture; [`Driver::run`] runs it on the calling
+/// thread.
 pub struct Driver {
     hub: Hub,
     tuns: Vec<Tun>,
@@ -81,6 +90,7 @@ pub struct Driver {
     base_ns: u64,
     unix_base_ns: u64,
     batch_ns: u64,
+    /// The driver's own I/O error counts; not part of any [`Snapshot`].
     pub io: IoCounters,
 }
 
@@ -109,6 +119,11 @@ fn mono_ns() -> u64 {
 }
 
 impl Driver {
+    /// A driver whose `tuns[i]` serves hub port `i` (panics unless there is
+    /// one TUN per port), and a [`Handle`] to it. Creates the epoll set, the
+    /// timerfd, the eventfd and (with `opts.stop_signals`) the signalfd, opens
+    /// the capture, and sets the calling thread's timer slack to 1 µs. The
+    /// driver's clock (ns) starts at 0 here.
     pub fn new(hub: Hub, tuns: Vec<Tun>, opts: Options) -> io::Result<(Driver, Handle)> {
         assert_eq!(hub.ports(), tuns.len(), "one TUN per hub port");
         // SAFETY: each call creates a new descriptor that we own at once.

@@ -17,13 +17,19 @@ use std::net::Ipv4Addr;
 /// One host on the hub.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostConfig {
+    /// The host's name, shown in snapshots.
     pub name: String,
+    /// The host's IPv4 address: unicast packets to it leave through this
+    /// host's port.
     pub addr: Ipv4Addr,
+    /// The host's link to the hub (`up`: host → hub, `down`: hub → host).
     pub link: LinkSpec,
 }
 
+/// What [`Hub::new`] builds: the hosts, the seed, and frame and buffer sizes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HubConfig {
+    /// One port per host, in this order (port `i` is `hosts[i]`).
     pub hosts: Vec<HostConfig>,
     /// Seed of every random choice; the same seed and traffic replay the same losses.
     pub seed: u64,
@@ -61,9 +67,14 @@ pub struct HubCounters {
 /// counts every copy that reached a host).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FlowCounters {
+    /// Wire packets (segments of an aggregate counted one by one) the sender
+    /// handed to the hub.
     pub offered_pkts: u64,
+    /// IP bytes of those wire packets.
     pub offered_bytes: u64,
+    /// Wire packets written to receiving hosts, every multicast copy counted.
     pub delivered_pkts: u64,
+    /// IP bytes of those wire packets.
     pub delivered_bytes: u64,
 }
 
@@ -95,7 +106,10 @@ struct Port {
 /// [`Hub::release`] its `buf`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Egress {
+    /// Port (index into [`HubConfig::hosts`]) whose host receives the frame.
     pub port: usize,
+    /// Pool buffer holding the sender's whole frame; [`Hub::release`] it once
+    /// the frame is written.
     pub buf: BufId,
     /// When it was due (ns); the driver is late by `now - due`.
     pub due: u64,
@@ -113,6 +127,9 @@ impl Egress {
     }
 }
 
+/// The switch joining every host's link. A frame goes in with
+/// [`Hub::ingress`] and comes out, when due, from [`Hub::poll_egress`]; time
+/// is in ns and supplied by the caller.
 pub struct Hub {
     ports: Vec<Port>,
     by_addr: FxHashMap<Ipv4Addr, u16>,
@@ -124,11 +141,14 @@ pub struct Hub {
     flows: FxHashMap<FlowKey, u32>,
     flow_keys: Vec<FlowKey>,
     flow_counters: Vec<FlowCounters>,
+    /// Packets dropped before reaching any link, and aggregate counts.
     pub counters: HubCounters,
     seed: u64,
 }
 
 impl Hub {
+    /// A hub with one port per host of `cfg`, each link direction seeded from
+    /// `cfg.seed`, and an empty buffer pool. Panics with 65535 hosts or more.
     pub fn new(cfg: &HubConfig) -> Hub {
         assert!(cfg.hosts.len() < GROUP as usize);
         let ports: Vec<Port> = cfg
@@ -176,6 +196,7 @@ impl Hub {
         }
     }
 
+    /// Number of ports (one per host).
     pub fn ports(&self) -> usize {
         self.ports.len()
     }
@@ -192,14 +213,19 @@ impl Hub {
         self.pool.get(self.max_frame)
     }
 
+    /// The whole slot `id` (its size class, usually longer than the frame).
     pub fn buf(&self, id: BufId) -> &[u8] {
         self.pool.buf(id)
     }
 
+    /// The whole slot `id`, for the driver to read a frame into.
     pub fn buf_mut(&mut self, id: BufId) -> &mut [u8] {
         self.pool.buf_mut(id)
     }
 
+    /// Drops the caller's reference to buffer `id`: after writing an
+    /// [`Egress`], or after a read into it failed. The slot is reused once no
+    /// train holds it.
     pub fn release(&mut self, id: BufId) {
         self.pool.put(id)
     }
@@ -407,21 +433,32 @@ fn mix(seed: u64, n: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// One direction of a host's link, in a [`Snapshot`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DirStats {
+    /// Offered, lost, queue-dropped and delivered wire packets and IP bytes,
+    /// queue high-water mark, lateness of delivery.
     #[serde(flatten)]
     pub counters: DirCounters,
+    /// Trains (runs of segments delivered together, not packets) accepted
+    /// and not yet delivered.
     pub in_flight: u64,
+    /// Delivered IP bytes per 100 ms, counted at their due time.
     pub series: Series,
     /// The least queueing delay per 100 ms (rate-limited directions).
     #[serde(default)]
     pub queue: QueueSeries,
 }
 
+/// One host's port, in a [`Snapshot`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostStats {
+    /// The host's name ([`HostConfig::name`]).
     pub name: String,
+    /// The host's IPv4 address.
     pub addr: Ipv4Addr,
+    /// The host's link spec as canonical text (`ideal` for a link that does
+    /// nothing).
     pub link: String,
     /// What the host sent (host → hub).
     pub up: DirStats,
@@ -429,19 +466,32 @@ pub struct HostStats {
     pub down: DirStats,
 }
 
+/// One tracked flow, in a [`Snapshot`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlowStats {
+    /// Source and destination address, IP protocol and ports (0 for
+    /// protocols without ports and for non-first fragments).
     pub flow: FlowKey,
+    /// What the flow offered to the hub and what reached hosts.
     #[serde(flatten)]
     pub counters: FlowCounters,
 }
 
+/// Every counter of a hub at one moment: what `lab stats` returns and what
+/// the benchmark's metrics read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
+    /// The hub's clock when the snapshot was taken, ms; the driver's clock
+    /// starts at 0 when the driver is created.
     pub uptime_ms: u64,
+    /// The seed the hub was built with ([`HubConfig::seed`]).
     pub seed: u64,
+    /// One entry per port, in port order.
     pub hosts: Vec<HostStats>,
+    /// Per-flow counters, in the order flows were first seen (at most
+    /// [`MAX_FLOWS`]).
     pub flows: Vec<FlowStats>,
+    /// Packets dropped before reaching any link, and aggregate counts.
     pub hub: HubCounters,
     /// Buffers holding packets (a shared buffer counts once).
     pub buffered_packets: u64,

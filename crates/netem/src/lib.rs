@@ -7,7 +7,7 @@
 //! port in each host's network namespace and moves packets through the hub on
 //! precise timers.
 
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 
 mod gso;
 pub mod hub;

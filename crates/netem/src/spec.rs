@@ -25,12 +25,26 @@ use std::fmt;
 /// Errors from parsing a spec; each names the token at fault.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SpecError {
+    /// A token without `=` (not `key=value`); holds the token.
     #[error("'{0}': expected key=value (keys: rate, delay, jitter, loss, queue; optional up:/down: prefix)")]
     Syntax(String),
     #[error("'{token}': unknown key '{key}' (keys: rate, delay, jitter, loss, queue)")]
-    UnknownKey { token: String, key: String },
+    /// A key other than rate, delay, jitter, loss and queue.
+    UnknownKey {
+        /// The token as written, with any `up:`/`down:` prefix.
+        token: String,
+        /// The key that is not known.
+        key: String,
+    },
     #[error("'{token}': {why}")]
-    Value { token: String, why: String },
+    /// A known key whose value does not parse or is out of range; also jitter
+    /// larger than delay in a direction.
+    Value {
+        /// The token as written (the whole spec when jitter exceeds delay).
+        token: String,
+        /// Why the value was refused, for the user.
+        why: String,
+    },
 }
 
 /// A loss model, as specified.
@@ -41,11 +55,28 @@ pub enum LossSpec {
     #[default]
     None,
     /// Each packet is lost independently with probability `p`.
-    Bernoulli { p: f64 },
+    Bernoulli {
+        /// Probability that a packet is lost, in [0, 1] (the parser makes 0 `None`).
+        p: f64,
+    },
     /// Two-state Markov chain (see the module docs for the notation).
-    GilbertElliott { p: f64, r: f64, h: f64, k: f64 },
+    GilbertElliott {
+        /// P(good → bad), drawn before each packet.
+        p: f64,
+        /// P(bad → good), drawn before each packet.
+        r: f64,
+        /// P(packet survives | bad state); 0 by default.
+        h: f64,
+        /// P(packet survives | good state); 1 by default.
+        k: f64,
+    },
     /// Bursts of exactly `len` packets, with long-run loss rate `rate`.
-    Burst { rate: f64, len: u32 },
+    Burst {
+        /// Long-run fraction of packets lost, in [0, 1).
+        rate: f64,
+        /// Packets lost in each burst, exactly (1 to 1,000,000).
+        len: u32,
+    },
 }
 
 impl LossSpec {
@@ -82,7 +113,11 @@ impl LossSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum QueueLimit {
+    /// At most this many wire packets not yet fully serialised (the one on the
+    /// wire included); a packet arriving to a full queue is dropped.
     Packets(u32),
+    /// At most this many IP bytes not yet fully serialised; a packet that
+    /// would go over is dropped.
     Bytes(u64),
 }
 
@@ -98,7 +133,10 @@ pub struct DirSpec {
     pub delay_ns: u64,
     /// Uniform jitter amplitude (±), ns.
     pub jitter_ns: u64,
+    /// Loss model, drawn for each wire packet after its serialisation.
     pub loss: LossSpec,
+    /// Drop-tail queue limit in front of the serialiser; used only when
+    /// `rate_bps` is set.
     pub queue: QueueLimit,
 }
 
@@ -128,11 +166,14 @@ impl DirSpec {
 /// what it receives.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct LinkSpec {
+    /// Host → hub: what the host sends.
     pub up: DirSpec,
+    /// Hub → host: what the host receives.
     pub down: DirSpec,
 }
 
 impl LinkSpec {
+    /// True when both directions pass packets straight through.
     pub fn is_ideal(&self) -> bool {
         self.up.is_ideal() && self.down.is_ideal()
     }
@@ -315,7 +356,9 @@ fn parse_count(n: &str, v: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("'{v}' is not a queue size (examples: 50pkts, 256KB)"))
 }
 
-pub fn fmt_duration(ns: u64) -> String {
+/// Formats a duration in ns as a spec token the parser reads back exactly:
+/// the largest whole unit (`0`, `2s`, `35ms`, `500us`, `7ns`).
+pub(crate) fn fmt_duration(ns: u64) -> String {
     if ns == 0 {
         "0".into()
     } else if ns.is_multiple_of(1_000_000_000) {

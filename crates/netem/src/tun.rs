@@ -130,6 +130,7 @@ impl Tun {
         self.uso
     }
 
+    /// The interface name it was created with (inside the host's namespace).
     pub fn name(&self) -> &str {
         &self.name
     }

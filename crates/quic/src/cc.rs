@@ -30,10 +30,15 @@ pub fn parse_rate(s: &str) -> Result<u64> {
     }
 }
 
+/// A congestion controller for the sending side, as `--cc` and `Hello.cc`
+/// name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CcChoice {
+    /// quinn's BBR, with its default configuration (`bbr`).
     Bbr,
+    /// quinn's CUBIC, with its default configuration (`cubic`).
     Cubic,
+    /// quinn's NewReno, with its default configuration (`reno` or `newreno`).
     NewReno,
     /// Send at this many bits per second whatever the loss.
     Fixed(u64),
@@ -45,6 +50,9 @@ pub enum CcChoice {
 }
 
 impl CcChoice {
+    /// Reads a name as `--cc` takes it: `wan`, `wan:RATE`, `fair`, `bbr`,
+    /// `cubic`, `reno` (or `newreno`), `fixed:RATE` (RATE as [`parse_rate`]
+    /// reads it); anything else is an error.
     pub fn parse(s: &str) -> Result<CcChoice> {
         Ok(match s {
             "bbr" => CcChoice::Bbr,
@@ -60,6 +68,8 @@ impl CcChoice {
         })
     }
 
+    /// The name [`CcChoice::parse`] reads back (rates in plain bits/s): what
+    /// `Hello.cc` carries and reports show.
     pub fn name(&self) -> String {
         match self {
             CcChoice::Bbr => "bbr".into(),

@@ -22,16 +22,26 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+/// How a client's [`get`] or [`put`] runs.
 #[derive(Debug, Clone)]
 pub struct ClientOpts {
+    /// How the server's certificate is trusted: the known-hosts file,
+    /// `--fingerprint`, `--accept-new`.
     pub trust: TrustPolicy,
+    /// The secret sent in `Hello.token` (`--token-file`); empty when none. A
+    /// server without a token accepts any.
     pub token: Vec<u8>,
     /// Controller for the sending side (None: the sender's default).
     pub cc: Option<CcChoice>,
+    /// This side's socket, window and controller settings; its `max_rate`
+    /// also goes to the server as `Hello.max_rate`.
     pub net: NetOpts,
     /// Data streams the sending side uses; 0 leaves it to that side (4, or a
     /// server's `--streams` on a get).
     pub streams: usize,
+    /// Which files already at the destination are skipped (`--sync`,
+    /// `--sync --checksum`): the client applies it on a get, the server on a
+    /// put (`Op::Put.sync`).
     pub sync: SyncMode,
     /// The rate memory (`crate::rates`): None keeps none.
     pub rates: Option<PathBuf>,
@@ -108,13 +118,25 @@ impl ClientOpts {
 /// The document `--json` prints, and what the human summary is made from.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientReport {
+    /// `"get"` or `"put"`.
     pub op: &'static str,
+    /// No problem was reported (`problems` is empty): the exit status is 0.
     pub ok: bool,
+    /// The server's `Welcome.server`: its software and version.
     pub server: String,
+    /// The server's fingerprint when this run trusted it for the first time
+    /// and added it to the known-hosts file (`--accept-new`, or a
+    /// `--fingerprint` not yet recorded); None when the file already named it.
     pub fingerprint: Option<String>,
+    /// Every file's outcome, sorted by path.
     pub files: Vec<FileReport>,
+    /// Everything that went wrong, failed files included; the worst kind sets
+    /// [`ClientReport::exit_code`].
     pub problems: Vec<Problem>,
+    /// Sums over `files`, and the session's directories and symlinks.
     pub totals: Totals,
+    /// Wall time of the whole run, in seconds: from the call (before name
+    /// resolution and the handshake) until the connection was closed.
     pub seconds: f64,
     /// Payload bytes moved in this run / seconds, in Mbit/s.
     pub rate_mbps: f64,
@@ -128,27 +150,50 @@ pub struct ClientReport {
     /// UDP payload (received for a get, sent and not lost for a put): what
     /// the rate memory keeps.
     pub peak_bps: u64,
+    /// quinn's round-trip time estimate of the path when the session ended,
+    /// in milliseconds.
     pub rtt_ms: f64,
     /// Bytes of packets QUIC declared lost and sent again.
     pub retransmitted_bytes: u64,
+    /// UDP payload bytes this client sent on the connection, handshake,
+    /// ACKs and retransmissions included.
     pub udp_tx_bytes: u64,
+    /// UDP payload bytes this client received on the connection, likewise.
     pub udp_rx_bytes: u64,
     /// UDP payload size the path settled on (MTU discovery).
     pub mtu: u16,
+    /// The controller named for the sending side, as [`CcChoice::name`]
+    /// spells it: `--cc`, `wan:RATE` from the rate memory, else this client's
+    /// default. On a get without either, the server runs its own default,
+    /// which may differ from the one named here.
     pub cc: String,
+    /// Data streams the sender used: on a get the count in the server's
+    /// `Welcome`, on a put this client's `--streams`, else
+    /// [`DEFAULT_STREAMS`].
     pub streams: usize,
 }
 
+/// Sums over a [`ClientReport`]'s files, with the session's directory and
+/// symlink counts.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Totals {
+    /// Files reported, whatever their status.
     pub files: u64,
+    /// Files verified and placed.
     pub verified: u64,
+    /// Files skipped as already at the destination.
     pub skipped: u64,
+    /// Files that failed.
     pub failed: u64,
+    /// Directory entries in the manifest, the roots included.
     pub dirs: u64,
+    /// Symlink entries in the manifest.
     pub symlinks: u64,
+    /// Sum of the files' sizes in bytes, whatever their status.
     pub bytes: u64,
+    /// File payload bytes that crossed the network in this run.
     pub bytes_transferred: u64,
+    /// File bytes already held from an interrupted run, not sent again.
     pub bytes_resumed: u64,
 }
 

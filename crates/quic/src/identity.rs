@@ -17,6 +17,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// The rustls crypto provider (ring) the client's and the server's TLS
+/// configurations, and [`PinVerifier`]'s signature checks, are built on.
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -32,8 +34,11 @@ pub fn fingerprint(cert_der: &[u8]) -> String {
 
 /// A server's certificate and key.
 pub struct Identity {
+    /// The self-signed certificate (DER, `cert.der`) the server presents.
     pub cert: CertificateDer<'static>,
+    /// Its PKCS#8 private key (DER, `key.der`).
     pub key: PrivateKeyDer<'static>,
+    /// [`fingerprint`] of `cert`: what clients pin and `longhaul serve` prints.
     pub fingerprint: String,
 }
 
@@ -115,14 +120,15 @@ pub struct KnownHosts {
 }
 
 impl KnownHosts {
+    /// The known-hosts file at `path`; nothing is read until asked, and the
+    /// file need not exist.
     pub fn new(path: PathBuf) -> Self {
         KnownHosts { path }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
+    /// The fingerprint the file's first line for `host` (`HOST:PORT`) names;
+    /// None when the file is absent or has no such line, an error when it
+    /// cannot be read.
     pub fn lookup(&self, host: &str) -> Result<Option<String>> {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
@@ -188,6 +194,8 @@ fn find_host(text: &str, host: &str) -> Option<String> {
 pub struct TrustPolicy {
     /// `HOST:PORT` as the user named it; the known-hosts key.
     pub host: String,
+    /// The known-hosts file: looked up at the handshake, and a newly trusted
+    /// server is added to it.
     pub known_hosts: PathBuf,
     /// `--fingerprint`: the only one accepted.
     pub pinned: Option<String>,
@@ -199,18 +207,31 @@ pub struct TrustPolicy {
 /// record a newly trusted server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TrustOutcome {
+    /// Trusted: the known-hosts file names the fingerprint the server
+    /// presented (and a `--fingerprint`, if given, is the same).
     Known,
     /// Accepted by `--accept-new` or a matching `--fingerprint`; to be written down.
     New(String),
+    /// Refused: the known-hosts file does not name the host, and neither
+    /// `--fingerprint` nor `--accept-new` was given. Holds the server's
+    /// fingerprint, for the user to check.
     Unknown(String),
+    /// Refused: the known-hosts file names another fingerprint for the host,
+    /// whatever `--fingerprint` or `--accept-new` say.
     Changed {
+        /// The fingerprint the known-hosts file names.
         expected: String,
+        /// The fingerprint the server presented.
         got: String,
     },
+    /// Refused: the server's fingerprint is not the `--fingerprint` given.
     PinMismatch {
+        /// The `--fingerprint` given.
         expected: String,
+        /// The fingerprint the server presented.
         got: String,
     },
+    /// Refused: the known-hosts file could not be read; the error.
     KnownHostsError(String),
 }
 
@@ -246,10 +267,15 @@ impl TrustOutcome {
 pub struct PinVerifier {
     policy: TrustPolicy,
     provider: Arc<CryptoProvider>,
+    /// The decision on the server's certificate, set during the handshake
+    /// (None until then); shared, so the caller keeps a clone and reads it
+    /// after the handshake.
     pub outcome: Arc<Mutex<Option<TrustOutcome>>>,
 }
 
 impl PinVerifier {
+    /// A verifier that applies `policy`; the known-hosts file is read when
+    /// the server's certificate arrives.
     pub fn new(policy: TrustPolicy) -> Self {
         PinVerifier {
             policy,

@@ -13,7 +13,7 @@
 //! cores (`core::send`, `core::recv`) are driven by the `sender` and `receiver`
 //! drivers, which `server` and `client` use in either direction.
 
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 
 mod cc;
 mod client;

@@ -17,6 +17,9 @@ pub struct NetOpts {
     pub max_window: u64,
     /// Rate to plan the first window for (bits/s): `--max-rate`, or 1 Gbit/s.
     pub rate_hint: u64,
+    /// The congestion controller this side runs when it sends, unless one is
+    /// asked for: a client's `ClientOpts::cc` comes first, and a server
+    /// switches to what a client's `Hello.cc` names. Default `wan`.
     pub cc: CcChoice,
     /// Cap on the sending rate (bits/s), 0 = none.
     pub max_rate: u64,

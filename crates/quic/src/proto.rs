@@ -24,10 +24,15 @@ use serde::{Deserialize, Serialize};
 /// `Hello.streams` and `Welcome.streams`: a get's `--streams` reaches the
 /// server, which sends (it used its own), and the client learns the count.
 pub const VERSION: u32 = 5;
+/// TLS ALPN both sides require; it names the protocol family and stays
+/// `longhaul/1` across versions ([`VERSION`] is in the `Hello`).
 pub const ALPN: &[u8] = b"longhaul/1";
 /// Largest control frame accepted (payload bytes, after the length prefix).
 pub const MAX_FRAME: usize = 1 << 20;
+/// The first 4 bytes of every data stream; a receiver refuses a stream that
+/// starts otherwise ([`ProtoError::BadPrelude`]).
 pub const DATA_PRELUDE: &[u8; 4] = b"LHD1";
+/// Bytes of an encoded [`RecordHeader`] on a data stream.
 pub const RECORD_HEADER_LEN: usize = 20;
 /// The bit of a record's `len` field that says the file's hash follows the data.
 const HASH_FLAG: u32 = 1 << 31;
@@ -55,14 +60,27 @@ pub enum ErrorCode {
     Verify,
 }
 
+/// What a session does: the client's whole request, carried in its `Hello`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
     /// Fetch these root-relative paths from the server.
-    Get { paths: Vec<Vec<u8>> },
+    Get {
+        /// Paths beneath the server's root as the user typed them (raw bytes;
+        /// one ending in `/` must be a directory); the server sends their
+        /// trees, and an entry's `root` is the index of its path here.
+        paths: Vec<Vec<u8>>,
+    },
     /// Send `roots` into `dest` (root-relative) on the server.
     Put {
+        /// The destination beneath the server's root, as the user typed it
+        /// (raw bytes; the server normalises it, `.` or empty is the root).
         dest: Vec<u8>,
+        /// The client's part of whether `dest` is a directory: it was named
+        /// with a trailing `/` or several roots go into it. The server adds
+        /// whether it is a directory there already.
         dest_is_dir: bool,
+        /// One per local path of the put, in order: an entry's `root` is the
+        /// index into this list.
         roots: Vec<RootSpec>,
         /// What the server, the receiver, skips (`--sync`, `--sync --checksum`).
         sync: PutSync,
@@ -107,13 +125,22 @@ impl From<PutSync> for SyncMode {
 /// when its contents go straight into the destination (a trailing `/`, or `.`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RootSpec {
+    /// The root's basename at the destination (raw bytes); empty when its
+    /// contents go straight into the destination.
     pub name: Vec<u8>,
 }
 
+/// The client's first frame: its protocol version, its token and its whole
+/// request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
+    /// The protocol version the client speaks ([`VERSION`]); a server answers
+    /// another with `Fatal { code: Version }`.
     pub version: u32,
+    /// The shared secret a server with a token requires (it compares BLAKE3
+    /// digests in constant time); empty when the client has none.
     pub token: Vec<u8>,
+    /// The request: a get or a put.
     pub op: Op,
     /// Ask the sending side to cap its rate (bits/s, 0 = no cap).
     pub max_rate: u64,
@@ -135,7 +162,10 @@ pub const MAX_STREAMS: u32 = 64;
 /// What the receiver wants of one file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Want {
+    /// Nothing: the receiver holds it already (`--sync`: size and mtime
+    /// match) and settles it as skipped.
     Skip,
+    /// Every chunk: the file is sent whole.
     All,
     /// Chunk ranges `[start, end)`.
     Chunks(Vec<(u64, u64)>),
@@ -146,11 +176,23 @@ pub enum Want {
 /// Final word of the receiver on one file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
+    /// Every byte is written, its BLAKE3 equals the sender's, and the file is
+    /// in place under its name.
     Verified,
+    /// Not sent: the receiver already held it (`Want::Skip`, or an
+    /// `UnlessHash` that matched).
     Skipped,
-    Failed { code: ErrorCode, message: String },
+    /// Not received.
+    Failed {
+        /// `Verify` when the BLAKE3 did not match, `Io` for any other failure.
+        code: ErrorCode,
+        /// What went wrong, naming the file, for the sender's report.
+        message: String,
+    },
 }
 
+/// One control-stream message. The order of the variants is their number on
+/// the wire (docs/PROTOCOL.md §1.3), so reordering them is a wire change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Frame {
     /// client → server, first frame.
@@ -160,58 +202,112 @@ pub enum Frame {
     /// destination on the server holds none of its targets). `streams`: on
     /// a get, the data streams the server sends on; 0 on a put.
     Welcome {
+        /// The server's [`VERSION`] (always the client's: another version
+        /// was answered with `Fatal`).
         version: u32,
+        /// The server software and its version (`longhaul X.Y.Z`), for the
+        /// client's report.
         server: String,
+        /// The session runs without `Want`s (see above).
         fresh: bool,
+        /// The data streams the server sends on (a get); 0 on a put.
         streams: u32,
     },
     /// Either way: the session is over.
-    Fatal { code: ErrorCode, message: String },
+    Fatal {
+        /// Why, as a class; the client maps it onto its exit status.
+        code: ErrorCode,
+        /// Why, for a human.
+        message: String,
+    },
     /// sender → receiver: a requested root could not be served.
     RootError {
+        /// Index of the root in the request (`Op::Get.paths`,
+        /// `Op::Put.roots`).
         root: u32,
+        /// `NotFound` (absent, or not a directory though named with `/`),
+        /// `BadPath` (refused path) or `Io`.
         code: ErrorCode,
+        /// What went wrong, naming the sender's path.
         message: String,
     },
     /// sender → receiver: one item of the manifest.
     Entry(Entry),
     /// sender → receiver: part of a tree could not be read.
     EntryError {
+        /// Index of the root in the request (receivers do not use it).
         root: u32,
+        /// The item that could not be read, relative to that root (raw
+        /// bytes; empty: the root itself).
         path: Vec<u8>,
+        /// The error reading it.
         message: String,
     },
     /// sender → receiver: no more entries.
     ManifestEnd,
     /// receiver → sender.
-    Want { id: u64, want: Want },
+    Want {
+        /// The file's entry id.
+        id: u64,
+        /// What of it to send.
+        want: Want,
+    },
     /// sender → receiver: every wanted chunk of `id` is sent; its BLAKE3 is `hash`.
     /// `unchanged`: the receiver's `UnlessHash` matched, nothing was sent.
     FileDone {
+        /// The file's entry id.
         id: u64,
+        /// BLAKE3 of the whole file as the sender read it; the receiver
+        /// places the file only if the bytes it wrote hash the same.
         hash: [u8; 32],
+        /// The receiver's `UnlessHash` equalled `hash`: no data follows and
+        /// the receiver keeps its file (settled as skipped).
         unchanged: bool,
     },
     /// sender → receiver: the file could not be read.
-    FileFailed { id: u64, message: String },
+    FileFailed {
+        /// The file's entry id.
+        id: u64,
+        /// Why, naming the sender's path (a read error, or the file changed
+        /// while it was sent).
+        message: String,
+    },
     /// receiver → sender.
-    FileResult { id: u64, outcome: Outcome },
+    FileResult {
+        /// The file's entry id.
+        id: u64,
+        /// How the file ended at the receiver.
+        outcome: Outcome,
+    },
     /// receiver → sender: every entry is settled.
-    Done { ok: bool },
+    Done {
+        /// Nothing failed on the receiver, in the files or outside them (a
+        /// directory's mode or mtime, `--fsync`).
+        ok: bool,
+    },
 }
 
+/// Why bytes from the peer are not a valid control frame or data record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtoError {
+    /// A control frame's length prefix (the byte count it claims) is over
+    /// [`MAX_FRAME`]; refused before any of it is buffered.
     #[error("control frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
     FrameTooLarge(u64),
+    /// A frame body that is not exactly one postcard `Frame` (the decoder's
+    /// error, or trailing bytes).
     #[error("malformed control frame: {0}")]
     Malformed(String),
+    /// A data stream whose first 4 bytes are not [`DATA_PRELUDE`].
     #[error("data stream does not start with the LHD1 prelude")]
     BadPrelude,
+    /// A record whose `len` (bytes) is over the chunk size.
     #[error("data record of {0} bytes exceeds the chunk size")]
     RecordTooLarge(u32),
+    /// A record whose byte offset is not a multiple of the chunk size.
     #[error("data record at offset {0} is not on a chunk boundary")]
     Unaligned(u64),
+    /// A stream ended in the middle of a frame, a record header or its data.
     #[error("stream ended inside a frame")]
     Truncated,
     /// A Hello of another version, whose fields this side cannot decode.
@@ -240,6 +336,8 @@ fn other_hello_version(body: &[u8]) -> Option<u32> {
     None
 }
 
+/// A frame as it goes on the control stream: its body's length (u32 big
+/// endian), then the postcard body.
 pub fn encode(frame: &Frame) -> Vec<u8> {
     let body = postcard::to_stdvec(frame).expect("frames always serialize");
     let mut out = Vec::with_capacity(body.len() + 4);
@@ -256,10 +354,12 @@ pub struct FrameDecoder {
 }
 
 impl FrameDecoder {
+    /// A decoder with nothing buffered.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Append bytes as they were read from the stream.
     pub fn push(&mut self, bytes: &[u8]) {
         if self.pos > 0 && self.pos == self.buf.len() {
             self.buf.clear();
@@ -318,8 +418,12 @@ impl FrameDecoder {
 /// Header of one data record: chunk `offset / CHUNK_SIZE` of file `id`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
+    /// Entry id of the file the chunk belongs to.
     pub id: u64,
+    /// Byte offset of the chunk in the file, a multiple of `CHUNK_SIZE`.
     pub offset: u64,
+    /// Bytes of file data that follow the header (at most `CHUNK_SIZE`),
+    /// without the hash flag.
     pub len: u32,
     /// The record is the file's only chunk and its data is followed by the
     /// file's BLAKE3 ([`RECORD_HASH_LEN`] bytes); the sender sends no
@@ -328,6 +432,8 @@ pub struct RecordHeader {
 }
 
 impl RecordHeader {
+    /// The header's wire bytes: `id`, `offset` and `len` little endian,
+    /// `hash` as bit 31 of `len`.
     pub fn encode(&self) -> [u8; RECORD_HEADER_LEN] {
         let mut b = [0u8; RECORD_HEADER_LEN];
         b[..8].copy_from_slice(&self.id.to_le_bytes());
@@ -337,6 +443,9 @@ impl RecordHeader {
         b
     }
 
+    /// Reads a header off the wire; refuses a `len` over `CHUNK_SIZE`
+    /// ([`ProtoError::RecordTooLarge`]) and an offset off a chunk boundary
+    /// ([`ProtoError::Unaligned`]).
     pub fn decode(b: &[u8; RECORD_HEADER_LEN]) -> Result<Self, ProtoError> {
         let len = u32::from_le_bytes(b[16..].try_into().unwrap());
         let h = RecordHeader {
@@ -354,6 +463,7 @@ impl RecordHeader {
         Ok(h)
     }
 
+    /// Index of the record's chunk in its file (`offset / CHUNK_SIZE`).
     pub fn chunk(&self) -> u64 {
         self.offset / CHUNK_SIZE
     }

@@ -40,11 +40,16 @@ impl Kind {
     }
 }
 
+/// One thing that went wrong in a session; its `kind` sets the exit status.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Problem {
+    /// The class of the failure.
     pub kind: Kind,
+    /// The file or path it concerns, as reports name it (lossy UTF-8); None
+    /// for a problem of the whole session.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// What went wrong, for a human.
     pub message: String,
     /// A frame that did not decode as ours was a Hello of this other
     /// protocol version (a server reading its first frame answers
@@ -54,6 +59,7 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// A problem of no particular path.
     pub fn new(kind: Kind, message: impl Into<String>) -> Self {
         Problem {
             kind,
@@ -63,6 +69,7 @@ impl Problem {
         }
     }
 
+    /// A problem with `path`.
     pub fn at(kind: Kind, path: impl Into<String>, message: impl Into<String>) -> Self {
         Problem {
             path: Some(path.into()),
@@ -82,26 +89,39 @@ impl std::fmt::Display for Problem {
 
 impl std::error::Error for Problem {}
 
+/// How one file ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
+    /// Received whole, its BLAKE3 equal to the sender's, and in place under
+    /// its name (a sender reports what the receiver's `FileResult` said).
     Verified,
     /// Already at the destination (size+mtime, or the same BLAKE3).
     Skipped,
+    /// Not received: [`FileReport::error`] says why.
     Failed,
 }
 
+/// What became of one file in a session, as one side saw it.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileReport {
+    /// The file's path (lossy UTF-8): on the receiving side where it lands
+    /// beneath the destination's base directory, on the sending side where it
+    /// was read beneath the source's directory.
     pub path: String,
+    /// The file's size in bytes, as the sender's entry gave it.
     pub size: u64,
+    /// How it ended.
     pub status: Status,
     /// Payload bytes of this file that crossed the network in this run.
     pub bytes_transferred: u64,
     /// Bytes that were already held from an interrupted run.
     pub bytes_resumed: u64,
+    /// The file's BLAKE3 in hex, for a verified file; None for a skipped or
+    /// failed one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blake3: Option<String>,
+    /// Why it failed; None unless the status is `Failed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -109,9 +129,14 @@ pub struct FileReport {
 /// Outcome of one session on one side.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct SessionReport {
+    /// One report per file entry settled, in the order they were settled.
     pub files: Vec<FileReport>,
+    /// Directory entries in the manifest (the roots included), counted as
+    /// they were sent or received.
     pub dirs: u64,
+    /// Symlink entries in the manifest, counted likewise.
     pub symlinks: u64,
+    /// Everything that went wrong, failed files included.
     pub problems: Vec<Problem>,
 }
 
@@ -125,17 +150,25 @@ impl SessionReport {
 /// Live counters, updated by the session and read by a progress bar.
 #[derive(Debug, Default)]
 pub struct Progress {
+    /// File entries of the manifest so far; grows while the manifest streams.
     pub files_total: AtomicU64,
+    /// Files settled so far: verified, skipped or failed.
     pub files_done: AtomicU64,
+    /// Sum of the sizes of the files in `files_total`, in bytes.
     pub bytes_total: AtomicU64,
+    /// File bytes handed to the data streams (sender) or written (receiver)
+    /// so far, plus those that need no sending: chunks held from an
+    /// interrupted run and skipped files.
     pub bytes_done: AtomicU64,
 }
 
 impl Progress {
+    /// Adds `n` to `counter` (relaxed: the counters are only displayed).
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// The current value of `counter`.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }

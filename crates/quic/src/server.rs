@@ -19,16 +19,33 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
+/// The UDP port a server listens on, and a client connects to, when none is
+/// given.
 pub const DEFAULT_PORT: u16 = 7878;
 
+/// How a server runs (`longhaul serve`).
 #[derive(Debug, Clone)]
 pub struct ServeOpts {
+    /// The served directory: every path of a get or a put is resolved beneath
+    /// it.
     pub root: PathBuf,
+    /// The UDP address to bind (port 0: any free port, see
+    /// [`Server::local_addr`]).
     pub listen: SocketAddr,
+    /// Refuse every put (`Fatal { code: ReadOnly }`).
     pub read_only: bool,
+    /// The secret a client's `Hello.token` must equal; None admits every
+    /// client.
     pub token: Option<Vec<u8>>,
+    /// Where the server's certificate and key (`cert.der`, `key.der`) are
+    /// kept; created on first start.
     pub state_dir: PathBuf,
+    /// Socket, window and rate settings of every connection. `net.cc` is the
+    /// controller unless a client's `Hello.cc` names another; `net.max_rate`
+    /// caps what the server sends, as a client's `Hello.max_rate` does (the
+    /// lower holds when both are set).
     pub net: NetOpts,
+    /// Data streams a get is sent on when the client's `Hello.streams` is 0.
     pub streams: usize,
 }
 
@@ -42,10 +59,15 @@ pub struct Server {
     factory: Arc<CcFactory>,
     root: Arc<Dir>,
     opts: ServeOpts,
+    /// The fingerprint (`SHA256:...`) of the server's certificate, which
+    /// clients pin: printed for the user to hand on.
     pub fingerprint: String,
 }
 
 impl Server {
+    /// Opens the root, loads the identity from the state directory (creating
+    /// it on first start) and binds the UDP endpoint; [`Server::run`] then
+    /// serves.
     pub fn bind(opts: ServeOpts) -> Result<Server> {
         let root = Dir::open_ambient_dir(&opts.root, cap_std::ambient_authority())
             .with_context(|| format!("opening the served root {}", opts.root.display()))?;
@@ -70,6 +92,8 @@ impl Server {
         })
     }
 
+    /// The address the endpoint is bound to (with the port actually taken
+    /// when `listen` named port 0).
     pub fn local_addr(&self) -> Result<SocketAddr> {
         Ok(self.endpoint.local_addr()?)
     }

@@ -21,7 +21,7 @@
 //! - **Probing**: a cycle of eight rounds: one probe above the estimate finds new
 //!   capacity, a drain below it removes what the probe queued, six cruise at the
 //!   estimate. The probe is a quarter up, or less on long paths: at most
-//!   [`PROBE_QUEUE`] of queue (at 700 ms, +3.6 %); the drain removes that and the
+//!   `PROBE_QUEUE` (25 ms) of queue (at 700 ms, +3.6 %); the drain removes that and the
 //!   headroom (at most a quarter).
 //! - **Start**: with a hint (a rate remembered for this peer, or `--max-rate`)
 //!   it begins at the hint and verifies it within a few rounds (the bandwidth
@@ -80,10 +80,18 @@ fn short_path(path: Duration) -> bool {
     path < HEADROOM * 4
 }
 
+/// The phase the controller is in; [`Wan::mode`] tells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// Finding the rate without a hint: gain 2.885 (nearly triple a round)
+    /// until the bandwidth stops growing by a quarter for three rounds, or a
+    /// round is congested. Also where it starts again when competition ends.
     Startup,
+    /// One round at gain 1/2.885 after startup, to empty the queue startup
+    /// built; then cruise (`fair`: compete).
     Drain,
+    /// At the estimate, in the eight-round probe cycle (probe, drain, six at
+    /// gain 1); a hint starts here.
     Cruise,
     /// Other senders keep a queue standing: share with them the way CUBIC does.
     Compete,
@@ -186,6 +194,9 @@ impl Cubic {
     }
 }
 
+/// The controller's state: feed it ACKs ([`Wan::on_ack`]) and losses
+/// ([`Wan::on_loss`]); read the window ([`Wan::window`]) and the pacing rate
+/// ([`Wan::pacing_rate`]).
 #[derive(Debug, Clone)]
 pub struct Wan {
     mtu: u64,
@@ -325,6 +336,7 @@ impl Wan {
         self.mtu = mtu as u64;
     }
 
+    /// The phase the controller is in.
     pub fn mode(&self) -> Mode {
         self.mode
     }
@@ -334,6 +346,9 @@ impl Wan {
         (self.bw * 8.0) as u64
     }
 
+    /// The path RTT: the smallest RTT sample of the current and the previous
+    /// [`MIN_RTT_WINDOW`] (which does not move on while competing); None
+    /// before any ACK.
     pub fn min_rtt(&self) -> Option<Duration> {
         match (self.min_prev, self.min_cur) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -341,6 +356,10 @@ impl Wan {
         }
     }
 
+    /// The factor on bandwidth × path RTT for the window, and on the
+    /// bandwidth for the pacing rate, this round: 2.885 in startup, 1/2.885
+    /// in drain, the probe cycle's in cruise; 1 in compete and yield, where
+    /// the CUBIC window rules instead.
     pub fn gain(&self) -> f64 {
         self.gain
     }

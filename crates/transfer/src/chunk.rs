@@ -11,15 +11,18 @@ use blake3::hazmat::{self, ChainingValue, HasherExt, Mode};
 /// Chunk size of protocol version 1: 1 MiB (a power of two, as the BLAKE3 tree needs).
 pub const CHUNK_SIZE: u64 = 1 << 20;
 
+/// A 32-byte BLAKE3 output: a chunk's chaining value, or a whole file's root hash.
 pub type Digest = [u8; 32];
 
 /// How a file of `size` bytes is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkPlan {
+    /// File size in bytes.
     pub size: u64,
 }
 
 impl ChunkPlan {
+    /// The plan of a file of `size` bytes.
     pub fn new(size: u64) -> Self {
         ChunkPlan { size }
     }
@@ -29,6 +32,7 @@ impl ChunkPlan {
         self.size.div_ceil(CHUNK_SIZE)
     }
 
+    /// Byte offset in the file where chunk `index` starts (not checked against the size).
     pub fn offset(&self, index: u64) -> u64 {
         index * CHUNK_SIZE
     }
@@ -41,6 +45,7 @@ impl ChunkPlan {
         Some((self.size - index * CHUNK_SIZE).min(CHUNK_SIZE))
     }
 
+    /// Is the file empty (0 bytes, no chunks)?
     pub fn is_empty(&self) -> bool {
         self.size == 0
     }
@@ -105,10 +110,13 @@ pub struct ChunkHasher {
 }
 
 impl ChunkHasher {
+    /// Feed the chunk's next bytes, in file order.
     pub fn update(&mut self, data: &[u8]) {
         self.hasher.update(data);
     }
 
+    /// The chunk's digest: its chaining value, or the file's root hash when the file
+    /// is a single chunk ([`ChunkPlan::single`]).
     pub fn finish(&self) -> Digest {
         if self.single {
             *self.hasher.finalize().as_bytes()

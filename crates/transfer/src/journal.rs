@@ -17,9 +17,13 @@ const MAGIC: &[u8; 4] = b"LHJ1";
 const HEADER: usize = 28;
 const RECORD: usize = 44;
 
+/// What a journal was started for: the source file's size and mtime as the sender
+/// announced them. A journal whose header differs from the entry now received is not resumed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalHeader {
+    /// Size in bytes of the source file.
     pub size: u64,
+    /// Modification time of the source file, nanoseconds since the Unix epoch.
     pub mtime_ns: i64,
 }
 
@@ -35,6 +39,7 @@ fn check(index: u64, digest: &Digest) -> [u8; 4] {
     out
 }
 
+/// The 28-byte header for `h`: magic, size, mtime and this build's [`CHUNK_SIZE`].
 pub fn encode_header(h: &JournalHeader) -> Vec<u8> {
     let mut v = Vec::with_capacity(HEADER);
     v.extend_from_slice(MAGIC);
@@ -44,6 +49,8 @@ pub fn encode_header(h: &JournalHeader) -> Vec<u8> {
     v
 }
 
+/// The 44-byte records of `(chunk index, digest)` pairs, each with its check bytes,
+/// ready to append after the header.
 pub fn encode_records(records: &[(u64, Digest)]) -> Vec<u8> {
     let mut v = Vec::with_capacity(records.len() * RECORD);
     for (i, d) in records {

@@ -14,7 +14,7 @@
 //! - [`units`]: one grammar of sizes, rates and durations for flags, SPECs and suites.
 //! - [`testdata`]: seeded, incompressible test data for the demo, the bench and tests.
 
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod chunk;
 pub mod journal;

@@ -2,10 +2,15 @@
 
 use serde::{Deserialize, Serialize};
 
+/// What an [`Entry`] is. Other file types (sockets, fifos, devices) are not
+/// transferred.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EntryKind {
+    /// A regular file: the only kind with data (`size` bytes, sent in chunks).
     File,
+    /// A directory; it carries no data of its own.
     Dir,
+    /// A symbolic link, never followed; its target is in [`Entry::link`].
     Symlink,
 }
 
@@ -17,7 +22,9 @@ pub struct Entry {
     pub id: u64,
     /// Which requested root (index into the request's paths) this belongs to.
     pub root: u32,
+    /// Path beneath the root as raw Unix bytes, `/`-separated; empty for the root.
     pub path: Vec<u8>,
+    /// File, directory or symlink: says which of `size` and `link` mean anything.
     pub kind: EntryKind,
     /// Bytes for files, 0 otherwise.
     pub size: u64,
@@ -30,6 +37,7 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Is this a regular file (the only kind with data)?
     pub fn is_file(&self) -> bool {
         self.kind == EntryKind::File
     }
@@ -43,6 +51,8 @@ pub fn system_time_ns(t: std::time::SystemTime) -> i64 {
     }
 }
 
+/// The `SystemTime` of nanoseconds since the epoch (negative before 1970); the
+/// inverse of [`system_time_ns`].
 pub fn ns_to_system_time(ns: i64) -> std::time::SystemTime {
     use std::time::{Duration, UNIX_EPOCH};
     if ns >= 0 {

@@ -13,18 +13,27 @@ pub const MAX_PATH_LEN: usize = 4096;
 /// Longest single name accepted (bytes), as Linux's NAME_MAX.
 pub const MAX_NAME_LEN: usize = 255;
 
+/// Why a path was refused. Variants carry the path (shown as lossy UTF-8) or its
+/// length in bytes; the messages go to the user or the peer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {
+    /// Starts with `/`.
     #[error("absolute path {0:?} refused: remote paths are relative to the served root")]
     Absolute(String),
+    /// Has a `..` component.
     #[error("path {0:?} refused: '..' would leave the root")]
     DotDot(String),
+    /// Contains a NUL byte.
     #[error("path {0:?} refused: contains a NUL byte")]
     Nul(String),
+    /// Has an empty or `.` component (a doubled or trailing slash) in the
+    /// strict wire form, or [`RelPath::join_name`] was given an empty name or one with a `/`.
     #[error("path {0:?} refused: empty component")]
     EmptyComponent(String),
+    /// Longer than [`MAX_PATH_LEN`] bytes; carries the length.
     #[error("path refused: {0} bytes is longer than {MAX_PATH_LEN}")]
     TooLong(usize),
+    /// Has a component longer than [`MAX_NAME_LEN`] bytes.
     #[error("path {0:?} refused: a name is longer than {MAX_NAME_LEN} bytes")]
     NameTooLong(String),
 }
@@ -93,10 +102,12 @@ impl RelPath {
         Ok(RelPath(out.join(&b'/')))
     }
 
+    /// The raw bytes, as sent on the wire (empty for the root).
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
 
+    /// Is this the root itself (the empty path)?
     pub fn is_root(&self) -> bool {
         self.0.is_empty()
     }
@@ -110,6 +121,7 @@ impl RelPath {
         }
     }
 
+    /// An owned [`RelPath::as_path`]: `.` for the root.
     pub fn to_path_buf(&self) -> PathBuf {
         self.as_path().to_path_buf()
     }
@@ -160,6 +172,7 @@ impl RelPath {
         RelPath::from_wire(&v)
     }
 
+    /// For messages: lossy UTF-8, `.` for the root.
     pub fn display(&self) -> String {
         if self.0.is_empty() {
             ".".into()

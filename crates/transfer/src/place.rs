@@ -69,10 +69,14 @@ pub fn is_reserved_name(name: &[u8]) -> bool {
         })
 }
 
+/// Suffix of a part file: the hidden `.NAME.lh-part` beside its target that data
+/// is written to until it is verified and renamed.
 pub const PART: &str = "lh-part";
 /// Largest file accepted from a peer (16 TiB, ext4's limit): bounds the per-chunk
 /// state a manifest entry can make a receiver allocate.
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
+/// Suffix of a resume journal: `.NAME.lh-journal` beside the part of a file of
+/// several chunks.
 pub const JOURNAL: &str = "lh-journal";
 const LINK: &str = "lh-link";
 
@@ -94,6 +98,7 @@ pub struct DestDir {
 }
 
 impl DestDir {
+    /// A destination rooted at `base`, with nothing cached, created or deferred yet.
     pub fn new(base: Dir) -> Self {
         DestDir {
             base,
@@ -103,6 +108,8 @@ impl DestDir {
         }
     }
 
+    /// The directory every path of this destination is resolved beneath (callers hand it
+    /// to [`sync_fs`] once everything is written).
     pub fn base(&self) -> &Dir {
         &self.base
     }
@@ -312,8 +319,17 @@ fn gaps(held: impl Iterator<Item = u64>, count: u64) -> Vec<(u64, u64)> {
 /// Why a finished file could not take its final name.
 #[derive(Debug, thiserror::Error)]
 pub enum FinishError {
+    /// The BLAKE3 root of what was received differs from the sender's hash; the part and
+    /// journal have been removed.
     #[error("BLAKE3 mismatch: sender {expected}, received {actual}")]
-    Mismatch { expected: String, actual: String },
+    Mismatch {
+        /// The sender's hash, in hex.
+        expected: String,
+        /// The hash of what was received, in hex.
+        actual: String,
+    },
+    /// An I/O error while verifying or placing the file; the part and journal are kept
+    /// for a rerun.
     #[error(transparent)]
     Io(#[from] io::Error),
 }
@@ -383,6 +399,7 @@ impl Drop for Claim {
 
 /// A file being received.
 pub struct Incoming {
+    /// How the file is cut into chunks, from the size its entry announced.
     pub plan: ChunkPlan,
     /// Digests of the chunks held, by index: grows with the data actually received,
     /// never with what a manifest claims.
@@ -432,7 +449,12 @@ pub enum Settled {
     /// Verified and under its final name.
     Placed(Digest),
     /// The data is not what the sender hashed.
-    Mismatch { expected: String, actual: String },
+    Mismatch {
+        /// The sender's hash, in hex.
+        expected: String,
+        /// The hash of what was received, in hex.
+        actual: String,
+    },
     /// The sender's hash was not known yet: under its part name, for
     /// [`Incoming::finish`].
     Parked,
@@ -790,10 +812,6 @@ impl Incoming {
         }
     }
 
-    pub fn pending_records(&self) -> usize {
-        self.pending.len()
-    }
-
     /// Take the chunks written since the last checkpoint, to make durable and
     /// journal with [`Checkpoint::commit`] without holding whatever guards `self`.
     /// `None` when there is nothing to journal.
@@ -828,10 +846,8 @@ impl Incoming {
         }
     }
 
-    pub fn missing_chunks(&self) -> u64 {
-        self.missing
-    }
-
+    /// Are all chunks written and the sender's hash known, so that
+    /// [`Incoming::finish`] can run?
     pub fn is_complete(&self) -> bool {
         self.missing == 0 && self.expected.is_some()
     }

@@ -18,7 +18,9 @@ pub enum SyncMode {
 /// What the destination holds under the target name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Existing {
+    /// Size in bytes of the file at the destination.
     pub size: u64,
+    /// Its modification time, nanoseconds since the Unix epoch.
     pub mtime_ns: i64,
     /// Permission bits (`mode & 0o7777`).
     pub mode: u32,
@@ -69,6 +71,8 @@ pub fn decide(
     }
 }
 
+/// Does [`decide`] want the destination file's BLAKE3 for `entry`? Only in
+/// `Checksum` mode, when a regular file of the same size is there.
 pub fn needs_local_hash(mode: SyncMode, entry: &Entry, existing: Option<&Existing>) -> bool {
     mode == SyncMode::Checksum && existing.is_some_and(|e| e.size == entry.size)
 }

@@ -13,18 +13,28 @@ use std::os::unix::ffi::OsStrExt;
 /// One item found by the walk; `path` is relative to where the walk started.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalkItem {
+    /// Path relative to where the walk started (the root for the start itself).
     pub path: RelPath,
+    /// File, directory or symlink; other file types are left out of the walk.
     pub kind: EntryKind,
+    /// Size in bytes for a regular file, 0 otherwise.
     pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
+    /// Modification time (of the link itself for a symlink), nanoseconds since the
+    /// Unix epoch.
     pub mtime_ns: i64,
+    /// A symlink's target as raw bytes; empty otherwise.
     pub link: Vec<u8>,
 }
 
 /// A failure to read part of the tree; the walk goes on with the rest.
 #[derive(Debug)]
 pub struct WalkError {
+    /// The item that could not be read, or the directory holding an entry whose path
+    /// could not be formed (too long, say).
     pub path: RelPath,
+    /// The underlying error (`InvalidData` when the path could not be formed).
     pub error: io::Error,
 }
 
@@ -40,6 +50,8 @@ struct Level {
     names: std::vec::IntoIter<Vec<u8>>,
 }
 
+/// An iterator over the items beneath a start point, pre-order with names sorted; a
+/// part that cannot be read yields a [`WalkError`] and the walk goes on.
 pub struct Walker {
     first: Option<Result<WalkItem, WalkError>>,
     stack: Vec<Level>,

@@ -22,6 +22,7 @@ mod uftp;
 /// transfer (config files and command lines). Adding a tool is a file in
 /// `tools/` and a line in [`ADAPTERS`].
 pub trait Adapter: Sync {
+    /// The tool's name, as suites, `--tools` and results.json write it.
     fn name(&self) -> &'static str;
     /// What it is, for reports.
     fn describe(&self) -> &'static str;
@@ -78,22 +79,28 @@ impl Tool {
         ADAPTERS.iter().map(|a| Tool(*a)).collect()
     }
 
+    /// The adapter's name (`rsync`, `gridftp`, ...), as suites and `--tools` write it.
     pub fn name(self) -> &'static str {
         self.0.name()
     }
 
+    /// What the tool is, in a line ([`Adapter::describe`]).
     pub fn describe(self) -> &'static str {
         self.0.describe()
     }
 
+    /// The settings a suite may give it: (key, what it does, check).
     pub fn settings(self) -> &'static [Setting] {
         self.0.settings()
     }
 
+    /// Programs it needs, looked for on the PATH and in /usr/sbin and /sbin (besides
+    /// longhaul itself).
     pub fn programs(self) -> &'static [&'static str] {
         self.0.programs()
     }
 
+    /// Debian packages that provide its programs.
     pub fn packages(self) -> &'static [&'static str] {
         self.0.packages()
     }
@@ -112,14 +119,19 @@ impl Tool {
         format!("apt-get install {}", self.packages().join(" "))
     }
 
+    /// False for memory-to-memory tools (iperf3): nothing lands at the receivers, so
+    /// no first byte is watched for and no tree is verified.
     pub fn moves_files(self) -> bool {
         self.0.moves_files()
     }
 
+    /// Whether it sends one stream that every receiver takes (IP multicast).
     pub fn multicasts(self) -> bool {
         self.0.multicasts()
     }
 
+    /// The command line that prints its version (the runner keeps the first line);
+    /// empty for longhaul, whose executable is asked with `--version`.
     pub fn version_command(self) -> Vec<&'static str> {
         self.0.version_command().to_vec()
     }
@@ -173,8 +185,12 @@ pub type Settings = std::collections::BTreeMap<String, String>;
 /// `gridftp:p=8,tcp-bs=4MB`. The whole string labels its runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {
+    /// The adapter.
     pub tool: Tool,
+    /// Its settings, each checked by the adapter's [`Setting`] check.
     pub settings: Settings,
+    /// `name`, or `name:key=value,...` with the settings in key order: what results and
+    /// reports call its runs, so two variants of a tool stay apart.
     pub label: String,
 }
 
@@ -285,6 +301,7 @@ fn get<'a>(s: &'a Settings, k: &str, default: &'a str) -> &'a str {
 /// One receiving host.
 #[derive(Debug, Clone)]
 pub struct Receiver {
+    /// Its address in the lab.
     pub addr: Ipv4Addr,
     /// An empty directory the transfer fills.
     pub dst: PathBuf,
@@ -298,6 +315,7 @@ pub struct Setup<'a> {
     pub src: &'a Path,
     /// A directory for config files, state and logs.
     pub run: &'a Path,
+    /// The server host's address in the lab.
     pub server: Ipv4Addr,
     /// One or more; every one gets the whole data set.
     pub receivers: &'a [Receiver],
@@ -314,6 +332,7 @@ pub struct Setup<'a> {
 /// Which host a process runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Host {
+    /// The server host (`srv`, at the emulator's hub).
     Server,
     /// Receiver i (0-based).
     Receiver(usize),
@@ -322,7 +341,9 @@ pub enum Host {
 /// One process to start.
 #[derive(Debug, Clone)]
 pub struct Proc {
+    /// The host whose network namespace it runs in.
     pub host: Host,
+    /// Program and arguments, run with `ip netns exec` in that host.
     pub argv: Vec<String>,
     /// Its working directory (default: the runner's).
     pub cwd: Option<PathBuf>,
@@ -332,7 +353,9 @@ pub struct Proc {
 /// in its host (TCP: listening).
 #[derive(Debug, Clone)]
 pub struct Daemon {
+    /// The process to start.
     pub proc: Proc,
+    /// The port whose binding in its host says it is ready, and its protocol.
     pub ready: (Proto, u16),
 }
 
@@ -340,13 +363,20 @@ pub struct Daemon {
 /// then time the actors from their start until the last one exits.
 #[derive(Debug, Clone)]
 pub struct Commands {
+    /// Started first, one by one, each awaited until it is ready; stopped after the
+    /// actors.
     pub daemons: Vec<Daemon>,
+    /// Started together once the daemons are ready; the run is timed until the last
+    /// one exits.
     pub actors: Vec<Proc>,
 }
 
+/// The transport protocol of a daemon's ready port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Proto {
+    /// TCP: ready once a socket listens on the port.
     Tcp,
+    /// UDP: ready once a socket is bound to the port.
     Udp,
 }
 

@@ -60,7 +60,7 @@ pub(crate) const MAX_WAITING: u64 = 64 << 20;
 pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 pub(crate) const CHECKPOINT_MIN_CHUNKS: usize = 16;
 
-/// One data record, decoded by the driver ([`crate::proto::RecordDecoder`]).
+/// One data record, decoded by the driver (its header a [`crate::proto::RecordHeader`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
     /// The driver's name for the stream it came on (handed back in
