@@ -13,6 +13,7 @@ use crate::receiver::Store;
 use crate::sender::Source;
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
 use cap_std::fs::{Dir, OpenOptions};
+use longhaul_transfer::landing;
 use longhaul_transfer::place::{open_read, sibling_name, DestDir, PART};
 use longhaul_transfer::walk::Walker;
 use longhaul_transfer::{EntryKind, RelPath};
@@ -50,7 +51,8 @@ pub struct FileSet {
 }
 
 impl FileSet {
-    /// Walk `paths` like rsync: `dir` is sent as `dir/...`, `dir/` as its contents.
+    /// Walk `paths` like rsync ([`landing::local_root_name`]): `dir` is sent as
+    /// `dir/...`, `dir/` (or `dir/.`) as its contents.
     /// Every file is hashed (BLAKE3) here; `progress` gets the bytes hashed so far.
     pub fn build(paths: &[PathBuf], mut progress: impl FnMut(u64)) -> io::Result<FileSet> {
         let mut items: Vec<Item> = Vec::new();
@@ -60,29 +62,19 @@ impl FileSet {
         let mut offset = 0u64;
         let mut hashed = 0u64;
         for p in paths {
-            let s = p.as_os_str().as_bytes();
-            let contents = s.ends_with(b"/") && s.len() > 1;
-            let (root, start, prefix) = if contents {
+            let name = landing::local_root_name(p);
+            let (root, start, prefix) = if name.is_empty() {
                 let root = Dir::open_ambient_dir(p, cap_std::ambient_authority())
                     .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
                 (root, RelPath::root(), None)
             } else {
-                let name = p.file_name().ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!(
-                            "{}: name a file or directory (or dir/ for its contents)",
-                            p.display()
-                        ),
-                    )
-                })?;
                 let parent = match p.parent() {
                     Some(x) if !x.as_os_str().is_empty() => x.to_path_buf(),
                     _ => PathBuf::from("."),
                 };
                 let root = Dir::open_ambient_dir(&parent, cap_std::ambient_authority())
                     .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", parent.display())))?;
-                let rel = RelPath::from_wire(name.as_bytes())
+                let rel = RelPath::from_wire(&name)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
                 (root, rel.clone(), Some(rel))
             };

@@ -595,9 +595,9 @@ pub async fn get<R: AsRef<[u8]>>(
     remember_rate(opts, *remembered, peak.load(Ordering::Relaxed), report)
 }
 
-/// A local path of a put: its source and how it is named at the destination.
+/// A local path of a put: its source and how it is named at the destination
+/// (`name`, [`landing::local_root_name`]: empty for a directory's contents).
 fn local_source(p: &Path, name: &[u8]) -> Result<(SendRoot, RootSpec), Problem> {
-    let contents = p.as_os_str().as_bytes().ends_with(b"/") || p.file_name().is_none();
     let meta = std::fs::symlink_metadata(p)
         .map_err(|e| Problem::at(Kind::LocalIo, p.display().to_string(), e.to_string()))?;
     let open = |d: &Path| {
@@ -610,8 +610,13 @@ fn local_source(p: &Path, name: &[u8]) -> Result<(SendRoot, RootSpec), Problem> 
             start: RelPath::root(),
             must_be_dir: false,
         };
-        let name = if contents { Vec::new() } else { name.to_vec() };
+        let name = name.to_vec();
         return Ok((src, RootSpec { name }));
+    }
+    if name.is_empty() {
+        let m =
+            "not a directory: only a directory's contents can be sent (drop the trailing / or .)";
+        return Err(Problem::at(Kind::LocalIo, p.display().to_string(), m));
     }
     let parent = match p.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -647,10 +652,7 @@ pub async fn put(
     // path of a get does: the others still go (all failing: nothing to do).
     let mut unsendable = Vec::new();
     for p in local {
-        let name = p
-            .file_name()
-            .map(|n| n.as_bytes().to_vec())
-            .unwrap_or_default();
+        let name = landing::local_root_name(p);
         match local_source(p, &name) {
             Ok((src, root)) => {
                 sources.push(Ok(src));

@@ -27,6 +27,24 @@ pub fn root_name(request: &[u8]) -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// The same rule for a local path a sender was given (`put PATH...`,
+/// `multicast send PATH...`): empty when its contents go (a trailing `/`,
+/// or a last component `.` or `..`, or `/` itself), else its last component.
+/// Unlike a request, a local path may be absolute or climb with `..`.
+pub fn local_root_name(path: &std::path::Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Component;
+    let bytes = path.as_os_str().as_bytes();
+    // `Path::components` drops a trailing `.` ("obs/." is [obs]); rsync reads it as the contents.
+    if bytes.ends_with(b"/") || bytes.ends_with(b"/.") || bytes == b"." {
+        return Vec::new();
+    }
+    match path.components().next_back() {
+        Some(Component::Normal(n)) => n.as_bytes().to_vec(),
+        _ => Vec::new(),
+    }
+}
+
 /// Whether the destination is (or must become) a directory: it is one
 /// already, it was named with a trailing `/`, or several roots go into it.
 pub fn dest_is_dir(exists_as_dir: bool, named_with_slash: bool, roots: usize) -> bool {
@@ -132,6 +150,22 @@ mod tests {
 
     fn rel(s: &str) -> RelPath {
         RelPath::from_wire(s.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_local_path_names_its_root_by_its_last_component_unless_it_means_contents() {
+        use std::path::Path;
+        let name = |p: &str| String::from_utf8(local_root_name(Path::new(p))).unwrap();
+        assert_eq!(name("obs"), "obs");
+        assert_eq!(name("./data/obs"), "obs");
+        assert_eq!(name("/abs/obs"), "obs");
+        assert_eq!(name("../obs"), "obs");
+        assert_eq!(name("file.bin"), "file.bin");
+        for contents in [
+            "obs/", "obs//", "obs/.", ".", "./", "..", "../", "obs/..", "/",
+        ] {
+            assert_eq!(name(contents), "", "{contents:?} sends its contents");
+        }
     }
 
     #[test]

@@ -212,6 +212,40 @@ fn a_put_sends_what_it_can_when_one_local_path_is_missing() {
 }
 
 #[test]
+fn a_put_of_dir_dot_sends_the_contents_and_a_file_dot_is_refused() {
+    // One rule for local paths (transfer::landing::local_root_name): `obs`
+    // lands as obs, `obs/` and `obs/.` put its contents in.
+    let t = Tmp::new("put-dot");
+    let root = t.join("root");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let obs = t.join("obs");
+    std::fs::create_dir_all(obs.join("sub")).unwrap();
+    std::fs::write(obs.join("a.txt"), b"a").unwrap();
+    std::fs::write(obs.join("sub/b.txt"), b"b").unwrap();
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dot = OsString::from(format!("{}/.", obs.display()));
+    let out = c.run(
+        "put",
+        [OsString::from("--accept-new"), dot, srv.remote("in/")],
+    );
+    out.expect_code(0);
+    assert_eq!(std::fs::read(root.join("in/a.txt")).unwrap(), b"a");
+    assert_eq!(std::fs::read(root.join("in/sub/b.txt")).unwrap(), b"b");
+    assert!(!root.join("in/obs").exists(), "contents, not the directory");
+
+    let out = c.run("put", [obs.clone().into_os_string(), srv.remote("in/")]);
+    out.expect_code(0);
+    assert_eq!(std::fs::read(root.join("in/obs/sub/b.txt")).unwrap(), b"b");
+
+    // A file named as if it were a directory's contents.
+    let file_dot = OsString::from(format!("{}/a.txt/.", obs.display()));
+    let out = c.run("put", [file_dot, srv.remote("in/")]);
+    out.expect_code(5);
+    assert!(out.stderr.contains("a.txt"), "{}", out.stderr);
+}
+
+#[test]
 fn names_that_are_not_utf8_can_be_given_on_the_command_line() {
     use std::os::unix::ffi::OsStrExt;
     let t = Tmp::new("non-utf8");
