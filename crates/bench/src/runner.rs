@@ -10,7 +10,7 @@ use crate::live::{live, unmount};
 use crate::metrics::*;
 use crate::proc::{forget_group, reap, spawn, stop, tail, wait_ready};
 use crate::results::{Results, Run, Status};
-use crate::scenario::{Background, Dest, Plan, Suite};
+use crate::scenario::{Background, Plan, Storage, Suite};
 use crate::tools::{Host, Proc, Proto, Receiver, Setup, Tool, ToolSpec};
 use anyhow::{bail, Context, Result};
 use longhaul_lab::ops;
@@ -152,7 +152,7 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
         bail!("a lab named '{LAB}' is up: another `lab run`? (`longhaul lab down --name {LAB}` removes it)");
     }
     let work = out.join("work");
-    if plan.dest == Dest::Tmpfs {
+    if plan.dest == Storage::Tmpfs {
         // Room for every receiver's copy, and some.
         let size = data.bytes * plan.links.len() as u64 + data.bytes / 10 + (64 << 20);
         mount_tmpfs(&work, size)?;

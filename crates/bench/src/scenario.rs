@@ -174,10 +174,10 @@ pub const PROFILES: [&str; 3] = ["quick", "standard", "full"];
 /// The profile used when none is given.
 pub const DEFAULT_PROFILE: &str = "standard";
 
-/// Where receivers write.
+/// Where receivers write (a scenario's `dest`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum Dest {
+pub enum Storage {
     /// The runner's output directory (the machine's disk).
     #[default]
     Disk,
@@ -217,7 +217,7 @@ pub struct SuiteInfo {
     pub cc: Option<String>,
     /// Where receivers write (disk or tmpfs) in every scenario that does not say.
     #[serde(default)]
-    pub dest: Dest,
+    pub dest: Storage,
 }
 
 /// One `[[scenario]]` as written: links, data set and tools; what it leaves out
@@ -239,7 +239,7 @@ pub struct Scenario {
     pub receivers: Option<usize>,
     /// Where receivers write; None means the suite's `dest`.
     #[serde(default)]
-    pub dest: Option<Dest>,
+    pub dest: Option<Storage>,
     /// The sweep it belongs to (a `[sweep.NAME]` of the suite) and its place on it.
     #[serde(default)]
     pub sweep: Option<String>,
@@ -300,7 +300,7 @@ pub struct Plan {
     /// One per receiver.
     pub links: Vec<String>,
     /// Where receivers write (the scenario's, else the suite's).
-    pub dest: Dest,
+    pub dest: Storage,
     /// File groups as (bytes per file, count), scaled by the profile.
     pub files: Vec<(u64, u64)>,
     /// Tools in the order listed (the scenario's, else the suite's), no label twice.
@@ -752,7 +752,7 @@ files = [{ size = "10kB", count = 3 }]
         assert_eq!(p.link_line(), "delay=5ms | delay=5ms | delay=5ms");
         let p = plan("links = [\"rate=1G\", \"delay=35ms\"]").unwrap();
         assert_eq!(p.links.len(), 2);
-        assert_eq!(p.dest, Dest::Disk);
+        assert_eq!(p.dest, Storage::Disk);
         let err = |l: &str| format!("{:#}", plan(l).unwrap_err());
         assert!(err("links = [\"a=b\"]").contains("link 'a=b'"));
         assert!(err("link = \"\"\nlinks = [\"\"]").contains("not both"));
