@@ -117,9 +117,9 @@ impl RecvDisk {
                     result,
                 }
             }
-            Job::Checkpoint { id } => {
+            Job::Checkpoint { id, sync } => {
                 let cp = match self.files.lock().unwrap().get_mut(&id) {
-                    Some(inc) => inc.take_checkpoint(),
+                    Some(inc) => inc.take_checkpoint(sync),
                     None => Ok(None),
                 };
                 let result = cp.and_then(|cp| cp.map_or(Ok(()), |cp| cp.commit()));

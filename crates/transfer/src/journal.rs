@@ -5,10 +5,20 @@
 //! header  "LHJ1" | size u64 | mtime_ns i64 | chunk_size u64          (28 bytes)
 //! record  index u64 | digest [32] | check [4] = blake3(index||digest)[..4]   (44 bytes)
 //! ```
-//! Records are appended only after the partial file's data has been synced, so every
-//! record names a chunk that is durably on disk with that digest. A torn or corrupt
-//! record at the tail (a crash while appending) ends the journal there; the chunks it
-//! would have named are simply fetched again.
+//! A record is appended only after its chunk was written to the partial file,
+//! in one of two kinds:
+//! - **synced** (`index` as is): appended after the partial file's data was
+//!   synced, so the chunk is durably on disk with that digest, even after a
+//!   power cut;
+//! - **written** (`index` with bit 63 set): appended without a sync, within
+//!   about a second of the write. The chunk survives the process being killed
+//!   (it is in the kernel's page cache) but not necessarily a power cut, so a
+//!   resume reads it back and checks its digest before trusting it.
+//!
+//! A chunk may have both (written first, synced at the next sync). A torn or
+//! corrupt record at the tail (a crash while appending) ends the journal there;
+//! the chunks it would have named are simply fetched again. A reader older
+//! than written records stops at the first one (its index is past the file).
 
 use crate::chunk::{Digest, CHUNK_SIZE};
 use std::io::{self, Read, Write};
@@ -27,8 +37,20 @@ pub struct JournalHeader {
     pub mtime_ns: i64,
 }
 
+/// Bit 63 of a record's index: the record is of the *written* kind.
+const WRITTEN: u64 = 1 << 63;
+
 /// A journal's header and its valid records.
-pub type Parsed = (JournalHeader, Vec<(u64, Digest)>);
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    /// What the journal was started for.
+    pub header: JournalHeader,
+    /// Chunks durably on disk with these digests (synced records), in journal order.
+    pub synced: Vec<(u64, Digest)>,
+    /// Chunks written but not known to be synced (written records of chunks
+    /// without a synced record): read back and check before trusting them.
+    pub written: Vec<(u64, Digest)>,
+}
 
 fn check(index: u64, digest: &Digest) -> [u8; 4] {
     let mut h = blake3::Hasher::new();
@@ -50,13 +72,15 @@ pub fn encode_header(h: &JournalHeader) -> Vec<u8> {
 }
 
 /// The 44-byte records of `(chunk index, digest)` pairs, each with its check bytes,
-/// ready to append after the header.
-pub fn encode_records(records: &[(u64, Digest)]) -> Vec<u8> {
+/// ready to append after the header: synced records if `synced` (the caller
+/// synced the partial file's data first), else written ones.
+pub fn encode_records(records: &[(u64, Digest)], synced: bool) -> Vec<u8> {
     let mut v = Vec::with_capacity(records.len() * RECORD);
     for (i, d) in records {
+        let i = if synced { *i } else { *i | WRITTEN };
         v.extend_from_slice(&i.to_le_bytes());
         v.extend_from_slice(d);
-        v.extend_from_slice(&check(*i, d));
+        v.extend_from_slice(&check(i, d));
     }
     v
 }
@@ -76,16 +100,29 @@ pub fn decode(bytes: &[u8], chunks: u64) -> Option<Parsed> {
     if u(20..28) != CHUNK_SIZE {
         return None;
     }
-    let mut records = Vec::new();
+    let mut synced = Vec::new();
+    let mut written = std::collections::BTreeMap::new();
     for rec in bytes[HEADER..].chunks_exact(RECORD) {
-        let index = u64::from_le_bytes(rec[..8].try_into().unwrap());
+        let raw = u64::from_le_bytes(rec[..8].try_into().unwrap());
         let digest: Digest = rec[8..40].try_into().unwrap();
-        if rec[40..44] != check(index, &digest) || index >= chunks {
+        let index = raw & !WRITTEN;
+        if rec[40..44] != check(raw, &digest) || index >= chunks {
             break;
         }
-        records.push((index, digest));
+        if raw & WRITTEN == 0 {
+            synced.push((index, digest));
+        } else {
+            written.insert(index, digest);
+        }
     }
-    Some((header, records))
+    for (i, _) in &synced {
+        written.remove(i);
+    }
+    Some(Parsed {
+        header,
+        synced,
+        written: written.into_iter().collect(),
+    })
 }
 
 /// Read and parse a journal from any reader.
@@ -95,9 +132,9 @@ pub fn read(mut r: impl Read, chunks: u64) -> io::Result<Option<Parsed>> {
     Ok(decode(&buf, chunks))
 }
 
-/// Append records to an open journal file.
-pub fn append(mut w: impl Write, records: &[(u64, Digest)]) -> io::Result<()> {
-    w.write_all(&encode_records(records))?;
+/// Append records (synced or written, see [`encode_records`]) to an open journal file.
+pub fn append(mut w: impl Write, records: &[(u64, Digest)], synced: bool) -> io::Result<()> {
+    w.write_all(&encode_records(records, synced))?;
     w.flush()
 }
 
@@ -113,18 +150,43 @@ mod tests {
         };
         let recs = vec![(0u64, [1u8; 32]), (3, [2u8; 32]), (4, [3u8; 32])];
         let mut bytes = encode_header(&h);
-        bytes.extend(encode_records(&recs));
-        assert_eq!(decode(&bytes, 5), Some((h, recs.clone())));
+        bytes.extend(encode_records(&recs, true));
+        let parsed = decode(&bytes, 5).unwrap();
+        assert_eq!((parsed.header, &parsed.synced), (h, &recs));
+        assert!(parsed.written.is_empty());
         // torn last record
         let torn = &bytes[..bytes.len() - 5];
-        assert_eq!(decode(torn, 5).unwrap().1, recs[..2].to_vec());
+        assert_eq!(decode(torn, 5).unwrap().synced, recs[..2].to_vec());
         // corrupt middle record stops the journal there
         let mut bad = bytes.clone();
         bad[HEADER + RECORD + 10] ^= 0xff;
-        assert_eq!(decode(&bad, 5).unwrap().1, recs[..1].to_vec());
+        assert_eq!(decode(&bad, 5).unwrap().synced, recs[..1].to_vec());
         // a record beyond the file is refused
-        assert_eq!(decode(&bytes, 4).unwrap().1, recs[..2].to_vec());
+        assert_eq!(decode(&bytes, 4).unwrap().synced, recs[..2].to_vec());
         // foreign file
         assert_eq!(decode(b"hello world, not a journal at all", 5), None);
+    }
+
+    #[test]
+    fn written_records_are_told_apart_and_a_later_sync_supersedes_them() {
+        let h = JournalHeader {
+            size: 5 * CHUNK_SIZE,
+            mtime_ns: 7,
+        };
+        let mut bytes = encode_header(&h);
+        bytes.extend(encode_records(&[(0, [1; 32]), (1, [2; 32])], false));
+        bytes.extend(encode_records(&[(0, [1; 32]), (1, [2; 32])], true));
+        bytes.extend(encode_records(&[(2, [3; 32])], false));
+        let p = decode(&bytes, 5).unwrap();
+        assert_eq!(p.synced, vec![(0, [1; 32]), (1, [2; 32])]);
+        assert_eq!(p.written, vec![(2, [3; 32])]);
+        // The flag is covered by the check bytes: a record cannot turn from
+        // written into synced by a flipped bit.
+        let mut flipped = bytes.clone();
+        let last = bytes.len() - RECORD;
+        flipped[last + 7] ^= 0x80;
+        let p = decode(&flipped, 5).unwrap();
+        assert_eq!(p.synced.len(), 2);
+        assert!(p.written.is_empty());
     }
 }

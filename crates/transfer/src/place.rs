@@ -413,7 +413,11 @@ pub struct Incoming {
     dir: Arc<Dir>,
     name: Vec<u8>,
     journaled: bool,
+    /// Chunks recorded and not yet in the journal.
     pending: Vec<(u64, Digest)>,
+    /// Chunks in the journal as *written* records only (not yet synced):
+    /// the next synced checkpoint journals them again, as synced.
+    unsynced: Vec<(u64, Digest)>,
     /// Orders checkpoints against each other and against `finish`/`discard`; true
     /// once the part and journal are renamed or removed (a late checkpoint then
     /// has nothing to do).
@@ -433,6 +437,16 @@ pub struct Incoming {
     /// Bytes already held from an earlier run.
     pub resumed_bytes: u64,
     claim: Option<Claim>,
+}
+
+/// Chunk `index` as the part file holds it, hashed (its digest, if intact).
+fn read_back(file: &File, plan: &ChunkPlan, index: u64) -> io::Result<Digest> {
+    let len = plan.len(index).unwrap_or(0) as usize;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, plan.offset(index))?;
+    let mut h = plan.hasher(index);
+    h.update(&buf);
+    Ok(h.finish())
 }
 
 /// Removes the part file an earlier run left for `name` (an error if there is
@@ -581,14 +595,15 @@ impl Incoming {
             mtime_ns: entry.mtime_ns,
         };
         let mut digests = BTreeMap::new();
+        let mut written = Vec::new();
+        let mut unsynced = Vec::new();
         let mut kept = false;
         if resume && journaled {
             if let Ok(j) = open_read(&dir, os(&jname)) {
-                if let Ok(Some((h, recs))) = journal::read(j, plan.count()) {
-                    if h == header {
-                        for (i, d) in recs {
-                            digests.insert(i, d);
-                        }
+                if let Ok(Some(parsed)) = journal::read(j, plan.count()) {
+                    if parsed.header == header {
+                        digests.extend(parsed.synced);
+                        written = parsed.written;
                         kept = true;
                     }
                 }
@@ -640,6 +655,15 @@ impl Incoming {
                 // Chunks the journal names must be inside the part file.
                 let len = file.metadata()?.len();
                 digests.retain(|&i, _| plan.offset(i) + plan.len(i).unwrap_or(0) <= len);
+                written.retain(|&(i, _)| plan.offset(i) + plan.len(i).unwrap_or(0) <= len);
+            }
+            // Chunks journaled without a sync are trusted only if they read
+            // back with their digest (a power cut may have lost them).
+            for (i, d) in written {
+                if !digests.contains_key(&i) && read_back(&file, &plan, i)? == d {
+                    digests.insert(i, d);
+                    unsynced.push((i, d));
+                }
             }
             file.set_len(entry.size)?;
             drop(file);
@@ -658,6 +682,7 @@ impl Incoming {
                 name: name.to_vec(),
                 journaled,
                 pending: Vec::new(),
+                unsynced,
                 closed: Arc::new(Mutex::new(false)),
                 mode: entry.mode,
                 mtime_ns: entry.mtime_ns,
@@ -812,18 +837,32 @@ impl Incoming {
         }
     }
 
-    /// Take the chunks written since the last checkpoint, to make durable and
-    /// journal with [`Checkpoint::commit`] without holding whatever guards `self`.
-    /// `None` when there is nothing to journal.
-    pub fn take_checkpoint(&mut self) -> io::Result<Option<Checkpoint>> {
-        if self.pending.is_empty() {
+    /// Take the chunks to journal, to commit with [`Checkpoint::commit`]
+    /// without holding whatever guards `self`. With `sync`, every chunk not
+    /// yet journaled as synced: the commit syncs the data first, so the
+    /// records hold through a power cut. Without, the chunks recorded since
+    /// the last checkpoint, journaled at once as *written* (they hold through
+    /// the process being killed; a resume reads them back). `None` when there
+    /// is nothing to journal.
+    pub fn take_checkpoint(&mut self, sync: bool) -> io::Result<Option<Checkpoint>> {
+        if self.pending.is_empty() && (!sync || self.unsynced.is_empty()) {
             return Ok(None);
         }
+        let records = if sync {
+            let mut all = std::mem::take(&mut self.unsynced);
+            all.append(&mut self.pending);
+            all
+        } else {
+            let recs = std::mem::take(&mut self.pending);
+            self.unsynced.extend_from_slice(&recs);
+            recs
+        };
         Ok(Some(Checkpoint {
             file: self.file()?,
             dir: self.dir.clone(),
             journal: sibling_name(&self.name, JOURNAL),
-            records: std::mem::take(&mut self.pending),
+            records,
+            sync,
             closed: self.closed.clone(),
         }))
     }
@@ -840,7 +879,7 @@ impl Incoming {
     /// Make the chunks written so far durable, then journal them (both at once,
     /// on this thread).
     pub fn flush_journal(&mut self) -> io::Result<()> {
-        match self.take_checkpoint()? {
+        match self.take_checkpoint(true)? {
             Some(c) => c.commit(),
             None => Ok(()),
         }
@@ -879,6 +918,7 @@ impl Incoming {
         let unnamed = if self.unnamed { self.file.take() } else { None };
         self.file = None;
         self.pending.clear();
+        self.unsynced.clear();
         let closed = self.closed.clone();
         let mut closed = closed.lock().unwrap_or_else(|e| e.into_inner());
         match unnamed {
@@ -895,6 +935,7 @@ impl Incoming {
     /// Remove the part file and journal (bad data, or the sender's file is unchanged).
     pub fn discard(&mut self) {
         self.pending.clear();
+        self.unsynced.clear();
         self.file = None;
         // After a checkpoint under way; any later one finds the file closed.
         *self.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -936,24 +977,29 @@ pub struct Checkpoint {
     dir: Arc<Dir>,
     journal: Vec<u8>,
     records: Vec<(u64, Digest)>,
+    /// Sync the data first and journal the records as synced.
+    sync: bool,
     closed: Arc<Mutex<bool>>,
 }
 
 impl Checkpoint {
-    /// Sync the part file's data, then append the records to the journal: a record
-    /// is never on disk before the chunk it names. Blocks; serialized with the
-    /// file's other checkpoints, and a no-op once the file was placed or discarded.
+    /// Append the records to the journal; for a synced checkpoint, sync the
+    /// part file's data first, so that a synced record is never on disk before
+    /// the chunk it names. Blocks; serialized with the file's other
+    /// checkpoints, and a no-op once the file was placed or discarded.
     pub fn commit(self) -> io::Result<()> {
         let closed = self.closed.lock().unwrap_or_else(|e| e.into_inner());
         if *closed {
             return Ok(());
         }
-        self.file.sync_data()?;
+        if self.sync {
+            self.file.sync_data()?;
+        }
         let j = self.dir.open_with(
             os(&self.journal),
             OpenOptions::new().append(true).follow(FollowSymlinks::No),
         )?;
-        journal::append(j.into_std(), &self.records)?;
+        journal::append(j.into_std(), &self.records, self.sync)?;
         drop(closed);
         Ok(())
     }
@@ -1004,6 +1050,57 @@ mod tests {
         let d =
             Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, i, &[&bytes[o..o + l]]).unwrap();
         inc.record(i, d);
+    }
+
+    #[test]
+    fn a_kill_keeps_chunks_journaled_unsynced_if_they_read_back_intact() {
+        // What a SIGKILL leaves: written records only (no sync, no flush at
+        // exit). A resume reads those chunks back: intact ones are kept,
+        // one whose data did not reach the part (as after a power cut) is
+        // fetched again. Synced records are trusted without reading.
+        let t = tempfile::tempdir().unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 4 * CHUNK_SIZE;
+        let (bytes, e) = (data(size as usize), entry(size));
+        let (mut inc, ranges) = Incoming::open(dir.clone(), b"f", &e, true, WAIT).unwrap();
+        assert_eq!(ranges, vec![(0, 4)]);
+        put_chunk(&mut inc, &bytes, 0);
+        inc.take_checkpoint(true)
+            .unwrap()
+            .unwrap()
+            .commit()
+            .unwrap();
+        for i in [1u64, 2] {
+            put_chunk(&mut inc, &bytes, i);
+        }
+        inc.take_checkpoint(false)
+            .unwrap()
+            .unwrap()
+            .commit()
+            .unwrap();
+        assert!(inc.take_checkpoint(false).unwrap().is_none(), "nothing new");
+        // The files as a kill leaves them, before this Incoming's drop
+        // journals everything synced.
+        let (part, journal) = (t.path().join(".f.lh-part"), t.path().join(".f.lh-journal"));
+        let (part_then, journal_then) = (
+            std::fs::read(&part).unwrap(),
+            std::fs::read(&journal).unwrap(),
+        );
+        drop(inc);
+        std::fs::write(&journal, &journal_then).unwrap();
+        let mut torn = part_then;
+        let c2 = 2 * CHUNK_SIZE as usize;
+        torn[c2..c2 + 4096].fill(0);
+        torn[..4096].fill(0); // chunk 0 too, but its record is synced
+        std::fs::write(&part, &torn).unwrap();
+
+        let (inc, ranges) = Incoming::open(dir.clone(), b"f", &e, true, WAIT).unwrap();
+        assert_eq!(
+            ranges,
+            vec![(2, 4)],
+            "chunks 0 (synced) and 1 (intact) kept"
+        );
+        assert_eq!(inc.resumed_bytes, 2 * CHUNK_SIZE);
     }
 
     #[test]
@@ -1292,7 +1389,7 @@ mod tests {
         let records = |p: &Path| {
             journal::read(std::fs::File::open(p).unwrap(), 4)
                 .unwrap()
-                .map_or(0, |(_, r)| r.len())
+                .map_or(0, |p| p.synced.len())
         };
         assert_eq!(records(&journal), 2);
         // The part cannot be opened now (a directory took its name).
@@ -1381,11 +1478,11 @@ mod tests {
         // without the drop's flush (as a killed process would).
         let (mut inc, _) = Incoming::open(dir.clone(), &name, &e, true, WAIT).unwrap();
         assert!(
-            inc.take_checkpoint().unwrap().is_none(),
+            inc.take_checkpoint(true).unwrap().is_none(),
             "nothing written yet"
         );
         write(&mut inc, 0);
-        let cp = inc.take_checkpoint().unwrap().unwrap();
+        let cp = inc.take_checkpoint(true).unwrap().unwrap();
         write(&mut inc, 1);
         cp.commit().unwrap();
         std::mem::forget(inc);
@@ -1400,7 +1497,7 @@ mod tests {
         // A checkpoint taken before the file is placed and committed after it
         // leaves no journal behind.
         write(&mut inc, 1);
-        let late = inc.take_checkpoint().unwrap().unwrap();
+        let late = inc.take_checkpoint(true).unwrap().unwrap();
         write(&mut inc, 2);
         inc.expected = Some(*blake3::hash(&bytes).as_bytes());
         inc.finish().unwrap();

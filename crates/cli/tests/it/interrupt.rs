@@ -1,6 +1,7 @@
 //! Ctrl-C in the middle of a get: exit 130, the partial and its journal stay, and
 //! every chunk written before the signal is journaled (not only those of the last
-//! periodic flush), so the rerun moves only what was missing.
+//! periodic flush), so the rerun moves only what was missing. A SIGKILL loses at
+//! most the last second or 16 chunks.
 
 use longhaul_testkit::*;
 use std::ffi::OsString;
@@ -9,41 +10,69 @@ use std::time::{Duration, Instant};
 
 const SIZE: u64 = 64 * MIB;
 
-#[test]
-fn ctrl_c_keeps_every_written_chunk_for_the_rerun() {
-    let t = Tmp::new("interrupt");
+/// A get of big.bin (`SIZE` bytes, seeded `seed`) at 100 Mbit/s (12.5 MB/s)
+/// with `extra` options, running for about 2 s of data: some 20-25 chunks
+/// written.
+struct Cut {
+    child: std::process::Child,
+    c: Client,
+    srv: Server,
+    args: Vec<OsString>,
+    root: std::path::PathBuf,
+    dest: std::path::PathBuf,
+    _t: Tmp,
+}
+
+fn get_two_seconds_in(tag: &str, seed: u64, extra: &[&str]) -> Cut {
+    let t = Tmp::new(tag);
     let root = t.join("root");
     std::fs::create_dir(&root).unwrap();
-    gen_file(&root.join("big.bin"), 11, SIZE);
+    gen_file(&root.join("big.bin"), seed, SIZE);
     let srv = Server::start(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
-    let args: Vec<OsString> = vec![
-        "--accept-new".into(),
-        "--max-rate".into(),
-        "100M".into(),
-        "--streams".into(),
-        "1".into(),
-        "--json".into(),
-        srv.remote("big.bin"),
-        dest.clone().into(),
-    ];
-    let mut child = c
+    let mut args: Vec<OsString> = vec!["--accept-new".into(), "--max-rate".into(), "100M".into()];
+    args.extend(extra.iter().map(OsString::from));
+    args.extend(["--json".into(), srv.remote("big.bin"), dest.clone().into()]);
+    let child = c
         .cmd("get", &args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // 100 Mbit/s: 12.5 MB/s, so after ~2 s some 20 chunks are written, fewer than
-    // the 16-chunk periodic flush would journal with certainty.
     let part = dest.join(".big.bin.lh-part");
     let started = Instant::now();
     while !part.exists() && started.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(2000));
+    Cut {
+        child,
+        c,
+        srv,
+        args,
+        root,
+        dest,
+        _t: t,
+    }
+}
+
+#[test]
+fn ctrl_c_keeps_every_written_chunk_for_the_rerun() {
+    // One stream: chunks are written in order. After 2 s some 20 are
+    // written, fewer than the 16-chunk checkpoint journals with certainty.
+    // Bound in this order, dropped in reverse: the child, the server, the files.
+    let Cut {
+        _t,
+        srv: _srv,
+        c,
+        args,
+        root,
+        dest,
+        mut child,
+    } = get_two_seconds_in("interrupt", 11, &["--streams", "1"]);
     // SAFETY: sending SIGINT to our own child by its PID.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
@@ -58,17 +87,10 @@ fn ctrl_c_keeps_every_written_chunk_for_the_rerun() {
     assert_eq!(status.code(), Some(130), "stderr: {err}");
     assert!(err.contains("rerun the same command to resume"), "{err}");
     assert!(std::fs::symlink_metadata(dest.join("big.bin")).is_err());
-    let journal = dest.join(".big.bin.lh-journal");
-    let records = (std::fs::metadata(&journal).unwrap().len() - 28) / 44;
-    // Chunks that reached the part file (the rest of it is still sparse zeros).
-    let src = std::fs::read(root.join("big.bin")).unwrap();
-    let got = std::fs::read(&part).unwrap();
-    let written = (0..(SIZE / MIB) as usize)
-        .filter(|&i| {
-            let r = i * MIB as usize..(i + 1) * MIB as usize;
-            src[r.clone()] == got[r]
-        })
-        .count() as u64;
+    let (written, journal) = chunks_written_and_journaled(&root, &dest);
+    // Ctrl-C syncs and journals everything as synced.
+    assert_eq!(journal.written, vec![], "all synced at the exit");
+    let records = journal.synced.len() as u64;
     eprintln!("{written} chunk(s) written, {records} journaled");
     assert!((8..SIZE / MIB).contains(&written), "{written}");
     // One stream: at most the chunk being recorded at the signal may be missing;
@@ -86,6 +108,70 @@ fn ctrl_c_keeps_every_written_chunk_for_the_rerun() {
         totals(&j, "bytes_resumed") + totals(&j, "bytes_transferred"),
         SIZE
     );
+    assert_eq!(
+        hash_file(&dest.join("big.bin")),
+        hash_file(&root.join("big.bin"))
+    );
+    assert_eq!(list_tree(&dest), vec![dest.join("big.bin")]);
+}
+
+/// Chunks of big.bin that reached the part file in `dest` (the rest of it is
+/// still sparse zeros), and its journal.
+fn chunks_written_and_journaled(
+    root: &std::path::Path,
+    dest: &std::path::Path,
+) -> (u64, longhaul_transfer::journal::Parsed) {
+    let src = std::fs::read(root.join("big.bin")).unwrap();
+    let got = std::fs::read(dest.join(".big.bin.lh-part")).unwrap();
+    let written = (0..(SIZE / MIB) as usize)
+        .filter(|&i| {
+            let r = i * MIB as usize..(i + 1) * MIB as usize;
+            src[r.clone()] == got[r]
+        })
+        .count() as u64;
+    let j = std::fs::File::open(dest.join(".big.bin.lh-journal")).unwrap();
+    let journal = longhaul_transfer::journal::read(j, SIZE / MIB)
+        .unwrap()
+        .expect("a journal");
+    (written, journal)
+}
+
+#[test]
+fn a_killed_get_has_journaled_all_but_its_last_second_for_the_rerun() {
+    // SIGKILL: no exit handler runs. What was written more than about a
+    // second (or 16 chunks) before is in the journal, as written records; the
+    // rerun reads those chunks back and fetches only the rest.
+    // 12.5 MB/s: some 25 chunks in 2 s; the periodic sync (5 s) has not come.
+    // Bound in this order, dropped in reverse: the child, the server, the files.
+    let Cut {
+        _t,
+        srv: _srv,
+        c,
+        args,
+        root,
+        dest,
+        mut child,
+    } = get_two_seconds_in("sigkill", 13, &[]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (written, journal) = chunks_written_and_journaled(&root, &dest);
+    let journaled = (journal.synced.len() + journal.written.len()) as u64;
+    eprintln!(
+        "{written} chunk(s) written, {journaled} journaled ({} synced)",
+        journal.synced.len()
+    );
+    assert!(written < SIZE / MIB, "the kill came before the end");
+    assert!(journaled >= 1, "nothing journaled 2 s into the file");
+    assert!(journaled <= written);
+    assert!(
+        written - journaled <= 16,
+        "{written} written, {journaled} journaled: more than a second's worth lost"
+    );
+
+    let out = c.run("get", &args);
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(totals(&j, "bytes_resumed"), journaled * MIB, "{j:#}");
     assert_eq!(
         hash_file(&dest.join("big.bin")),
         hash_file(&root.join("big.bin"))

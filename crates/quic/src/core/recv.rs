@@ -50,15 +50,20 @@ pub(crate) struct RecvConfig {
 /// its streams (1024 × 1 MiB) for ids it never announces.
 pub(crate) const MAX_WAITING: u64 = 64 << 20;
 
-/// How often a file's written chunks are made durable and journaled for resume:
-/// at most this often, and only once 16 chunks (16 MiB) wait. A receiver killed
-/// outright refetches at most what arrived since; a clean end, an error or Ctrl-C
-/// journals everything. The sync runs beside the streams, but ext4 still stalls
-/// the writers while it commits: 1 GiB on loopback took 1.8-1.9 s with no sync,
-/// 2.0-3.0 s with one a second, 2.5-2.7 s with one per 250 ms; with one per 16
-/// chunks on the stream's own task (before) 3.5-4 s.
-pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
-pub(crate) const CHECKPOINT_MIN_CHUNKS: usize = 16;
+/// A file's written chunks are journaled (as *written* records, without a
+/// sync: they hold if the process is killed, and a resume reads them back)
+/// once this many wait or [`JOURNAL_EVERY`] has passed since the last
+/// checkpoint, whichever comes first: a receiver killed outright refetches
+/// at most about that much of each file. A clean end, an error or Ctrl-C
+/// journals everything, synced.
+pub(crate) const JOURNAL_CHUNKS: usize = 16;
+/// See [`JOURNAL_CHUNKS`].
+pub(crate) const JOURNAL_EVERY: Duration = Duration::from_secs(1);
+/// How often a checkpoint also syncs the data and journals it as synced
+/// (what a power cut cannot take). The sync runs beside the streams, but ext4
+/// still stalls the writers while it commits: 1 GiB on loopback took 1.8-1.9 s
+/// with no sync, 2.0-3.0 s with one a second, 2.5-2.7 s with one per 250 ms.
+pub(crate) const SYNC_EVERY: Duration = Duration::from_secs(5);
 
 /// One data record, decoded by the driver (its header a [`crate::proto::RecordHeader`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,8 +111,8 @@ pub(crate) enum Job {
         expected: Option<[u8; 32]>,
         stream: u64,
     },
-    /// Make the chunks written so far durable and journal them.
-    Checkpoint { id: u64 },
+    /// Journal the chunks written so far; with `sync`, make them durable first.
+    Checkpoint { id: u64, sync: bool },
     /// Every chunk is written: verify against `expected` and place.
     Finish {
         id: u64,
@@ -229,7 +234,9 @@ struct InFile {
     resumed: u64,
     /// Written chunks not yet journaled (files of several chunks).
     unjournaled: usize,
-    checkpointed: Instant,
+    /// When the last checkpoint (of either kind) and the last synced one went out.
+    journaled_at: Instant,
+    synced_at: Instant,
     checkpointing: bool,
     /// A finishing job (`Finish`, `Discard`, `Close`, or a settling write) is out.
     settling: bool,
@@ -505,7 +512,8 @@ impl RecvCore {
                         received: 0,
                         resumed: 0,
                         unjournaled: 0,
-                        checkpointed: now,
+                        journaled_at: now,
+                        synced_at: now,
                         checkpointing: false,
                         settling: false,
                     },
@@ -831,15 +839,20 @@ impl RecvCore {
                 }
             }
         }
-        if f.unjournaled >= CHECKPOINT_MIN_CHUNKS
-            && now.saturating_duration_since(f.checkpointed) >= CHECKPOINT_EVERY
+        if f.unjournaled > 0
             && !f.checkpointing
             && f.missing > 0
+            && (f.unjournaled >= JOURNAL_CHUNKS
+                || now.saturating_duration_since(f.journaled_at) >= JOURNAL_EVERY)
         {
+            let sync = now.saturating_duration_since(f.synced_at) >= SYNC_EVERY;
             f.unjournaled = 0;
-            f.checkpointed = now;
+            f.journaled_at = now;
+            if sync {
+                f.synced_at = now;
+            }
             f.checkpointing = true;
-            self.jobs.push_back(Job::Checkpoint { id });
+            self.jobs.push_back(Job::Checkpoint { id, sync });
         }
         self.finish_if_complete(id);
         Ok(())

@@ -619,35 +619,61 @@ fn an_interrupted_file_resumes_from_its_journal() {
     assert!(!s.path(".big.lh-journal").exists());
 }
 
+/// The journal's records: (synced, written) chunk counts.
+fn journaled(s: &Sim, name: &str, chunks: u64) -> (usize, usize) {
+    let f = std::fs::File::open(s.path(name)).unwrap();
+    let p = longhaul_transfer::journal::read(f, chunks)
+        .unwrap()
+        .unwrap();
+    (p.synced.len(), p.written.len())
+}
+
 #[test]
-fn written_chunks_are_journaled_every_few_seconds() {
+fn written_chunks_are_journaled_within_a_second_and_synced_every_few() {
     let mut s = Sim::new(cfg(false));
-    let n = CHECKPOINT_MIN_CHUNKS as u64 + 2;
+    let n = 40u64;
     let data = bytes(n as usize * MIB, 12);
     s.frame(entry(1, "", EntryKind::Dir, 0));
     s.frame(file(2, "big", &data));
     s.auto = false;
     s.run_all();
-    let journal = s.path(".big.lh-journal");
-    let header = std::fs::metadata(&journal).unwrap().len();
-    for i in 0..n - 1 {
-        s.now += Duration::from_millis(400);
-        let c = &data[i as usize * MIB..(i as usize + 1) * MIB];
-        s.record(1, 2, i, c, None);
+    let chunk = |i: u64| &data[i as usize * MIB..(i as usize + 1) * MIB];
+    let checkpoints = |s: &Sim| -> Vec<bool> {
+        s.pending
+            .iter()
+            .filter_map(|j| match j {
+                Job::Checkpoint { sync, .. } => Some(*sync),
+                _ => None,
+            })
+            .collect()
+    };
+    // A chunk every 300 ms: the fourth (1.2 s) is a second after the file
+    // opened, and the journal gets the four as written records, unsynced.
+    for i in 0..4 {
+        s.now += Duration::from_millis(300);
+        s.record(1, 2, i, chunk(i), None);
+        s.run(|j| matches!(j, Job::Write { .. }));
+        let want: &[bool] = if i < 3 { &[] } else { &[false] };
+        assert_eq!(checkpoints(&s), want, "after chunk {i}");
+    }
+    s.run_all();
+    assert_eq!(journaled(&s, ".big.lh-journal", n), (0, 4));
+    // Sixteen chunks at once: journaled at the sixteenth, whatever the time.
+    for i in 4..20 {
+        s.record(1, 2, i, chunk(i), None);
         s.run(|j| matches!(j, Job::Write { .. }));
     }
-    let checkpoints = s
-        .pending
-        .iter()
-        .filter(|j| matches!(j, Job::Checkpoint { .. }))
-        .count();
-    assert_eq!(checkpoints, 1, "16 chunks and 5 s: one checkpoint");
+    assert_eq!(checkpoints(&s), [false]);
     s.run_all();
-    let journaled = std::fs::metadata(&journal).unwrap().len();
-    assert!(
-        journaled > header,
-        "the journal grew ({header} -> {journaled})"
-    );
+    assert_eq!(journaled(&s, ".big.lh-journal", n), (0, 20));
+    // Five seconds after the file opened, a checkpoint syncs first and
+    // journals every chunk so far as synced.
+    for i in 20..24 {
+        s.now += Duration::from_secs(1);
+        s.record(1, 2, i, chunk(i), None);
+        s.run_all();
+    }
+    assert_eq!(journaled(&s, ".big.lh-journal", n), (24, 0));
 }
 
 #[test]
