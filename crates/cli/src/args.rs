@@ -55,7 +55,7 @@ const GET_HELP: &str = "\
 Examples:
   longhaul get --fingerprint SHA256:7vUb... src.example.org:run42 ./   # ./run42
   longhaul get src.example.org:9000:run42/ ./run42     # port 9000; contents of run42
-  longhaul get --sync --json src.example.org:run42 /data   # only what changed; a report
+  longhaul get --json src.example.org:run42 /data   # again: only what changed; a report
 
 HOST[:PORT]: the server (port 7878 unless given; IPv6 in brackets: [::1]:7878:run42).
 
@@ -71,9 +71,11 @@ Trust:
   changed fingerprint is always refused.
 
 Resume and sync:
-  Rerunning an interrupted command fetches only the missing chunks (the partial
-  file `.NAME.lh-part` and its journal sit beside the target). --sync skips files
-  whose size and mtime match; --sync --checksum compares BLAKE3 instead.
+  Rerunning a command, interrupted or not, sends only what is missing: a file
+  the destination already holds with the same size and mtime is skipped (as
+  rsync's quick check), and a partial file (`.NAME.lh-part` and its journal
+  beside the target) resumes with its missing chunks. --checksum compares BLAKE3
+  instead of size and mtime; --overwrite sends every file again.
 
 Symlinks are copied as links, their targets unchanged (also absolute ones);
 nothing is ever written through a link in the destination.
@@ -84,7 +86,7 @@ Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O,
 const PUT_HELP: &str = "\
 Examples:
   longhaul put ./obs dst.example.org:incoming/        # stores incoming/obs
-  longhaul put --sync ./obs/ dst.example.org:mirror   # contents of obs; only what changed
+  longhaul put ./obs/ dst.example.org:mirror   # contents of obs; again: only what changed
 
 HOST[:PORT]: the server (port 7878 unless given; IPv6 in brackets).
 
@@ -93,8 +95,9 @@ Paths:
   in/obs; 'put ./obs/ srv:in' stores the contents of obs in 'in'; a single file to a
   REMOTE_DEST that is not a directory is stored under that name.
 
-Resume and sync: as for get, on the server's side: a rerun sends only the chunks
-the server lacks; --sync and --sync --checksum skip what the server has.
+Resume and sync: as for get, on the server's side: a rerun skips the files the
+server holds with the same size and mtime (--checksum: the same BLAKE3) and
+sends only the chunks it lacks of the others; --overwrite sends every file again.
 
 Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O,
 6 verification, 1 other, 130 interrupted.";
@@ -178,12 +181,18 @@ pub struct TransferArgs {
     /// Send this token (file content); also LONGHAUL_TOKEN.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// Skip files whose size and mtime already match at the destination.
-    #[arg(long)]
+    /// Skip files whose size and mtime already match at the destination: the
+    /// default now, accepted so that older scripts still run.
+    #[arg(long, hide = true, conflicts_with = "overwrite")]
     pub sync: bool,
-    /// With --sync: compare BLAKE3 hashes instead of size and mtime.
-    #[arg(long)]
+    /// Skip a file only if the destination's copy has the same BLAKE3 hash
+    /// (read on both sides), not the same size and mtime.
+    #[arg(long, conflicts_with = "overwrite")]
     pub checksum: bool,
+    /// Send every file again, even one the destination already holds (a
+    /// partial file still resumes from its journal).
+    #[arg(long)]
+    pub overwrite: bool,
     /// Make what was received durable before the transfer reports success:
     /// the receiving side syncs the destination's file system (syncfs) before
     /// its final `Done`, so a power loss after exit 0 loses nothing. Costs

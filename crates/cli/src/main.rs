@@ -242,9 +242,6 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
         check_fingerprint_syntax(fp).map_err(|e| usage(e.to_string()))?;
     }
     let (net, cc) = net_opts(&a.net)?;
-    if a.checksum && !a.sync {
-        return Err(usage("--checksum only makes sense with --sync"));
-    }
     Ok(ClientOpts {
         trust: TrustPolicy {
             host: host_key,
@@ -260,10 +257,10 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
             Some(n) => n,
             None => 0,
         },
-        sync: match (a.sync, a.checksum) {
-            (true, true) => SyncMode::Checksum,
-            (true, false) => SyncMode::SizeMtime,
-            _ => SyncMode::Always,
+        sync: match (a.overwrite, a.checksum) {
+            (true, _) => SyncMode::Always,
+            (false, true) => SyncMode::Checksum,
+            (false, false) => SyncMode::SizeMtime,
         },
         rates: (!a.no_rates).then(|| a.rates.clone().unwrap_or_else(default_rates)),
         fsync: a.fsync,
@@ -406,7 +403,8 @@ fn summary(r: &ClientReport) -> String {
     let t = &r.totals;
     format!(
         "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {} symlink(s)\n\
-         {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed; \
+         {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed, \
+         {:.1} MB skipped; \
          RTT {:.2} ms; {} B retransmitted; {} stream(s), cc {}",
         r.op,
         t.files,
@@ -420,6 +418,7 @@ fn summary(r: &ClientReport) -> String {
         r.rate_mbps,
         r.rate_mbps / 8.0,
         t.bytes_resumed as f64 / 1e6,
+        t.bytes_skipped as f64 / 1e6,
         r.rtt_ms,
         r.retransmitted_bytes,
         r.streams,

@@ -107,7 +107,7 @@ impl ClientOpts {
             cc: None,
             net: NetOpts::default(),
             streams: 0,
-            sync: SyncMode::Always,
+            sync: SyncMode::SizeMtime,
             rates: None,
             fsync: false,
             interrupt: Interrupt::default(),
@@ -195,6 +195,8 @@ pub struct Totals {
     pub bytes_transferred: u64,
     /// File bytes already held from an interrupted run, not sent again.
     pub bytes_resumed: u64,
+    /// Bytes of the files skipped as already at the destination.
+    pub bytes_skipped: u64,
 }
 
 impl ClientReport {
@@ -460,7 +462,10 @@ async fn close(
         t.bytes_resumed += f.bytes_resumed;
         match f.status {
             Status::Verified => t.verified += 1,
-            Status::Skipped => t.skipped += 1,
+            Status::Skipped => {
+                t.skipped += 1;
+                t.bytes_skipped += f.size;
+            }
             Status::Failed => t.failed += 1,
         }
     }

@@ -704,3 +704,15 @@ pub fn files_by_path(
         .map(|f| (f["path"].as_str().unwrap().to_string(), f.clone()))
         .collect()
 }
+
+/// Distinct chunks a resume journal names (synced or written records; a
+/// chunk may have both), 0 if there is no journal yet.
+pub fn journaled_chunks(journal: &Path, chunks: u64) -> u64 {
+    let Ok(f) = std::fs::File::open(journal) else {
+        return 0;
+    };
+    match longhaul_transfer::journal::read(f, chunks) {
+        Ok(Some(p)) => (p.synced.len() + p.written.len()) as u64,
+        _ => 0,
+    }
+}

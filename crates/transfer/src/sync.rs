@@ -6,10 +6,11 @@ use crate::manifest::Entry;
 /// How files already present at the destination are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncMode {
-    /// Always transfer (a partial with a matching journal is still resumed).
-    #[default]
+    /// Always transfer (`--overwrite`; a partial with a matching journal is
+    /// still resumed).
     Always,
-    /// Skip files whose size and mtime match.
+    /// Skip files whose size and mtime match (rsync's quick check): the default.
+    #[default]
     SizeMtime,
     /// Skip files whose BLAKE3 matches.
     Checksum,

@@ -39,7 +39,7 @@ fn killed_server_then_rerun_resumes() {
     let client = std::thread::spawn(move || run_timeout(cmd, Duration::from_secs(60)));
     let journal = dest.join(".big.bin.lh-journal");
     while started.elapsed() < Duration::from_millis(1500) {
-        let n = std::fs::metadata(&journal).map_or(0, |m| m.len().saturating_sub(28) / 44);
+        let n = journaled_chunks(&journal, SIZE / MIB);
         if n >= 32 {
             break;
         }
@@ -69,7 +69,7 @@ fn killed_server_then_rerun_resumes() {
         list_tree(&dest)
     );
     assert!(std::fs::symlink_metadata(dest.join("big.bin")).is_err());
-    let records = (std::fs::metadata(&journal).unwrap().len() - 28) / 44;
+    let records = journaled_chunks(&journal, SIZE / MIB);
     eprintln!("journal holds {records} chunk(s)");
 
     // Same identity, same port; the same command again.
@@ -111,4 +111,88 @@ fn killed_server_then_rerun_resumes() {
         SIZE - resumed
     );
     drop(srv);
+}
+
+#[test]
+fn a_cut_tree_copy_resumes_without_sending_its_complete_files_again() {
+    // A get of a tree killed (SIGKILL) part way: on the rerun, the files that
+    // were already in place are skipped (size and mtime match), the partial
+    // large files resume, and only the rest crosses the network.
+    let t = Tmp::new("tree-resume");
+    let root = t.join("root");
+    let tree = root.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    for i in 0..300u64 {
+        gen_file(&tree.join(format!("s{i:03}.bin")), 100 + i, 10_000);
+    }
+    // Named to come after the small files in the sender's sorted walk.
+    for i in 0..3u64 {
+        gen_file(&tree.join(format!("z{i}.bin")), 900 + i, 4 * MIB);
+    }
+    let total = 300 * 10_000 + 3 * 4 * MIB;
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let args: Vec<OsString> = vec![
+        "--accept-new".into(),
+        "--json".into(),
+        srv.remote("tree"),
+        dest.clone().into(),
+    ];
+    // 20 Mbit/s: the small files take about 1.2 s.
+    let mut slow = vec![OsString::from("--max-rate"), "20M".into()];
+    slow.extend(args.iter().cloned());
+    let mut child = c
+        .cmd("get", &slow)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Files in place under their own names (verified and renamed).
+    let placed = || -> Vec<String> {
+        std::fs::read_dir(dest.join("tree"))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| !n.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let started = Instant::now();
+    while placed().len() < 100 && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = placed();
+    assert!(
+        before.len() >= 100 && before.len() < 303,
+        "{} file(s) placed when killed",
+        before.len()
+    );
+    let held: u64 = before
+        .iter()
+        .map(|n| std::fs::metadata(dest.join("tree").join(n)).unwrap().len())
+        .sum();
+
+    let out = c.run("get", &args);
+    out.expect_code(0);
+    let j = out.json();
+    assert!(
+        totals(&j, "skipped") >= before.len() as u64,
+        "{} placed before, skipped {}: {j:#}",
+        before.len(),
+        totals(&j, "skipped")
+    );
+    assert!(totals(&j, "bytes_skipped") >= held, "{j:#}");
+    assert_eq!(
+        totals(&j, "bytes_skipped") + totals(&j, "bytes_resumed") + totals(&j, "bytes_transferred"),
+        total,
+        "{j:#}"
+    );
+    assert!(totals(&j, "bytes_transferred") < total, "{j:#}");
+    assert_same_tree(&tree, &dest.join("tree"), Compare::ALL);
 }

@@ -1,4 +1,5 @@
-//! --sync (size + mtime) and --sync --checksum (BLAKE3) skip what is already there.
+//! By default (size + mtime, rsync's quick check) and with --checksum (BLAKE3) a
+//! rerun skips what is already there; --overwrite sends everything again.
 
 use longhaul_testkit::*;
 use std::collections::BTreeMap;
@@ -53,7 +54,8 @@ fn sync_skips_unchanged_and_fetches_changed() {
     assert_eq!(totals(&out.json(), "bytes_transferred"), total);
     assert_same_tree(&set, &dest.join("set"), Compare::ALL);
 
-    // --sync again: everything skipped, nothing moved, exit 0.
+    // Again (with --sync, the old name of the default): everything skipped,
+    // nothing moved, exit 0.
     let out = get(&["--sync"]);
     out.expect_code(0);
     let j = out.json();
@@ -61,6 +63,7 @@ fn sync_skips_unchanged_and_fetches_changed() {
     assert_eq!(totals(&j, "files"), nfiles);
     assert_eq!(totals(&j, "skipped"), nfiles, "{j:#}");
     assert_eq!(totals(&j, "verified"), 0);
+    assert_eq!(totals(&j, "bytes_skipped"), total, "{j:#}");
     assert_eq!(totals(&j, "bytes_transferred"), 0);
     assert_eq!(totals(&j, "bytes"), total);
     assert!(statuses(&j)
@@ -77,7 +80,7 @@ fn sync_skips_unchanged_and_fetches_changed() {
     gen_file(&set.join("medium.bin"), 99, MIB);
     set_mtime_ns(&set.join("medium.bin"), 1_700_000_000_555_555_555);
     set_mtime_ns(&set, 1_650_000_000_000_000_001); // the dir's mtime as before
-    let out = get(&["--sync"]);
+    let out = get(&[]);
     out.expect_code(0);
     let j = out.json();
     let st = statuses(&j);
@@ -92,11 +95,11 @@ fn sync_skips_unchanged_and_fetches_changed() {
     assert_eq!(totals(&j, "bytes_transferred"), MIB);
     assert_same_tree(&set, &dest.join("set"), Compare::ALL);
 
-    // Same content, different mtime: --sync --checksum skips it...
+    // Same content, different mtime: --checksum skips it...
     let other = set.join("sub/other.bin");
     set_mtime_ns(&other, 1_710_000_000_000_000_042);
     let before = std::fs::metadata(dest.join("set/sub/other.bin")).unwrap();
-    let out = get(&["--sync", "--checksum"]);
+    let out = get(&["--checksum"]);
     out.expect_code(0);
     let j = out.json();
     assert_eq!(totals(&j, "skipped"), nfiles, "{j:#}");
@@ -116,35 +119,43 @@ fn sync_skips_unchanged_and_fetches_changed() {
         mtime_ns(&before),
         "the local file was left alone"
     );
-    // ...while plain --sync sees the new mtime and fetches it.
-    let out = get(&["--sync"]);
+    // ...while the default sees the new mtime and fetches it.
+    let out = get(&[]);
     out.expect_code(0);
     let st = statuses(&out.json());
     assert_eq!(st["set/sub/other.bin"], ("verified".to_string(), 70_000));
     assert_eq!(totals(&out.json(), "bytes_transferred"), 70_000);
     assert_same_tree(&set, &dest.join("set"), Compare::ALL);
 
-    // --sync --checksum with different content of the same size fetches it.
+    // --checksum with different content of the same size fetches it.
     gen_file(&dest.join("set/big.bin"), 1234, 5 * MIB + 3);
     set_mtime_ns(
         &dest.join("set/big.bin"),
         mtime_ns(&std::fs::metadata(set.join("big.bin")).unwrap()),
     );
-    // (plain --sync is fooled by size+mtime, as documented)
-    let out = get(&["--sync"]);
+    // (the default is fooled by size+mtime, as documented)
+    let out = get(&[]);
     out.expect_code(0);
     assert_eq!(totals(&out.json(), "bytes_transferred"), 0);
-    let out = get(&["--sync", "--checksum"]);
+    let out = get(&["--checksum"]);
     out.expect_code(0);
     let st = statuses(&out.json());
     assert_eq!(st["set/big.bin"], ("verified".to_string(), 5 * MIB + 3));
     assert_eq!(totals(&out.json(), "bytes_transferred"), 5 * MIB + 3);
     assert_same_tree(&set, &dest.join("set"), Compare::ALL);
 
-    // --checksum without --sync is a usage error.
-    let out = get(&["--checksum"]);
+    // --overwrite fetches every file again.
+    let out = get(&["--overwrite"]);
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(totals(&j, "verified"), nfiles, "{j:#}");
+    assert_eq!(totals(&j, "bytes_transferred"), total);
+    assert_same_tree(&set, &dest.join("set"), Compare::ALL);
+
+    // --checksum and --overwrite contradict each other.
+    let out = get(&["--checksum", "--overwrite"]);
     out.expect_code(2);
-    assert!(out.stderr.contains("--checksum"), "{}", out.stderr);
+    assert!(out.stderr.contains("--overwrite"), "{}", out.stderr);
 }
 
 #[test]
@@ -204,7 +215,7 @@ fn an_interrupted_transfer_in_the_source_is_not_sent_and_destroys_nothing() {
 
 #[test]
 fn put_sync_skips_what_the_server_has() {
-    // Protocol 4 had no field for a put's --sync: every put sent everything.
+    // Protocol 4 had no field for a put's sync mode: every put sent everything.
     let t = Tmp::new("putsync");
     let root = t.join("root");
     std::fs::create_dir_all(root.join("in")).unwrap();
@@ -224,15 +235,18 @@ fn put_sync_skips_what_the_server_has() {
     put(&[]).expect_code(0);
     assert_same_tree(&set, &root.join("in/set"), Compare::ALL);
 
-    let out = put(&["--sync"]);
+    let out = put(&[]);
     out.expect_code(0);
     let j = out.json();
     assert_eq!(totals(&j, "skipped"), 2, "{j:#}");
     assert_eq!(totals(&j, "bytes_transferred"), 0, "{j:#}");
+    let out = put(&["--overwrite"]);
+    out.expect_code(0);
+    assert_eq!(totals(&out.json(), "bytes_transferred"), 3 * MIB + 7 + 6);
 
-    // A new mtime, same bytes: --sync sends it, --sync --checksum does not.
+    // A new mtime, same bytes: the default sends it, --checksum does not.
     set_mtime_ns(&set.join("big.bin"), 1_700_000_000_123_456_789);
-    let out = put(&["--sync", "--checksum"]);
+    let out = put(&["--checksum"]);
     out.expect_code(0);
     assert_eq!(
         totals(&out.json(), "bytes_transferred"),
@@ -240,7 +254,7 @@ fn put_sync_skips_what_the_server_has() {
         "{:#}",
         out.json()
     );
-    let out = put(&["--sync"]);
+    let out = put(&[]);
     out.expect_code(0);
     let st = statuses(&out.json());
     assert_eq!(st["big.bin"], ("verified".to_string(), 3 * MIB + 7));
@@ -300,9 +314,9 @@ fn sync_gives_a_skipped_file_the_sources_mode() {
     get(&[]).expect_code(0);
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode(&dest.join("f")), 0o644);
-    // chmod keeps the mtime: --sync skips the bytes and updates the mode.
+    // chmod keeps the mtime: a rerun skips the bytes and updates the mode.
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let out = get(&["--sync"]);
+    let out = get(&[]);
     out.expect_code(0);
     assert_eq!(totals(&out.json(), "skipped"), 1, "{:#}", out.json());
     assert_eq!(mode(&dest.join("f")), 0o600);
