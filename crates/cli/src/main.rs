@@ -355,26 +355,25 @@ fn conclude(r: Result<ClientReport, Problem>, op: &str, t: &TransferArgs) -> i32
             if let (Some(fp), false) = (&rep.fingerprint, t.quiet || t.json) {
                 eprintln!("longhaul: trusted {fp} for this server from now on (known-hosts file)");
             }
+            // Problems go to stderr also with --json: a script that keeps only
+            // stdout still shows its user why it failed.
+            for p in &rep.problems {
+                eprintln!("error: {p}");
+            }
             if t.json {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&rep).expect("report serializes")
                 );
-            } else {
-                for p in &rep.problems {
-                    eprintln!("error: {p}");
-                }
-                if !t.quiet {
-                    println!("{}", summary(&rep));
-                }
+            } else if !t.quiet {
+                println!("{}", summary(&rep));
             }
             rep.exit_code()
         }
         Err(p) => {
+            eprintln!("error: {p}");
             if t.json {
                 print_failure(op, std::slice::from_ref(&p), false);
-            } else {
-                eprintln!("error: {p}");
             }
             p.kind.exit_code()
         }

@@ -411,7 +411,7 @@ async fn close(
     started: Instant,
     op: &'static str,
     opts: &ClientOpts,
-    mut r: SessionReport,
+    r: SessionReport,
 ) -> ClientReport {
     let Session {
         endpoint,
@@ -448,6 +448,42 @@ async fn close(
     tracing::debug!("connection stats: {stats:?}");
     close_sent(&conn, 0, b"done").await;
     drop(endpoint);
+    let about = About {
+        op,
+        server,
+        fingerprint,
+        streams,
+        data_seconds,
+    };
+    build_report(r, about, opts, started, &stats)
+}
+
+/// What a report says about its session besides its files.
+struct About {
+    op: &'static str,
+    server: String,
+    fingerprint: Option<String>,
+    /// The server's data streams (a get's).
+    streams: u32,
+    data_seconds: f64,
+}
+
+/// The client's report of a session, ended well or not: its files as far as
+/// they went, the totals over them, and the connection's figures.
+fn build_report(
+    mut r: SessionReport,
+    about: About,
+    opts: &ClientOpts,
+    started: Instant,
+    stats: &quinn::ConnectionStats,
+) -> ClientReport {
+    let About {
+        op,
+        server,
+        fingerprint,
+        streams,
+        data_seconds,
+    } = about;
     let seconds = started.elapsed().as_secs_f64();
     let mut t = Totals {
         dirs: r.dirs,
@@ -580,7 +616,8 @@ pub async fn get<R: AsRef<[u8]>>(
             "protocol error: a get with Hello.fresh = {fresh} was welcomed with fresh = {}",
             s.fresh
         );
-        return finish(s, started, "get", opts, Err(conn_err(m))).await;
+        let failed = (SessionReport::default(), Err(conn_err(m)));
+        return finish(s, started, "get", opts, failed).await;
     }
     let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx);
     let r = run_receiver(
@@ -696,12 +733,10 @@ pub async fn put(
         },
         progress,
     )
-    .await
-    .map(|mut rep| {
-        rep.problems.splice(0..0, unsendable);
-        rep
-    });
-    let report = finish(s, started, "put", opts, r).await;
+    .await;
+    let (mut rep, result) = r;
+    rep.problems.splice(0..0, unsendable);
+    let report = finish(s, started, "put", opts, (rep, result)).await;
     remember_rate(opts, *remembered, peak.load(Ordering::Relaxed), report)
 }
 
@@ -758,35 +793,42 @@ fn remember_rate(
     Ok(report)
 }
 
+/// Ends the session. A session that failed still reports what it did: the
+/// files verified and placed before the failure, whose problem comes first.
 async fn finish(
     s: Session,
     started: Instant,
     op: &'static str,
     opts: &ClientOpts,
-    r: Result<SessionReport, Problem>,
+    (mut report, result): (SessionReport, Result<(), Problem>),
 ) -> Result<ClientReport, Problem> {
-    match r {
-        Ok(report) => Ok(close(s, started, op, opts, report).await),
-        Err(p) => {
-            let why = s.conn.close_reason();
-            s.conn.close(1u32.into(), p.message.as_bytes());
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), s.endpoint.wait_idle())
-                .await;
-            match why {
-                Some(quinn::ConnectionError::ApplicationClosed(a))
-                    if p.kind == Kind::Connection =>
-                {
-                    Err(Problem::new(
-                        Kind::Connection,
-                        format!(
-                            "{}: the server closed the session: {}",
-                            p.message,
-                            String::from_utf8_lossy(&a.reason)
-                        ),
-                    ))
-                }
-                _ => Err(p),
-            }
+    let p = match result {
+        Ok(()) => return Ok(close(s, started, op, opts, report).await),
+        Err(p) => p,
+    };
+    let why = s.conn.close_reason();
+    s.conn.close(1u32.into(), p.message.as_bytes());
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), s.endpoint.wait_idle()).await;
+    let p = match why {
+        Some(quinn::ConnectionError::ApplicationClosed(a)) if p.kind == Kind::Connection => {
+            Problem::new(
+                Kind::Connection,
+                format!(
+                    "{}: the server closed the session: {}",
+                    p.message,
+                    String::from_utf8_lossy(&a.reason)
+                ),
+            )
         }
-    }
+        _ => p,
+    };
+    report.problems.insert(0, p);
+    let about = About {
+        op,
+        server: s.server,
+        fingerprint: s.fingerprint,
+        streams: s.streams,
+        data_seconds: s.welcomed.elapsed().as_secs_f64(),
+    };
+    Ok(build_report(report, about, opts, started, &s.conn.stats()))
 }

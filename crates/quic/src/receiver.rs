@@ -83,7 +83,7 @@ pub(crate) async fn run_receiver(
     dest: Destination,
     opts: RecvOpts,
     progress: Arc<Progress>,
-) -> Result<SessionReport, Problem> {
+) -> (SessionReport, Result<(), Problem>) {
     let cfg = RecvConfig {
         sync: opts.sync,
         fresh: opts.fresh,
@@ -133,7 +133,7 @@ pub(crate) async fn run_receiver(
             let _ = disk.finish_dirs();
         }
     });
-    result.map(|()| core.take_report())
+    (core.take_report(), result)
 }
 
 /// Inputs fed to a core at most before its output is acted on.

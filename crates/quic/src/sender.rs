@@ -76,7 +76,7 @@ pub(crate) async fn run_sender(
     sources: Vec<SendRootResult>,
     opts: SendOpts,
     progress: Arc<Progress>,
-) -> Result<SessionReport, Problem> {
+) -> (SessionReport, Result<(), Problem>) {
     let cfg = SendConfig {
         fresh: opts.fresh,
         max_rate: opts.max_rate,
@@ -117,7 +117,7 @@ pub(crate) async fn run_sender(
     } else {
         lane_tasks.iter().for_each(|t| t.abort());
     }
-    result.map(|()| core.take_report())
+    (core.take_report(), result)
 }
 
 async fn drive(

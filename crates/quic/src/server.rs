@@ -288,22 +288,20 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                 })
                 .await;
             let what = format!("get of {} path(s)", paths.len());
-            (
-                what,
-                run_sender(
-                    conn.clone(),
-                    ctl.clone(),
-                    &mut rx,
-                    sources,
-                    SendOpts {
-                        streams,
-                        max_rate: rate,
-                        fresh: h.fresh,
-                    },
-                    progress,
-                )
-                .await,
+            let (report, result) = run_sender(
+                conn.clone(),
+                ctl.clone(),
+                &mut rx,
+                sources,
+                SendOpts {
+                    streams,
+                    max_rate: rate,
+                    fresh: h.fresh,
+                },
+                progress,
             )
+            .await;
+            (what, result.map(|()| report))
         }
         Op::Put {
             dest,
@@ -355,10 +353,9 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                 fresh,
                 fsync,
             };
-            (
-                what,
-                run_receiver(conn.clone(), ctl.clone(), &mut rx, spec, opts, progress).await,
-            )
+            let (report, result) =
+                run_receiver(conn.clone(), ctl.clone(), &mut rx, spec, opts, progress).await;
+            (what, result.map(|()| report))
         }
     };
     let secs = started.elapsed().as_secs_f64();

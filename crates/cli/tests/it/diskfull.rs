@@ -108,13 +108,15 @@ fn disk_full_keeps_the_partial_and_exits_5() {
             .starts_with(b".big.bin.lh-")),
         "only the part file and its journal: {names:?}"
     );
-    // Every chunk the journal names (28-byte header, 44-byte records starting with
-    // the chunk index) is durably in the partial with the source's bytes.
+    // Every chunk the journal names is in the partial with the source's bytes.
     let held = std::fs::read(&part).unwrap();
     let src = std::fs::read(root.join("big.bin")).unwrap();
-    let journal = std::fs::read(mnt.join(".big.bin.lh-journal")).unwrap_or_default();
-    for rec in journal.get(28..).unwrap_or_default().chunks_exact(44) {
-        let i = u64::from_le_bytes(rec[..8].try_into().unwrap()) as usize;
+    let journal = std::fs::File::open(mnt.join(".big.bin.lh-journal"))
+        .ok()
+        .and_then(|f| longhaul_transfer::journal::read(f, 20).unwrap());
+    let named = journal.map_or(vec![], |j| [j.synced, j.written].concat());
+    for (i, _) in named {
+        let i = i as usize;
         let r = i * MIB as usize..(i + 1) * MIB as usize;
         assert!(
             held[r.clone()] == src[r],
@@ -144,5 +146,41 @@ fn disk_full_keeps_the_partial_and_exits_5() {
         "{j:#}"
     );
     assert!(std::fs::symlink_metadata(mnt.join("big.bin")).is_err());
+    assert!(
+        out.stderr.contains("No space left on device"),
+        "with --json the problem still reaches stderr: {}",
+        out.stderr
+    );
     assert!(srv.alive(), "the server is unaffected");
+
+    // A tree whose small file fits and whose large one does not: the failed
+    // session's report still lists the file that was verified and placed.
+    for n in list_tree(&mnt) {
+        std::fs::remove_file(n).unwrap();
+    }
+    std::fs::create_dir(root.join("tree")).unwrap();
+    std::fs::write(root.join("tree/a-small.txt"), b"fits\n").unwrap();
+    gen_file(&root.join("tree/z-big.bin"), 6, 20 * MIB);
+    let out = c.run(
+        "get",
+        [
+            OsString::from("--json"),
+            srv.remote("tree"),
+            mnt.clone().into(),
+        ],
+    );
+    out.expect_code(5);
+    let j = out.json();
+    assert_eq!(j["ok"], false, "{j:#}");
+    assert_eq!(j["problems"][0]["kind"], "local_io", "{j:#}");
+    assert_eq!(totals(&j, "verified"), 1, "{j:#}");
+    assert_eq!(
+        files_by_path(&j)["tree/a-small.txt"]["status"],
+        "verified",
+        "{j:#}"
+    );
+    assert_eq!(
+        std::fs::read(mnt.join("tree/a-small.txt")).unwrap(),
+        b"fits\n"
+    );
 }
