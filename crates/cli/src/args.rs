@@ -108,7 +108,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         value_name = "DIR",
-        required_unless_present = "print_fingerprint"
+        required_unless_present_any = ["print_fingerprint", "new_token"]
     )]
     pub root: Option<PathBuf>,
     /// UDP address to listen on.
@@ -126,6 +126,11 @@ pub struct ServeArgs {
     /// Print the server's fingerprint (creating its identity if needed) and exit.
     #[arg(long)]
     pub print_fingerprint: bool,
+    /// Write a new random token (256 bits, hex) to FILE, readable by its
+    /// owner only, and exit; serve with `--token-file FILE` and give clients
+    /// the same file. Refuses to overwrite a file.
+    #[arg(long, value_name = "FILE", conflicts_with = "print_fingerprint")]
+    pub new_token: Option<PathBuf>,
     #[command(flatten)]
     pub net: NetArgs,
 }

@@ -116,6 +116,34 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
     Usage(msg.into()).into()
 }
 
+/// A token shorter than this (bytes) draws a warning from `serve`.
+const MIN_TOKEN: usize = 16;
+
+/// `serve --new-token FILE`: 32 random bytes as 64 hex digits and a newline,
+/// mode 0600, never over an existing file.
+fn write_new_token(f: &std::path::Path) -> Result<()> {
+    use rand::RngCore;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut raw = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut raw);
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(f)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => usage(format!(
+                "{} exists: not overwriting a token clients may use (remove it first)",
+                f.display()
+            )),
+            _ => anyhow::anyhow!("writing the token file {}: {e}", f.display()),
+        })?;
+    file.write_all(format!("{hex}\n").as_bytes())?;
+    file.sync_all()?;
+    Ok(())
+}
+
 fn read_token(file: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
     if let Some(f) = file {
         let t = std::fs::read(f)
@@ -158,16 +186,33 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         println!("{}", Identity::load_or_create(&state_dir)?.fingerprint);
         return Ok(0);
     }
+    if let Some(f) = &a.new_token {
+        write_new_token(f)?;
+        println!(
+            "wrote a new token (256 random bits) to {}: serve with --token-file {0}, \
+             and give clients a copy (--token-file, or LONGHAUL_TOKEN)",
+            f.display()
+        );
+        return Ok(0);
+    }
     let root = a
         .root
         .clone()
         .ok_or_else(|| usage("serve needs --root DIR"))?;
     let (net, _) = net_opts(&a.net)?;
+    let token = read_token(&a.token_file)?;
+    if let Some(t) = token.as_ref().filter(|t| t.len() < MIN_TOKEN) {
+        eprintln!(
+            "longhaul serve: warning: the token is only {} bytes and can be guessed; \
+             `longhaul serve --new-token FILE` writes a strong one",
+            t.len()
+        );
+    }
     let opts = ServeOpts {
         root: root.clone(),
         listen: a.listen,
         read_only: a.read_only,
-        token: read_token(&a.token_file)?,
+        token: token.clone(),
         state_dir,
         net,
         streams: a.net.streams.unwrap_or(DEFAULT_STREAMS),

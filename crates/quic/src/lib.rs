@@ -28,6 +28,7 @@ mod receiver;
 mod report;
 mod sender;
 mod server;
+mod throttle;
 pub mod wan;
 
 pub use cc::{parse_rate, CcChoice};

@@ -9,6 +9,7 @@ use crate::proto::{ErrorCode, Frame, Hello, Op, ALPN, MAX_STREAMS, VERSION};
 use crate::receiver::{run_receiver, Destination, RecvOpts};
 use crate::report::{Problem, Progress, SessionReport};
 use crate::sender::{run_sender, SendOpts, SendRoot, SendRootResult};
+use crate::throttle::AuthThrottle;
 use anyhow::{Context, Result};
 use cap_std::fs::Dir;
 use longhaul_transfer::landing::{dest_is_dir as lands_in_dir, Landing};
@@ -114,6 +115,7 @@ impl Server {
         let ctx = Arc::new(Ctx {
             root: self.root.clone(),
             opts: self.opts.clone(),
+            throttle: Default::default(),
         });
         while let Some(incoming) = self.endpoint.accept().await {
             let remote = incoming.remote_address();
@@ -155,6 +157,8 @@ fn server_config(
 struct Ctx {
     root: Arc<Dir>,
     opts: ServeOpts,
+    /// Wrong tokens per client address, and the refusals they earned.
+    throttle: std::sync::Mutex<AuthThrottle>,
 }
 
 async fn fatal(ctl: &CtlTx, conn: &quinn::Connection, code: ErrorCode, message: String) {
@@ -235,9 +239,28 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
         );
         return fatal(&ctl, &conn, ErrorCode::Version, m).await;
     }
-    if !token_ok(&ctx.opts.token, &h.token) {
-        let m = "access denied: wrong or missing token".to_string();
-        return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
+    if ctx.opts.token.is_some() {
+        let ip = remote.ip();
+        let refused = ctx.throttle.lock().unwrap().refused_for(ip, Instant::now());
+        if let Some(wait) = refused {
+            let m = format!(
+                "access denied: too many wrong tokens from {ip}; try again in {} s",
+                wait.as_secs() + 1
+            );
+            return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
+        }
+        if !token_ok(&ctx.opts.token, &h.token) {
+            let (n, block) = ctx.throttle.lock().unwrap().failed(ip, Instant::now());
+            if let Some(b) = block {
+                tracing::warn!(
+                    "{ip}: {n} wrong tokens in a row: refused for {} s",
+                    b.as_secs()
+                );
+            }
+            let m = "access denied: wrong or missing token".to_string();
+            return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
+        }
+        ctx.throttle.lock().unwrap().succeeded(ip);
     }
     let rate = match (h.max_rate, ctx.opts.net.max_rate) {
         (0, s) => s,

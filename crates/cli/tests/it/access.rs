@@ -198,3 +198,73 @@ fn read_only_server_refuses_put() {
     out.expect_code(0);
     assert_same_tree(&root.join("data.bin"), &dest.join("data.bin"), Compare::ALL);
 }
+
+#[test]
+fn wrong_tokens_slow_the_guesser_down_and_new_token_writes_a_strong_one() {
+    let (t, root) = setup("guess");
+    // serve --new-token: 64 hex digits, owner-only, never over a file.
+    let tok = t.join("strong.token");
+    let out = run({
+        let mut c = longhaul();
+        c.args(["serve", "--new-token"]).arg(&tok);
+        c
+    });
+    out.expect_code(0);
+    let text = std::fs::read_to_string(&tok).unwrap();
+    assert_eq!(text.len(), 65, "{text:?}");
+    assert!(
+        text.trim_end().bytes().all(|b| b.is_ascii_hexdigit()),
+        "{text:?}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&tok).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let again = run({
+        let mut c = longhaul();
+        c.args(["serve", "--new-token"]).arg(&tok);
+        c
+    });
+    again.expect_code(2);
+    assert!(again.stderr.contains("exists"), "{}", again.stderr);
+    assert_eq!(std::fs::read_to_string(&tok).unwrap(), text, "untouched");
+
+    // A short token draws a warning.
+    let short = t.join("short.token");
+    std::fs::write(&short, "pw\n").unwrap();
+    let srv = ServeCfg::new(&root, &t.join("state"))
+        .arg("--token-file")
+        .arg(&short)
+        .start();
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    // Five wrong tokens are free; the sixth earns a second of refusal, in
+    // which even the right token is turned away unread.
+    for i in 0..6 {
+        let out = get(&c, &srv, &dest, &[], Some("guess"));
+        out.expect_code(3);
+        assert!(
+            out.stderr.contains("wrong or missing token"),
+            "try {i}: {}",
+            out.stderr
+        );
+    }
+    let out = get(&c, &srv, &dest, &["--quiet".into()], Some("pw"));
+    out.expect_code(3);
+    assert!(
+        out.stderr.contains("too many wrong tokens"),
+        "{}",
+        out.stderr
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let out = get(&c, &srv, &dest, &["--quiet".into()], Some("pw"));
+    out.expect_code(0);
+    let log = srv.log_text();
+    assert!(log.contains("the token is only 2 bytes"), "{log}");
+    assert!(
+        log.contains("6 wrong tokens in a row: refused for 1 s"),
+        "{log}"
+    );
+}

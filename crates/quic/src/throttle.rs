@@ -1,0 +1,161 @@
+//! Slows down whoever guesses tokens: a server refuses every session from an
+//! address that sent wrong tokens, for a time that doubles with each further
+//! wrong one. Sans-IO: the caller passes the time.
+//!
+//! The first [`FREE`] wrong tokens from an address cost nothing (a typo, a
+//! stale file); then the address is refused for [`FIRST_BLOCK`], and each
+//! wrong token after that doubles the time, up to [`MAX_BLOCK`]. A refused
+//! session's token is not even looked at, so guesses cannot come faster than
+//! the schedule, however many connections the guesser opens. A right token
+//! forgets the address; so does [`FORGET_AFTER`] without a wrong one. 1,000
+//! guesses from one address take over 16 hours instead of a fraction of a
+//! second.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+/// Wrong tokens an address may send before it is refused for a while.
+pub(crate) const FREE: u32 = 5;
+/// How long the first refusal lasts; each further wrong token doubles it.
+pub(crate) const FIRST_BLOCK: Duration = Duration::from_secs(1);
+/// The longest refusal.
+pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(60);
+/// An address without a wrong token for this long starts afresh.
+pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(600);
+/// Addresses remembered at most; beyond, the one quiet longest is forgotten.
+const MAX_ADDRESSES: usize = 4096;
+
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    failures: u32,
+    last: Instant,
+    blocked_until: Option<Instant>,
+}
+
+/// Wrong tokens per address, and the refusals they earned.
+#[derive(Debug, Default)]
+pub(crate) struct AuthThrottle {
+    by_addr: HashMap<IpAddr, Record>,
+}
+
+impl AuthThrottle {
+    /// How much longer sessions from `addr` are refused (`None`: not refused).
+    pub(crate) fn refused_for(&self, addr: IpAddr, now: Instant) -> Option<Duration> {
+        let until = self.by_addr.get(&addr)?.blocked_until?;
+        (until > now).then(|| until - now)
+    }
+
+    /// A wrong token from `addr`: returns how many it has sent in a row and,
+    /// once past [`FREE`], how long it is now refused.
+    pub(crate) fn failed(&mut self, addr: IpAddr, now: Instant) -> (u32, Option<Duration>) {
+        if !self.by_addr.contains_key(&addr) && self.by_addr.len() >= MAX_ADDRESSES {
+            self.by_addr
+                .retain(|_, r| now.saturating_duration_since(r.last) < FORGET_AFTER);
+            if self.by_addr.len() >= MAX_ADDRESSES {
+                let quietest = self
+                    .by_addr
+                    .iter()
+                    .min_by_key(|(_, r)| r.last)
+                    .map(|(a, _)| *a);
+                if let Some(a) = quietest {
+                    self.by_addr.remove(&a);
+                }
+            }
+        }
+        let r = self.by_addr.entry(addr).or_insert(Record {
+            failures: 0,
+            last: now,
+            blocked_until: None,
+        });
+        if now.saturating_duration_since(r.last) >= FORGET_AFTER {
+            r.failures = 0;
+        }
+        r.failures += 1;
+        r.last = now;
+        let block = (r.failures > FREE).then(|| {
+            let doublings = (r.failures - FREE - 1).min(16);
+            (FIRST_BLOCK * 2u32.pow(doublings)).min(MAX_BLOCK)
+        });
+        r.blocked_until = block.map(|b| now + b);
+        (r.failures, block)
+    }
+
+    /// A right token from `addr`: its wrong ones are forgotten.
+    pub(crate) fn succeeded(&mut self, addr: IpAddr) {
+        self.by_addr.remove(&addr);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, last])
+    }
+
+    #[test]
+    fn the_first_wrong_tokens_are_free_then_refusals_double_up_to_a_minute() {
+        let mut t = AuthThrottle::default();
+        let mut now = Instant::now();
+        for n in 1..=FREE {
+            assert_eq!(t.failed(ip(1), now), (n, None));
+            assert_eq!(t.refused_for(ip(1), now), None);
+        }
+        let mut want = FIRST_BLOCK;
+        for n in FREE + 1..FREE + 10 {
+            assert_eq!(t.failed(ip(1), now), (n, Some(want)));
+            assert_eq!(t.refused_for(ip(1), now), Some(want));
+            now += want - Duration::from_millis(1);
+            assert!(t.refused_for(ip(1), now).is_some(), "still refused");
+            now += Duration::from_millis(1);
+            assert_eq!(t.refused_for(ip(1), now), None, "free to try again");
+            want = (want * 2).min(MAX_BLOCK);
+        }
+        assert_eq!(want, MAX_BLOCK);
+        // Another address is not affected.
+        assert_eq!(t.refused_for(ip(2), now), None);
+        assert_eq!(t.failed(ip(2), now), (1, None));
+    }
+
+    #[test]
+    fn a_right_token_or_ten_quiet_minutes_forget_the_wrong_ones() {
+        let mut t = AuthThrottle::default();
+        let now = Instant::now();
+        for _ in 0..FREE + 1 {
+            t.failed(ip(1), now);
+        }
+        assert!(t.refused_for(ip(1), now).is_some());
+        t.succeeded(ip(1));
+        assert_eq!(t.refused_for(ip(1), now), None);
+        assert_eq!(t.failed(ip(1), now), (1, None));
+
+        for _ in 0..FREE + 3 {
+            t.failed(ip(3), now);
+        }
+        let later = now + FORGET_AFTER;
+        assert_eq!(t.refused_for(ip(3), later), None);
+        assert_eq!(t.failed(ip(3), later), (1, None), "starts afresh");
+    }
+
+    #[test]
+    fn a_thousand_guesses_take_hours_and_memory_stays_bounded() {
+        let mut t = AuthThrottle::default();
+        let mut now = Instant::now();
+        let start = now;
+        for _ in 0..1000 {
+            if let Some(wait) = t.refused_for(ip(1), now) {
+                now += wait;
+            }
+            t.failed(ip(1), now);
+        }
+        let took = now - start;
+        assert!(took > Duration::from_secs(16 * 3600), "{took:?}");
+        // Many guessers: the map never grows past its bound.
+        for i in 0..(MAX_ADDRESSES as u32 + 100) {
+            t.failed(IpAddr::from(i.to_be_bytes()), now);
+        }
+        assert!(t.by_addr.len() <= MAX_ADDRESSES);
+    }
+}
