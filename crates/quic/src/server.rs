@@ -16,6 +16,7 @@ use longhaul_transfer::landing::{dest_is_dir as lands_in_dir, Landing};
 use longhaul_transfer::RelPath;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
@@ -116,6 +117,7 @@ impl Server {
             root: self.root.clone(),
             opts: self.opts.clone(),
             throttle: Default::default(),
+            live: AtomicUsize::new(0),
         });
         while let Some(incoming) = self.endpoint.accept().await {
             let remote = incoming.remote_address();
@@ -132,10 +134,14 @@ impl Server {
             };
             let cc = self.factory.take_last();
             let ctx = ctx.clone();
+            ctx.live.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(async move {
                 match connecting.await {
-                    Ok(conn) => session(ctx, conn, cc).await,
+                    Ok(conn) => session(ctx.clone(), conn, cc).await,
                     Err(e) => tracing::info!("{remote}: handshake failed: {e}"),
+                }
+                if ctx.live.fetch_sub(1, Ordering::Relaxed) == 1 {
+                    give_back_when_idle(ctx);
                 }
             });
         }
@@ -159,6 +165,30 @@ struct Ctx {
     opts: ServeOpts,
     /// Wrong tokens per client address, and the refusals they earned.
     throttle: std::sync::Mutex<AuthThrottle>,
+    /// Connections being handshaken or served.
+    live: AtomicUsize,
+}
+
+/// Once the last session has ended, hands the heap's free memory back to
+/// the system: 2 s later (quinn keeps a closed connection for a few round
+/// trips) and again after 15 s (tokio's idle blocking threads have exited by
+/// then, 10 s, leaving their arenas' memory free). glibc keeps what a burst
+/// of sessions freed: 50 concurrent gets left a server at 1.4 GB, idle,
+/// instead of its 7 MB.
+fn give_back_when_idle(ctx: Arc<Ctx>) {
+    tokio::spawn(async move {
+        for wait in [2, 13] {
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            if ctx.live.load(Ordering::Relaxed) != 0 {
+                return;
+            }
+            #[cfg(target_env = "gnu")]
+            // SAFETY: malloc_trim only returns free heap pages to the system.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+    });
 }
 
 async fn fatal(ctl: &CtlTx, conn: &quinn::Connection, code: ErrorCode, message: String) {
