@@ -52,13 +52,13 @@ pub(crate) const MAX_WAITING: u64 = 64 << 20;
 
 /// A file's written chunks are journaled (as *written* records, without a
 /// sync: they hold if the process is killed, and a resume reads them back)
-/// once this many wait or [`JOURNAL_EVERY`] has passed since the last
-/// checkpoint, whichever comes first: a receiver killed outright refetches
-/// at most about that much of each file. A clean end, an error or Ctrl-C
-/// journals everything, synced.
-pub(crate) const JOURNAL_CHUNKS: usize = 16;
-/// See [`JOURNAL_CHUNKS`].
-pub(crate) const JOURNAL_EVERY: Duration = Duration::from_secs(1);
+/// as soon as they are written: one checkpoint job per chunk, or per the
+/// chunks written while the last one was out. A receiver killed outright
+/// refetches only the chunks in flight. (Journaling after 16 chunks or a
+/// second, per file, lost nearly everything when many files were under way
+/// and the kills came every second: `scripts/soak`.) A clean end, an error
+/// or Ctrl-C journals everything, synced.
+pub(crate) const JOURNAL_CHUNKS: usize = 1;
 /// How often a checkpoint also syncs the data and journals it as synced
 /// (what a power cut cannot take). The sync runs beside the streams, but ext4
 /// still stalls the writers while it commits: 1 GiB on loopback took 1.8-1.9 s
@@ -234,8 +234,7 @@ struct InFile {
     resumed: u64,
     /// Written chunks not yet journaled (files of several chunks).
     unjournaled: usize,
-    /// When the last checkpoint (of either kind) and the last synced one went out.
-    journaled_at: Instant,
+    /// When the last synced checkpoint went out (the file's opening, at first).
     synced_at: Instant,
     checkpointing: bool,
     /// A finishing job (`Finish`, `Discard`, `Close`, or a settling write) is out.
@@ -512,7 +511,6 @@ impl RecvCore {
                         received: 0,
                         resumed: 0,
                         unjournaled: 0,
-                        journaled_at: now,
                         synced_at: now,
                         checkpointing: false,
                         settling: false,
@@ -682,6 +680,7 @@ impl RecvCore {
                     if let Err(e) = result {
                         return Err(io_problem(&f.display, e));
                     }
+                    self.checkpoint_if_due(now, id);
                     self.finish_if_complete(id);
                 } else if let Err(e) = result {
                     return Err(Problem::new(Kind::LocalIo, e.to_string()));
@@ -839,23 +838,27 @@ impl RecvCore {
                 }
             }
         }
-        if f.unjournaled > 0
-            && !f.checkpointing
-            && f.missing > 0
-            && (f.unjournaled >= JOURNAL_CHUNKS
-                || now.saturating_duration_since(f.journaled_at) >= JOURNAL_EVERY)
-        {
+        self.checkpoint_if_due(now, id);
+        self.finish_if_complete(id);
+        Ok(())
+    }
+
+    /// Journal file `id`'s newly written chunks, unless a checkpoint is out
+    /// (its end calls this again) or the file is complete (its end journals
+    /// nothing: the part is placed).
+    fn checkpoint_if_due(&mut self, now: Instant, id: u64) {
+        let Some(f) = self.files.get_mut(&id) else {
+            return;
+        };
+        if f.unjournaled >= JOURNAL_CHUNKS && !f.checkpointing && f.missing > 0 {
             let sync = now.saturating_duration_since(f.synced_at) >= SYNC_EVERY;
             f.unjournaled = 0;
-            f.journaled_at = now;
             if sync {
                 f.synced_at = now;
             }
             f.checkpointing = true;
             self.jobs.push_back(Job::Checkpoint { id, sync });
         }
-        self.finish_if_complete(id);
-        Ok(())
     }
 
     fn finish_if_complete(&mut self, id: u64) {
