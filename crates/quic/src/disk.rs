@@ -229,6 +229,7 @@ impl RecvDisk {
             let Some(inc) = files.get_mut(&id) else {
                 return Ok(Wrote::Chunk); // given up meanwhile
             };
+            inc.still_ours()?;
             inc.claim(index);
             if inc.single_chunk() && expected.is_some() {
                 inc.expected = expected;

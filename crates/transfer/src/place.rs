@@ -339,12 +339,37 @@ type ClaimKey = (u64, u64, Vec<u8>);
 /// Files of several chunks a session of this process is receiving, by
 /// directory (device, inode) and name: two sessions writing one target would
 /// share its part file, and each would verify only what it received, not what
-/// the part then holds. The value: the session is ending ([`Incoming::ending`]).
-static RECEIVING: Mutex<BTreeMap<ClaimKey, bool>> = Mutex::new(BTreeMap::new());
+/// the part then holds.
+static RECEIVING: Mutex<BTreeMap<ClaimKey, Holder>> = Mutex::new(BTreeMap::new());
 /// Signalled whenever a claim is given up or marked ending.
 static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
+/// Numbers the claims, so that a claim taken over is not given up by its
+/// first holder's drop.
+static NEXT_CLAIM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A holder that has recorded no chunk for this long, while another session
+/// wants its file, has lost its peer (a client killed without a close leaves
+/// its session up until the connection times out): the newer session takes
+/// the file over, and the old one may no longer write, journal or place it.
+pub const STALE_CLAIM: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Who holds a claim.
+struct Holder {
+    /// Which claim (see [`NEXT_CLAIM`]).
+    id: u64,
+    /// Its session is ending ([`Incoming::ending`]): waited for, never taken over.
+    ending: bool,
+    /// When it last recorded a chunk (or took the claim).
+    active: std::time::Instant,
+    /// Its file's `closed` flag: set when a newer session takes the file over.
+    closed: Arc<Mutex<bool>>,
+}
+
 /// This process's claim on a target, given up when the file is dropped.
-struct Claim(ClaimKey);
+struct Claim {
+    key: ClaimKey,
+    id: u64,
+}
 
 impl Claim {
     /// The registry's key of `name` in `dir`.
@@ -355,12 +380,25 @@ impl Claim {
 
     /// Blocks up to `wait` while the holder's session goes on, and until it
     /// is given up once that session is ending (callers run it off the async
-    /// runtime).
-    fn take(dir: &Dir, name: &[u8], wait: std::time::Duration) -> io::Result<Claim> {
+    /// runtime); takes the file over from a holder silent for
+    /// [`STALE_CLAIM`]. `closed` is the new holder's file's flag.
+    fn take(
+        dir: &Dir,
+        name: &[u8],
+        wait: std::time::Duration,
+        closed: Arc<Mutex<bool>>,
+    ) -> io::Result<Claim> {
         let key = Claim::key(dir, name)?;
         let deadline = std::time::Instant::now() + wait;
         let mut held = RECEIVING.lock().unwrap();
-        while let Some(&ending) = held.get(&key) {
+        while let Some(h) = held.get(&key) {
+            let ending = h.ending;
+            if !ending && h.active.elapsed() >= STALE_CLAIM {
+                // After any checkpoint of the old holder under way; from
+                // now on it neither writes, journals nor places this file.
+                *h.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                break;
+            }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if !ending && left.is_zero() {
                 return Err(io::Error::other(format!(
@@ -368,31 +406,56 @@ impl Claim {
                     wait.as_secs()
                 )));
             }
-            // An ending holder is not timed: check again each second.
+            // An ending holder is not timed; a silent one may go stale:
+            // check again each second.
+            let wait = left.min(std::time::Duration::from_secs(1));
             let wait = if ending {
                 std::time::Duration::from_secs(1)
             } else {
-                left
+                wait
             };
             held = RELEASED.wait_timeout(held, wait).unwrap().0;
         }
-        held.insert(key.clone(), false);
-        Ok(Claim(key))
+        let id = NEXT_CLAIM.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let holder = Holder {
+            id,
+            ending: false,
+            active: std::time::Instant::now(),
+            closed,
+        };
+        held.insert(key.clone(), holder);
+        Ok(Claim { key, id })
+    }
+
+    /// Runs `f` on this claim's registry entry, if it is still this claim's.
+    fn with_holder(&self, f: impl FnOnce(&mut Holder)) {
+        if let Some(h) = RECEIVING.lock().unwrap().get_mut(&self.key) {
+            if h.id == self.id {
+                f(h);
+            }
+        }
+    }
+
+    /// The holder recorded a chunk: it is not stale.
+    fn touch(&self) {
+        self.with_holder(|h| h.active = std::time::Instant::now());
     }
 
     /// The session holding this claim is ending: a waiter waits for it
     /// without a deadline.
     fn ending(&self) {
-        if let Some(e) = RECEIVING.lock().unwrap().get_mut(&self.0) {
-            *e = true;
-        }
+        self.with_holder(|h| h.ending = true);
         RELEASED.notify_all();
     }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        RECEIVING.lock().unwrap().remove(&self.0);
+        let mut held = RECEIVING.lock().unwrap();
+        if held.get(&self.key).is_some_and(|h| h.id == self.id) {
+            held.remove(&self.key);
+        }
+        drop(held);
         RELEASED.notify_all();
     }
 }
@@ -437,6 +500,12 @@ pub struct Incoming {
     /// Bytes already held from an earlier run.
     pub resumed_bytes: u64,
     claim: Option<Claim>,
+}
+
+fn taken_over() -> io::Error {
+    io::Error::other(
+        "a newer session took this file over (this one had received nothing for a while)",
+    )
 }
 
 /// Chunk `index` as the part file holds it, hashed (its digest, if intact).
@@ -585,8 +654,9 @@ impl Incoming {
         let journaled = plan.count() > 1;
         // Before the part is truncated. A file of one chunk needs none: each
         // writer has a file of its own until it is linked or renamed whole.
+        let closed = Arc::new(Mutex::new(false));
         let claim = if journaled {
-            Some(Claim::take(&dir, name, claim_wait)?)
+            Some(Claim::take(&dir, name, claim_wait, closed.clone())?)
         } else {
             None
         };
@@ -683,7 +753,7 @@ impl Incoming {
                 journaled,
                 pending: Vec::new(),
                 unsynced,
-                closed: Arc::new(Mutex::new(false)),
+                closed,
                 mode: entry.mode,
                 mtime_ns: entry.mtime_ns,
                 created: false,
@@ -824,8 +894,20 @@ impl Incoming {
         self.writing.insert(index);
     }
 
+    /// An error if a newer session took this file over ([`STALE_CLAIM`]):
+    /// its writer must not touch the part any more.
+    pub fn still_ours(&self) -> io::Result<()> {
+        match *self.closed.lock().unwrap_or_else(|e| e.into_inner()) {
+            true => Err(taken_over()),
+            false => Ok(()),
+        }
+    }
+
     /// Note that chunk `index` is written with `digest`.
     pub fn record(&mut self, index: u64, digest: Digest) {
+        if let Some(c) = &self.claim {
+            c.touch();
+        }
         self.writing.remove(&index);
         if self.digests.insert(index, digest).is_none() {
             self.missing -= 1;
@@ -921,6 +1003,9 @@ impl Incoming {
         self.unsynced.clear();
         let closed = self.closed.clone();
         let mut closed = closed.lock().unwrap_or_else(|e| e.into_inner());
+        if *closed {
+            return Err(FinishError::Io(taken_over()));
+        }
         match unnamed {
             Some(f) => self.placer().place(&f)?,
             None => self.dir.rename(os(&part), &self.dir, os(&self.name))?,
@@ -1185,6 +1270,38 @@ mod tests {
             .join()
             .unwrap()
             .expect("granted once the ending one is given up");
+    }
+
+    #[test]
+    fn a_silent_holder_is_taken_over_and_may_no_longer_write_journal_or_place() {
+        // A client killed without a close leaves its session holding the
+        // file until the connection times out; a rerun's session takes the
+        // file over once the holder has recorded nothing for STALE_CLAIM.
+        let t = tempfile::tempdir().unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 3 * CHUNK_SIZE;
+        let (bytes, e) = (data(size as usize), entry(size));
+        let (mut a, _) = Incoming::open(dir.clone(), b"f", &e, true, WAIT).unwrap();
+        put_chunk(&mut a, &bytes, 0);
+        let asked = std::time::Instant::now();
+        let wait = STALE_CLAIM + std::time::Duration::from_secs(2);
+        let (mut b, ranges) = Incoming::open(dir.clone(), b"f", &e, true, wait).unwrap();
+        assert!(asked.elapsed() + std::time::Duration::from_millis(50) >= STALE_CLAIM);
+        assert_eq!(ranges, vec![(0, 3)], "nothing of a's was journaled");
+        assert!(a.still_ours().is_err(), "a may not write any more");
+        let cp = a.take_checkpoint(true).unwrap().expect("a has a record");
+        cp.commit().unwrap(); // a no-op now
+                              // a's drop neither journals into b's file nor gives up b's claim.
+        drop(a);
+        let third = Incoming::open(dir.clone(), b"f", &e, true, WAIT / 5);
+        assert!(third.is_err(), "b holds the file (and is not silent)");
+        for i in 0..3 {
+            put_chunk(&mut b, &bytes, i);
+        }
+        b.expected = Some(*blake3::hash(&bytes).as_bytes());
+        b.finish().unwrap();
+        assert_eq!(std::fs::read(t.path().join("f")).unwrap(), bytes);
+        assert!(!t.path().join(".f.lh-journal").exists());
     }
 
     #[test]
