@@ -117,6 +117,11 @@ pub struct ServeArgs {
     /// Refuse `put`.
     #[arg(long)]
     pub read_only: bool,
+    /// Sessions served at once; more clients are refused with "the server
+    /// is busy" (exit 3) rather than letting memory run out (a session can
+    /// hold its windows, up to --window, and some tens of MB). 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = longhaul_quic::DEFAULT_MAX_SESSIONS)]
+    pub max_sessions: usize,
     /// Require this token (file content, trailing newline ignored); also LONGHAUL_TOKEN.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,

@@ -73,6 +73,7 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
         state_dir: work.join("state"),
         net: NetOpts::default(),
         streams: longhaul_quic::DEFAULT_STREAMS,
+        max_sessions: longhaul_quic::DEFAULT_MAX_SESSIONS,
     })?;
     let addr = server.local_addr()?;
     let fp = server.fingerprint.clone();

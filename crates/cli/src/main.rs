@@ -216,6 +216,7 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         state_dir,
         net,
         streams: a.net.streams.unwrap_or(DEFAULT_STREAMS),
+        max_sessions: a.max_sessions,
     };
     let server = Server::bind(opts)?;
     let mut out = std::io::stdout().lock();

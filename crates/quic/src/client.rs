@@ -543,7 +543,7 @@ async fn until(max: Duration, done: impl Fn() -> bool) {
 /// left. Waiting out the draining period (three PTOs: 2 s or more at 700 ms
 /// RTT) would only add to every transfer's time; a server that misses the
 /// close times the connection out.
-async fn close_sent(conn: &quinn::Connection, code: u32, reason: &[u8]) {
+pub(crate) async fn close_sent(conn: &quinn::Connection, code: u32, reason: &[u8]) {
     let sent = conn.stats().udp_tx.datagrams;
     conn.close(code.into(), reason);
     until(Duration::from_millis(250), || {

@@ -38,4 +38,4 @@ pub use client::{
 };
 pub use net::NetOpts;
 pub use report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
-pub use server::{ServeOpts, Server, DEFAULT_PORT};
+pub use server::{ServeOpts, Server, DEFAULT_MAX_SESSIONS, DEFAULT_PORT};

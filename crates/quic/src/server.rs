@@ -49,10 +49,21 @@ pub struct ServeOpts {
     pub net: NetOpts,
     /// Data streams a get is sent on when the client's `Hello.streams` is 0.
     pub streams: usize,
+    /// Sessions served at once; a client beyond them is refused at once
+    /// (close code 4, `the server is busy…`). 0: no limit.
+    pub max_sessions: usize,
 }
+
+/// Sessions a server serves at once unless told otherwise: each can hold
+/// its windows (up to `--window`) and some tens of MB of buffers (50 gets
+/// of one 51 MB file took 1.5 GB).
+pub const DEFAULT_MAX_SESSIONS: usize = 64;
 
 /// The application close code of connections a shutting-down server closes.
 pub(crate) const SHUTDOWN: u32 = 3;
+/// The application close code of a connection refused because the server
+/// already serves `max_sessions`.
+pub(crate) const BUSY: u32 = 4;
 
 /// A bound server, ready to run.
 pub struct Server {
@@ -133,6 +144,21 @@ impl Server {
                 }
             };
             let cc = self.factory.take_last();
+            let max = self.opts.max_sessions;
+            if max > 0 && ctx.live.load(Ordering::Relaxed) >= max {
+                tracing::warn!(
+                    "{remote}: refused: already serving {max} session(s) (--max-sessions)"
+                );
+                tokio::spawn(async move {
+                    if let Ok(conn) = connecting.await {
+                        let m = format!(
+                            "the server is busy: it already serves {max} session(s) (its --max-sessions); try again later"
+                        );
+                        crate::client::close_sent(&conn, BUSY, m.as_bytes()).await;
+                    }
+                });
+                continue;
+            }
             let ctx = ctx.clone();
             ctx.live.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(async move {

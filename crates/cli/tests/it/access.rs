@@ -268,3 +268,53 @@ fn wrong_tokens_slow_the_guesser_down_and_new_token_writes_a_strong_one() {
         "{log}"
     );
 }
+
+#[test]
+fn a_server_at_its_max_sessions_refuses_more_with_a_clear_error() {
+    let (t, root) = setup("busy");
+    let srv = ServeCfg::new(&root, &t.join("state"))
+        .arg("--max-sessions")
+        .arg("1")
+        .start();
+    let c = Client::new(t.join("kh"));
+    let (d1, d2) = (t.join("d1"), t.join("d2"));
+    std::fs::create_dir(&d1).unwrap();
+    std::fs::create_dir(&d2).unwrap();
+    // 3 MiB at 8 Mbit/s: the first get runs for about 3 s.
+    let slow: [OsString; 2] = ["--max-rate".into(), "8M".into()];
+    let first = {
+        let mut cmd = c.cmd(
+            "get",
+            [
+                OsString::from("--fingerprint"),
+                srv.fingerprint.clone().into(),
+                slow[0].clone(),
+                slow[1].clone(),
+                srv.remote("data.bin"),
+                d1.clone().into(),
+            ],
+        );
+        cmd.stdout(std::process::Stdio::null());
+        cmd.stderr(std::process::Stdio::null());
+        cmd.spawn().unwrap()
+    };
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let out = get(&c, &srv, &d2, &[], None);
+    out.expect_code(3);
+    assert!(out.stderr.contains("the server is busy"), "{}", out.stderr);
+    assert!(out.stderr.contains("--max-sessions"), "{}", out.stderr);
+    let mut first = first;
+    assert_eq!(
+        first.wait().unwrap().code(),
+        Some(0),
+        "the first get completes"
+    );
+    let out = get(&c, &srv, &d2, &["--quiet".into()], None);
+    out.expect_code(0);
+    assert_same_tree(&root.join("data.bin"), &d2.join("data.bin"), Compare::ALL);
+    let log = srv.log_text();
+    assert!(
+        log.contains("refused: already serving 1 session(s)"),
+        "{log}"
+    );
+}

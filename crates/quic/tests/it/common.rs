@@ -42,6 +42,7 @@ pub fn serve(root: &Path, state: &Path, read_only: bool) -> Served {
         state_dir: state.to_path_buf(),
         net: NetOpts::default(),
         streams: 4,
+        max_sessions: 0,
     })
     .unwrap();
     Served {
