@@ -16,7 +16,7 @@ use longhaul_transfer::landing::{dest_is_dir as lands_in_dir, Landing};
 use longhaul_transfer::RelPath;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
@@ -129,6 +129,8 @@ impl Server {
             opts: self.opts.clone(),
             throttle: Default::default(),
             live: AtomicUsize::new(0),
+            trimming: Default::default(),
+            trim_at: Arc::new(std::sync::Mutex::new(Instant::now())),
         });
         while let Some(incoming) = self.endpoint.accept().await {
             let remote = incoming.remote_address();
@@ -166,9 +168,8 @@ impl Server {
                     Ok(conn) => session(ctx.clone(), conn, cc).await,
                     Err(e) => tracing::info!("{remote}: handshake failed: {e}"),
                 }
-                if ctx.live.fetch_sub(1, Ordering::Relaxed) == 1 {
-                    give_back_when_idle(ctx);
-                }
+                ctx.live.fetch_sub(1, Ordering::Relaxed);
+                give_back_soon(&ctx);
             });
         }
         Ok(())
@@ -193,28 +194,48 @@ struct Ctx {
     throttle: std::sync::Mutex<AuthThrottle>,
     /// Connections being handshaken or served.
     live: AtomicUsize,
+    /// A hand-back of free memory is scheduled ([`give_back_soon`]), and
+    /// when its first step is due.
+    trimming: Arc<AtomicBool>,
+    trim_at: Arc<std::sync::Mutex<Instant>>,
 }
 
-/// Once the last session has ended, hands the heap's free memory back to
-/// the system: 2 s later (quinn keeps a closed connection for a few round
-/// trips) and again after 15 s (tokio's idle blocking threads have exited by
-/// then, 10 s, leaving their arenas' memory free). glibc keeps what a burst
-/// of sessions freed: 50 concurrent gets left a server at 1.4 GB, idle,
-/// instead of its 7 MB.
-fn give_back_when_idle(ctx: Arc<Ctx>) {
+/// Hands the heap's free memory back to the system 2 s after sessions stop
+/// ending (each end pushes that moment back: quinn keeps a closed
+/// connection for a few round trips), and again 13 s after that (tokio's
+/// idle blocking threads have exited by then, leaving their arenas' memory
+/// free). glibc keeps what a burst of sessions freed: 50 concurrent gets
+/// left a server at 1.4 GB, idle, instead of its 7 MB. (Waiting for the
+/// last session to end was not enough: one may wait 30 s for its client's
+/// close.)
+fn give_back_soon(ctx: &Ctx) {
+    *ctx.trim_at.lock().unwrap() = Instant::now() + Duration::from_secs(2);
+    if ctx.trimming.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let (trimming, trim_at) = (ctx.trimming.clone(), ctx.trim_at.clone());
     tokio::spawn(async move {
-        for wait in [2, 13] {
-            tokio::time::sleep(Duration::from_secs(wait)).await;
-            if ctx.live.load(Ordering::Relaxed) != 0 {
-                return;
+        loop {
+            let at = *trim_at.lock().unwrap();
+            if Instant::now() >= at {
+                break;
             }
-            #[cfg(target_env = "gnu")]
-            // SAFETY: malloc_trim only returns free heap pages to the system.
-            unsafe {
-                libc::malloc_trim(0);
-            }
+            tokio::time::sleep_until(at.into()).await;
         }
+        trim();
+        tokio::time::sleep(Duration::from_secs(13)).await;
+        trim();
+        trimming.store(false, Ordering::Relaxed);
     });
+}
+
+/// Returns free heap pages to the system (glibc's `malloc_trim`).
+fn trim() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free heap pages to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 async fn fatal(ctl: &CtlTx, conn: &quinn::Connection, code: ErrorCode, message: String) {
