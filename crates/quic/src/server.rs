@@ -129,8 +129,8 @@ impl Server {
             opts: self.opts.clone(),
             throttle: Default::default(),
             live: AtomicUsize::new(0),
-            trimming: Default::default(),
-            trim_at: Arc::new(std::sync::Mutex::new(Instant::now())),
+            trimming: AtomicBool::new(false),
+            trim_at: std::sync::Mutex::new(Instant::now()),
         });
         while let Some(incoming) = self.endpoint.accept().await {
             let remote = incoming.remote_address();
@@ -169,7 +169,7 @@ impl Server {
                     Err(e) => tracing::info!("{remote}: handshake failed: {e}"),
                 }
                 ctx.live.fetch_sub(1, Ordering::Relaxed);
-                give_back_soon(&ctx);
+                give_back_soon(ctx);
             });
         }
         Ok(())
@@ -196,8 +196,8 @@ struct Ctx {
     live: AtomicUsize,
     /// A hand-back of free memory is scheduled ([`give_back_soon`]), and
     /// when its first step is due.
-    trimming: Arc<AtomicBool>,
-    trim_at: Arc<std::sync::Mutex<Instant>>,
+    trimming: AtomicBool,
+    trim_at: std::sync::Mutex<Instant>,
 }
 
 /// Hands the heap's free memory back to the system 2 s after sessions stop
@@ -208,15 +208,14 @@ struct Ctx {
 /// left a server at 1.4 GB, idle, instead of its 7 MB. (Waiting for the
 /// last session to end was not enough: one may wait 30 s for its client's
 /// close.)
-fn give_back_soon(ctx: &Ctx) {
+fn give_back_soon(ctx: Arc<Ctx>) {
     *ctx.trim_at.lock().unwrap() = Instant::now() + Duration::from_secs(2);
     if ctx.trimming.swap(true, Ordering::Relaxed) {
         return;
     }
-    let (trimming, trim_at) = (ctx.trimming.clone(), ctx.trim_at.clone());
     tokio::spawn(async move {
         loop {
-            let at = *trim_at.lock().unwrap();
+            let at = *ctx.trim_at.lock().unwrap();
             if Instant::now() >= at {
                 break;
             }
@@ -225,7 +224,7 @@ fn give_back_soon(ctx: &Ctx) {
         trim();
         tokio::time::sleep(Duration::from_secs(13)).await;
         trim();
-        trimming.store(false, Ordering::Relaxed);
+        ctx.trimming.store(false, Ordering::Relaxed);
     });
 }
 

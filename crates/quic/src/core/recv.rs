@@ -58,7 +58,7 @@ pub(crate) const MAX_WAITING: u64 = 64 << 20;
 /// second, per file, lost nearly everything when many files were under way
 /// and the kills came every second: `scripts/soak`.) A clean end, an error
 /// or Ctrl-C journals everything, synced.
-pub(crate) const JOURNAL_CHUNKS: usize = 1;
+///
 /// How often a checkpoint also syncs the data and journals it as synced
 /// (what a power cut cannot take). The sync runs beside the streams, but ext4
 /// still stalls the writers while it commits: 1 GiB on loopback took 1.8-1.9 s
@@ -850,7 +850,7 @@ impl RecvCore {
         let Some(f) = self.files.get_mut(&id) else {
             return;
         };
-        if f.unjournaled >= JOURNAL_CHUNKS && !f.checkpointing && f.missing > 0 {
+        if f.unjournaled > 0 && !f.checkpointing && f.missing > 0 {
             let sync = now.saturating_duration_since(f.synced_at) >= SYNC_EVERY;
             f.unjournaled = 0;
             if sync {
