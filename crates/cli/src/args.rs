@@ -203,11 +203,17 @@ pub struct TransferArgs {
     /// partial file still resumes from its journal).
     #[arg(long)]
     pub overwrite: bool,
-    /// Make what was received durable before the transfer reports success:
-    /// the receiving side syncs the destination's file system (syncfs) before
-    /// its final `Done`, so a power loss after exit 0 loses nothing. Costs
-    /// the time to write the data out (on `put`, on the server).
+    /// Do not wait for the disk. By default the receiving side (on `put`,
+    /// the server) gives a file its name only once its data is on disk
+    /// (one fdatasync, or one syncfs for the files verified meanwhile), and
+    /// syncs the destination before it reports success: a power cut never
+    /// leaves a named file with missing data, and exit 0 means durable.
+    /// With --no-fsync the page cache decides when data reaches the disk.
     #[arg(long)]
+    pub no_fsync: bool,
+    /// Durable files are the default now: accepted so that older scripts
+    /// still run.
+    #[arg(long, hide = true, conflicts_with = "no_fsync")]
     pub fsync: bool,
     #[command(flatten)]
     pub net: NetArgs,

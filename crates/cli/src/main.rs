@@ -309,7 +309,7 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
             (false, false) => SyncMode::SizeMtime,
         },
         rates: (!a.no_rates).then(|| a.rates.clone().unwrap_or_else(default_rates)),
-        fsync: a.fsync,
+        durable: !a.no_fsync,
         interrupt: Default::default(),
     })
 }

@@ -45,8 +45,9 @@ pub struct ClientOpts {
     pub sync: SyncMode,
     /// The rate memory (`crate::rates`): None keeps none.
     pub rates: Option<PathBuf>,
-    /// The receiving side syncs the destination before it reports (`--fsync`).
-    pub fsync: bool,
+    /// The receiving side names a file only once its data is synced, and
+    /// syncs its file system before it reports (false: `--no-fsync`).
+    pub durable: bool,
     /// Closes the transfer's connection on Ctrl-C.
     pub interrupt: Interrupt,
 }
@@ -109,7 +110,7 @@ impl ClientOpts {
             streams: 0,
             sync: SyncMode::SizeMtime,
             rates: None,
-            fsync: false,
+            durable: true,
             interrupt: Interrupt::default(),
         }
     }
@@ -628,7 +629,7 @@ pub async fn get<R: AsRef<[u8]>>(
         RecvOpts {
             sync: opts.sync,
             fresh,
-            fsync: opts.fsync,
+            durable: opts.durable,
         },
         progress,
     )
@@ -716,7 +717,7 @@ pub async fn put(
         dest_is_dir: landing::dest_is_dir(false, remote_dest.ends_with(b"/"), local.len()),
         roots,
         sync: opts.sync.into(),
-        fsync: opts.fsync,
+        durable: opts.durable,
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;

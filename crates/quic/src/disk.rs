@@ -11,6 +11,7 @@ use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
 use longhaul_transfer::{EntryKind, CHUNK_SIZE};
 use std::collections::HashMap;
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 /// Jobs whose data is at most this many bytes are cheap enough to run on the
@@ -28,10 +29,55 @@ pub(crate) const LIGHT_BYTES: u64 = 64 << 10;
 /// Ctrl-C, beside another test writing gigabytes).
 pub(crate) const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Verified files waiting for a [`Job::Commit`] keep their descriptor (an
+/// unnamed file is placed by linking it: one call, where a parked one costs
+/// a link and a rename, 25 against 8 µs on ext4), up to a quarter of the
+/// process's soft RLIMIT_NOFILE (at most 8,192) across its sessions. Beyond
+/// that a waiting file is given its part name and closed, so a slow sync
+/// cannot exhaust the descriptors. With 256, 15,000 of 20,000 small files
+/// were parked and the commits' placing took 0.45 s of a 1.2 s transfer.
+fn waiting_open_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct given.
+        let soft = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } {
+            0 => r.rlim_cur,
+            _ => 1024,
+        };
+        usize::try_from(soft / 4)
+            .unwrap_or(usize::MAX)
+            .clamp(64, 8192)
+    })
+}
+
+/// Waiting files holding a descriptor, in all sessions of the process.
+static WAITING_OPEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// The destination of one receiving session and the files it has open.
 pub(crate) struct RecvDisk {
     dest: Mutex<DestDir>,
     files: Mutex<HashMap<u64, Incoming>>,
+    /// Durable session: a verified file waits in `waiting` until a commit
+    /// has synced its data.
+    durable: bool,
+    waiting: Mutex<Waiting>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    files: HashMap<u64, Incoming>,
+    /// Of them, those holding a descriptor (counted in [`WAITING_OPEN`] too).
+    open: usize,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING_OPEN.fetch_sub(self.open, Ordering::Relaxed);
+    }
 }
 
 fn gone() -> io::Error {
@@ -39,11 +85,65 @@ fn gone() -> io::Error {
 }
 
 impl RecvDisk {
-    pub(crate) fn new(base: Dir) -> RecvDisk {
+    /// `durable`: verified files wait for a [`Job::Commit`].
+    pub(crate) fn new(base: Dir, durable: bool) -> RecvDisk {
         RecvDisk {
             dest: Mutex::new(DestDir::new(base)),
             files: Mutex::new(HashMap::new()),
+            durable,
+            waiting: Mutex::new(Waiting::default()),
         }
+    }
+
+    /// A verified file waits for its commit (closed first when too many
+    /// wait open).
+    fn wait(&self, id: u64, mut inc: Incoming) -> io::Result<()> {
+        let mut w = self.waiting.lock().unwrap();
+        if inc.holds_descriptor() {
+            if WAITING_OPEN.fetch_add(1, Ordering::Relaxed) >= waiting_open_limit() {
+                WAITING_OPEN.fetch_sub(1, Ordering::Relaxed);
+                inc.park()?;
+            } else {
+                w.open += 1;
+            }
+        }
+        w.files.insert(id, inc);
+        Ok(())
+    }
+
+    /// Sync the data of the files `ids`, then place them: one fdatasync
+    /// for a lone file, else one syncfs per file system they are on.
+    fn commit(&self, ids: &[u64]) -> Vec<(u64, Result<[u8; 32], FinishError>)> {
+        let mut batch = Vec::with_capacity(ids.len());
+        {
+            let mut w = self.waiting.lock().unwrap();
+            for id in ids {
+                if let Some(inc) = w.files.remove(id) {
+                    if inc.holds_descriptor() {
+                        w.open -= 1;
+                        WAITING_OPEN.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    batch.push((*id, inc));
+                }
+            }
+        }
+        let synced = match batch.as_mut_slice() {
+            [(_, inc)] => inc.sync_data(),
+            _ => sync_file_systems(batch.iter().map(|(_, inc)| inc)),
+        };
+        batch
+            .into_iter()
+            .map(|(id, inc)| {
+                let r = match &synced {
+                    Ok(()) => inc.finish(),
+                    Err(e) => Err(FinishError::Io(io::Error::new(
+                        e.kind(),
+                        format!("syncing the received data: {e}"),
+                    ))),
+                };
+                (id, r)
+            })
+            .collect()
     }
 
     /// Whether `job` is cheap enough for the driver's own task.
@@ -127,15 +227,29 @@ impl RecvDisk {
             }
             Job::Finish { id, expected, .. } => {
                 let inc = self.files.lock().unwrap().remove(&id);
+                let mut waiting = false;
                 let result = match inc {
+                    Some(mut inc) if self.durable => {
+                        inc.expected = Some(expected);
+                        inc.verify().and_then(|root| {
+                            self.wait(id, inc)?;
+                            waiting = true;
+                            Ok(root)
+                        })
+                    }
                     Some(mut inc) => {
                         inc.expected = Some(expected);
                         inc.finish()
                     }
                     None => Err(FinishError::Io(gone())),
                 };
-                Done::Finished { id, result }
+                Done::Finished {
+                    id,
+                    result,
+                    waiting,
+                }
             }
+            Job::Commit { ids } => Done::Committed(self.commit(&ids)),
             Job::Discard { id } => {
                 if let Some(mut inc) = self.files.lock().unwrap().remove(&id) {
                     inc.discard();
@@ -151,12 +265,13 @@ impl RecvDisk {
             }
             Job::FinishDirs => Done::DirsFinished(self.dest.lock().unwrap().finish_dirs()),
             Job::SyncFs => {
-                // One syncfs: every file placed, its directory entry, the journals.
+                // One syncfs: the names of the files placed, directory
+                // metadata, the journals.
                 let t = std::time::Instant::now();
                 let r = longhaul_transfer::place::sync_fs(self.dest.lock().unwrap().base());
                 if r.is_ok() {
                     let secs = t.elapsed().as_secs_f64();
-                    tracing::info!("synced the destination's file system (--fsync) in {secs:.3} s");
+                    tracing::info!("synced the destination's file system in {secs:.3} s");
                 }
                 Done::Synced(r)
             }
@@ -242,7 +357,12 @@ impl RecvDisk {
             (file, inc.plan, placer)
         };
         let digest = Incoming::write_chunk(&file, &plan, index, &[data])?;
-        let settled = placer.map(|p| p.settle(&file, digest)).transpose()?;
+        if self.durable && placer.is_none() {
+            longhaul_transfer::place::start_writeback(&file, plan.offset(index), data.len() as u64);
+        }
+        let settled = placer
+            .map(|p| p.settle(&file, digest, self.durable))
+            .transpose()?;
         let mut files = self.files.lock().unwrap();
         let Some(inc) = files.get_mut(&id) else {
             return Ok(Wrote::Chunk);
@@ -255,6 +375,14 @@ impl RecvDisk {
                 if matches!(how, Settled::Mismatch { .. }) {
                     inc.discard();
                 }
+                Ok(Wrote::Settled(how))
+            }
+            Some(how @ Settled::Verified(_)) => {
+                let mut inc = files.remove(&id).expect("looked up above");
+                drop(files);
+                inc.settled(&how);
+                inc.record(index, digest);
+                self.wait(id, inc)?;
                 Ok(Wrote::Settled(how))
             }
             Some(how @ Settled::Parked) => {
@@ -272,14 +400,23 @@ impl RecvDisk {
     /// The session is over, however it ended: every file still open keeps
     /// what is durably written for a rerun (synced and journaled), and a
     /// session waiting for one of its targets may take it over.
-    pub(crate) fn close_all(&self) {
+    /// Verified files still waiting for their commit are synced and placed:
+    /// returned, to be reported.
+    pub(crate) fn close_all(&self) -> Vec<(u64, [u8; 32])> {
         let left: Vec<Incoming> = self.files.lock().unwrap().drain().map(|(_, f)| f).collect();
         for f in &left {
             f.ending();
         }
+        let ids: Vec<u64> = self.waiting.lock().unwrap().files.keys().copied().collect();
+        let placed = self
+            .commit(&ids)
+            .into_iter()
+            .filter_map(|(id, r)| r.ok().map(|root| (id, root)))
+            .collect();
         for mut f in left {
             let _ = f.flush_journal();
         }
+        placed
     }
 
     /// Directory modes and mtimes, when the session ends without
@@ -287,4 +424,17 @@ impl RecvDisk {
     pub(crate) fn finish_dirs(&self) -> io::Result<()> {
         self.dest.lock().unwrap().finish_dirs()
     }
+}
+
+/// One syncfs per file system that `files` are received on.
+fn sync_file_systems<'a>(files: impl Iterator<Item = &'a Incoming>) -> io::Result<()> {
+    let mut seen = HashMap::new();
+    for inc in files {
+        seen.entry(inc.device()?)
+            .or_insert_with(|| inc.dir().clone());
+    }
+    for dir in seen.values() {
+        longhaul_transfer::place::sync_fs(dir)?;
+    }
+    Ok(())
 }

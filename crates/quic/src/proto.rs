@@ -23,7 +23,12 @@ use serde::{Deserialize, Serialize};
 /// `Op::Put.fsync` its `--fsync`;
 /// `Hello.streams` and `Welcome.streams`: a get's `--streams` reaches the
 /// server, which sends (it used its own), and the client learns the count.
-pub const VERSION: u32 = 5;
+/// 6: `Op::Put.durable` replaces `fsync`: durable files are the default (a
+/// file is named only once its data is synced, and the file system is synced
+/// before `Done`), `--no-fsync` turns it off; and the server closes a session
+/// itself once its role is over (a lost close no longer leaves it waiting
+/// for the idle timeout).
+pub const VERSION: u32 = 6;
 /// TLS ALPN both sides require; it names the protocol family and stays
 /// `longhaul/1` across versions ([`VERSION`] is in the `Hello`).
 pub const ALPN: &[u8] = b"longhaul/1";
@@ -84,8 +89,9 @@ pub enum Op {
         roots: Vec<RootSpec>,
         /// What the server, the receiver, skips (`--sync`, `--sync --checksum`).
         sync: PutSync,
-        /// The server syncs its file system before its `Done` (`--fsync`).
-        fsync: bool,
+        /// The server makes each file durable before naming it and syncs
+        /// its file system before its `Done` (false: `--no-fsync`).
+        durable: bool,
     },
 }
 
@@ -282,7 +288,7 @@ pub enum Frame {
     /// receiver → sender: every entry is settled.
     Done {
         /// Nothing failed on the receiver, in the files or outside them (a
-        /// directory's mode or mtime, `--fsync`).
+        /// directory's mode or mtime, the final sync).
         ok: bool,
     },
 }
@@ -497,7 +503,7 @@ mod tests {
                         name: b"x".to_vec(),
                     }],
                     sync: PutSync::Checksum,
-                    fsync: true,
+                    durable: true,
                 },
                 max_rate: 5,
                 cc: None,

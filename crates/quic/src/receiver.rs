@@ -42,8 +42,8 @@ pub(crate) struct RecvOpts {
     pub sync: SyncMode,
     /// See [`RecvConfig::fresh`].
     pub fresh: bool,
-    /// Sync the destination's file system before `Done` (`--fsync`).
-    pub fsync: bool,
+    /// Durable files ([`RecvConfig::durable`]).
+    pub durable: bool,
 }
 
 /// What reaches the driver's loop besides control frames.
@@ -87,11 +87,13 @@ pub(crate) async fn run_receiver(
     let cfg = RecvConfig {
         sync: opts.sync,
         fresh: opts.fresh,
-        fsync: opts.fsync,
+        durable: opts.durable,
         max_waiting: MAX_WAITING,
     };
     let mut core = RecvCore::new(cfg, dest.landing, progress);
-    let disk = Arc::new(RecvDisk::new(dest.base));
+    // A destination in memory only (tmpfs) has no disk to wait for.
+    let durable = opts.durable && !longhaul_transfer::place::in_memory_only(&dest.base);
+    let disk = Arc::new(RecvDisk::new(dest.base, durable));
     let (tx, mut inputs) = mpsc::channel::<Input>(1024);
     // The stream tasks live in the acceptor's set: aborting the acceptor at
     // the end stops those still reading a stream the sender has not finished
@@ -127,12 +129,14 @@ pub(crate) async fn run_receiver(
         ok => ok,
     };
     // Whatever happened, keep what is durably written for a rerun.
-    tokio::task::block_in_place(|| {
-        disk.close_all();
+    let placed = tokio::task::block_in_place(|| {
+        let placed = disk.close_all();
         if result.is_err() {
             let _ = disk.finish_dirs();
         }
+        placed
     });
+    core.placed_late(placed);
     (core.take_report(), result)
 }
 

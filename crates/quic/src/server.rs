@@ -407,7 +407,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
             dest_is_dir,
             roots,
             sync,
-            fsync,
+            durable,
         } => {
             if ctx.opts.read_only {
                 let m = "this server is read-only (--read-only): put refused".to_string();
@@ -450,7 +450,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
             let opts = RecvOpts {
                 sync: sync.into(),
                 fresh,
-                fsync,
+                durable,
             };
             let (report, result) =
                 run_receiver(conn.clone(), ctl.clone(), &mut rx, spec, opts, progress).await;

@@ -541,6 +541,10 @@ pub enum Settled {
     /// The sender's hash was not known yet: under its part name, for
     /// [`Incoming::finish`].
     Parked,
+    /// Verified, with its mode and mtime, and not yet under its final name
+    /// (a durable session): the caller makes the data durable, then
+    /// [`Incoming::finish`] places it.
+    Verified(Digest),
 }
 
 /// Give `file` its final mode and mtime (after its last write).
@@ -568,10 +572,13 @@ impl Placer {
     /// (protocol 2 sends it with the data), verify and place it; without,
     /// give an unnamed file its part name, so that its descriptor can close
     /// while the hash is on its way.
-    pub fn settle(&self, file: &File, digest: Digest) -> io::Result<Settled> {
+    /// With `durable`, a verified file is left as it is (`Verified`): its
+    /// name must wait until its data is on disk.
+    pub fn settle(&self, file: &File, digest: Digest, durable: bool) -> io::Result<Settled> {
         apply_meta(file, self.mode, self.mtime_ns)?;
         let actual = self.plan.root(&[digest]);
         match self.expected {
+            Some(e) if e == actual && durable => Ok(Settled::Verified(actual)),
             Some(e) if e == actual => {
                 self.place(file)?;
                 Ok(Settled::Placed(actual))
@@ -846,7 +853,69 @@ impl Incoming {
                 self.file = None;
             }
             Settled::Placed(_) | Settled::Mismatch { .. } => self.file = None,
+            // Kept open (an unnamed file has no name to reopen it by) until
+            // `finish`, or `park`.
+            Settled::Verified(_) => {}
         }
+    }
+
+    /// Verify the whole file against the sender's hash and give it its mode
+    /// and mtime, without placing it (a durable session's [`Incoming::finish`]
+    /// waits for the data to be synced). On a mismatch the part and journal
+    /// are removed.
+    pub fn verify(&mut self) -> Result<Digest, FinishError> {
+        let actual = self.root();
+        let expected = self.expected.expect("verify needs the sender's hash");
+        if actual != expected {
+            self.discard();
+            return Err(FinishError::Mismatch {
+                expected: hex(&expected),
+                actual: hex(&actual),
+            });
+        }
+        if !self.meta_applied {
+            let file = self.file()?;
+            apply_meta(&file, self.mode, self.mtime_ns)?;
+            self.meta_applied = true;
+        }
+        Ok(actual)
+    }
+
+    /// Sync the part's data (fdatasync), opening it if it is closed.
+    pub fn sync_data(&mut self) -> io::Result<()> {
+        self.file()?.sync_data()
+    }
+
+    /// Does this file hold an open descriptor (an unnamed file waiting to be
+    /// placed holds one until [`Incoming::park`])?
+    pub fn holds_descriptor(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Give an unnamed file its part name and close it: [`Incoming::finish`]
+    /// then renames the part (for a verified file that must wait, so that
+    /// waiting files do not hold a descriptor each).
+    pub fn park(&mut self) -> io::Result<()> {
+        if self.unnamed {
+            if let Some(f) = self.file.take() {
+                self.placer().park(&f)?;
+            }
+            self.unnamed = false;
+        }
+        self.file = None;
+        Ok(())
+    }
+
+    /// The file system (device id) the file is received on: what a syncfs
+    /// must cover.
+    pub fn device(&self) -> io::Result<u64> {
+        use cap_std::fs::MetadataExt;
+        Ok(self.dir.dir_metadata()?.dev())
+    }
+
+    /// The directory the file is received in.
+    pub fn dir(&self) -> &Arc<Dir> {
+        &self.dir
     }
 
     /// One chunk, all of it (never journaled): the file is whole after this
@@ -983,19 +1052,7 @@ impl Incoming {
     /// Verify and place under the final name. On a mismatch the part and journal are
     /// removed (they hold bad data); on an I/O error they are kept for a rerun.
     pub fn finish(mut self) -> Result<Digest, FinishError> {
-        let actual = self.root();
-        let expected = self.expected.expect("finish needs the sender's hash");
-        if actual != expected {
-            self.discard();
-            return Err(FinishError::Mismatch {
-                expected: hex(&expected),
-                actual: hex(&actual),
-            });
-        }
-        if !self.meta_applied {
-            let file = self.file()?;
-            apply_meta(&file, self.mode, self.mtime_ns)?;
-        }
+        let actual = self.verify()?;
         let part = sibling_name(&self.name, PART);
         let unnamed = if self.unnamed { self.file.take() } else { None };
         self.file = None;
@@ -1027,6 +1084,40 @@ impl Incoming {
         let _ = self.dir.remove_file(os(&sibling_name(&self.name, PART)));
         // A one-chunk file's too: an earlier, larger version may have left one.
         let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+    }
+}
+
+/// Is `dir` on a file system kept in memory only (tmpfs, ramfs), where
+/// syncing makes nothing durable and costs a walk of its inodes?
+pub fn in_memory_only(dir: &Dir) -> bool {
+    use std::os::fd::AsRawFd;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs on a descriptor `dir` holds open (O_PATH allows it),
+    // writing into a buffer of its own type.
+    if unsafe { libc::fstatfs(dir.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstatfs succeeded, so it filled the buffer.
+    #[allow(clippy::unnecessary_cast)] // f_type is i64 here, not everywhere
+    let kind = unsafe { st.assume_init() }.f_type as i64;
+    kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
+}
+
+/// Start writing `len` bytes at `offset` of `file` to disk without waiting
+/// (sync_file_range with SYNC_FILE_RANGE_WRITE): a large file's data then
+/// streams to the disk while it arrives, and the fdatasync that must come
+/// before its name finds little left to write. Advice only: an error (a file
+/// system that does not support it) is ignored.
+pub fn start_writeback(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a descriptor `file` holds open; no memory is passed.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE);
     }
 }
 
@@ -1411,7 +1502,7 @@ mod tests {
         inc.expected = expected;
         let file = inc.file().unwrap();
         let d = Incoming::write_chunk(&file, &inc.plan, 0, &[bytes]).unwrap();
-        let settled = inc.placer().settle(&file, d).unwrap();
+        let settled = inc.placer().settle(&file, d, false).unwrap();
         drop(file);
         inc.settled(&settled);
         inc.record(0, d);

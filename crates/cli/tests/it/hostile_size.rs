@@ -19,7 +19,7 @@ async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(Er
             name: b"huge".to_vec(),
         }],
         sync: PutSync::Always,
-        fsync: false,
+        durable: false,
     })
     .await;
     r.frame(&Frame::Entry(Entry {

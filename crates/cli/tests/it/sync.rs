@@ -323,7 +323,7 @@ fn sync_gives_a_skipped_file_the_sources_mode() {
 }
 
 #[test]
-fn put_fsync_reaches_the_server_which_syncs_before_done() {
+fn a_put_is_durable_on_the_server_unless_no_fsync_says_otherwise() {
     let t = Tmp::new("fsync");
     let root = t.join("root");
     std::fs::create_dir_all(root.join("in")).unwrap();
@@ -338,14 +338,14 @@ fn put_fsync_reaches_the_server_which_syncs_before_done() {
         a.push(srv.remote(dest));
         c.run("put", a)
     };
-    put(&[], "in/a").expect_code(0);
-    assert!(!srv.log_text().contains("--fsync"), "{}", srv.log_text());
-    put(&["--fsync"], "in/b").expect_code(0);
-    assert!(
-        srv.log_text()
-            .contains("synced the destination's file system (--fsync)"),
-        "{}",
-        srv.log_text()
-    );
-    assert_eq!(hash_file(&root.join("in/b")), hash_file(&src));
+    let synced = "synced the destination's file system";
+    put(&["--no-fsync"], "in/a").expect_code(0);
+    assert!(!srv.log_text().contains(synced), "{}", srv.log_text());
+    put(&[], "in/b").expect_code(0);
+    assert!(srv.log_text().contains(synced), "{}", srv.log_text());
+    // The old flag still runs (durable is the default).
+    put(&["--fsync"], "in/c").expect_code(0);
+    for f in ["a", "b", "c"] {
+        assert_eq!(hash_file(&root.join("in").join(f)), hash_file(&src));
+    }
 }

@@ -36,8 +36,10 @@ pub(crate) struct RecvConfig {
     /// get's `Hello.fresh`, a put's `Welcome.fresh`): none is sent, nothing is
     /// looked up or resumed, and a record may come before its file's entry.
     pub fresh: bool,
-    /// Sync the destination's file system before `Done` (`--fsync`).
-    pub fsync: bool,
+    /// Durable files (the default; off with `--no-fsync`): a verified file
+    /// gets its name only once its data is on disk ([`Job::Commit`]), and
+    /// the destination's file system is synced before `Done`.
+    pub durable: bool,
     /// The most record bytes held for entries not yet announced (fresh
     /// sessions only); more ends the session ([`MAX_WAITING`]).
     pub max_waiting: u64,
@@ -64,6 +66,13 @@ pub(crate) const MAX_WAITING: u64 = 64 << 20;
 /// still stalls the writers while it commits: 1 GiB on loopback took 1.8-1.9 s
 /// with no sync, 2.0-3.0 s with one a second, 2.5-2.7 s with one per 250 ms.
 pub(crate) const SYNC_EVERY: Duration = Duration::from_secs(5);
+
+/// A verified file waits at most this long (while anything else happens)
+/// for its [`Job::Commit`], or until [`COMMIT_FILES`] wait, or nothing else
+/// is coming: one sync per batch.
+pub(crate) const COMMIT_EVERY: Duration = Duration::from_millis(COMMIT_MS);
+const COMMIT_MS: u64 = 250;
+pub(crate) const COMMIT_FILES: usize = 4096;
 
 /// One data record, decoded by the driver (its header a [`crate::proto::RecordHeader`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +122,8 @@ pub(crate) enum Job {
     },
     /// Journal the chunks written so far; with `sync`, make them durable first.
     Checkpoint { id: u64, sync: bool },
-    /// Every chunk is written: verify against `expected` and place.
+    /// Every chunk is written: verify against `expected` and place (or, in a
+    /// durable session, leave it verified for a [`Job::Commit`]).
     Finish {
         id: u64,
         expected: [u8; 32],
@@ -124,9 +134,15 @@ pub(crate) enum Job {
     Discard { id: u64 },
     /// The sender gave the file up: journal what is held and close it.
     Close { id: u64 },
+    /// Make the data of these verified files durable, then place them
+    /// (durable sessions). One is out at a time; the files verified
+    /// meanwhile wait for the next, so a slow sync makes batches larger, not
+    /// more numerous.
+    Commit { ids: Vec<u64> },
     /// Every file is settled: apply directory modes and mtimes.
     FinishDirs,
-    /// Sync the destination's file system (`--fsync`).
+    /// Sync the destination's file system (durable sessions): the names and
+    /// directory metadata of the files placed.
     SyncFs,
 }
 
@@ -187,10 +203,15 @@ pub(crate) enum Done {
         id: u64,
         result: std::io::Result<()>,
     },
+    /// `waiting`: verified but not placed (a durable session's file waits
+    /// for a [`Job::Commit`]).
     Finished {
         id: u64,
         result: Result<[u8; 32], longhaul_transfer::place::FinishError>,
+        waiting: bool,
     },
+    /// Of [`Job::Commit`]: each file placed, or why not.
+    Committed(Vec<(u64, Result<[u8; 32], longhaul_transfer::place::FinishError>)>),
     Discarded {
         id: u64,
     },
@@ -277,6 +298,11 @@ pub(crate) struct RecvCore {
     busy: usize,
     /// The end: FinishDirs, then SyncFs, then `Done`.
     ending: bool,
+    /// Verified files waiting for the next [`Job::Commit`], and whether one is out.
+    to_commit: Vec<u64>,
+    /// When the oldest of `to_commit` began to wait.
+    waiting_since: Option<Instant>,
+    committing: bool,
     frames: VecDeque<Frame>,
     jobs: VecDeque<Job>,
     events: VecDeque<Event>,
@@ -310,6 +336,9 @@ impl RecvCore {
             waiting_bytes: 0,
             busy: 0,
             ending: false,
+            to_commit: Vec::new(),
+            waiting_since: None,
+            committing: false,
             frames: VecDeque::new(),
             jobs: VecDeque::new(),
             events: VecDeque::new(),
@@ -553,6 +582,7 @@ impl RecvCore {
         if let Err(p) = self.on_record(now, r) {
             self.fail(p);
         }
+        self.commit_if_due(now);
         self.check_end();
     }
 
@@ -653,6 +683,7 @@ impl RecvCore {
             if let Err(p) = self.on_done(now, done) {
                 self.fail(p);
             }
+            self.commit_if_due(now);
         } else if let Done::Written { stream, data, .. } = done {
             self.ready(stream, data);
         }
@@ -687,24 +718,25 @@ impl RecvCore {
                 }
                 Ok(())
             }
-            Done::Finished { id, result } => {
-                let Some(f) = self.files.remove(&id) else {
+            Done::Finished {
+                id,
+                result,
+                waiting,
+            } => {
+                if waiting && result.is_ok() {
+                    if self.files.contains_key(&id) {
+                        self.to_commit.push(id);
+                    }
                     return Ok(());
-                };
-                let size = f.plan.size;
-                match result {
-                    Ok(root) => {
-                        self.placed(id, f.display, size, f.received, f.resumed, root);
-                        Ok(())
-                    }
-                    Err(longhaul_transfer::place::FinishError::Mismatch { expected, actual }) => {
-                        self.mismatched(id, f.display, size, f.received, expected, actual);
-                        Ok(())
-                    }
-                    Err(longhaul_transfer::place::FinishError::Io(e)) => {
-                        Err(io_problem(&f.display, e))
-                    }
                 }
+                self.finished(id, result)
+            }
+            Done::Committed(results) => {
+                self.committing = false;
+                for (id, result) in results {
+                    self.finished(id, result)?;
+                }
+                Ok(())
             }
             Done::Discarded { id } => {
                 // The sender's file equals ours (`UnlessHash`).
@@ -721,7 +753,7 @@ impl RecvCore {
                         .problems
                         .push(Problem::new(Kind::LocalIo, e.to_string()));
                 }
-                if self.cfg.fsync && self.report.problems.is_empty() {
+                if self.cfg.durable && self.report.problems.is_empty() {
                     self.jobs.push_back(Job::SyncFs);
                 } else {
                     self.end();
@@ -732,12 +764,67 @@ impl RecvCore {
                 if let Err(e) = r {
                     self.report.problems.push(Problem::new(
                         Kind::LocalIo,
-                        format!("syncing the destination (--fsync): {e}"),
+                        format!("syncing the destination: {e}"),
                     ));
                 }
                 self.end();
                 Ok(())
             }
+        }
+    }
+
+    /// A file's finishing job (or its commit) is back: placed, or why not.
+    fn finished(
+        &mut self,
+        id: u64,
+        result: Result<[u8; 32], longhaul_transfer::place::FinishError>,
+    ) -> Result<(), Problem> {
+        let Some(f) = self.files.remove(&id) else {
+            return Ok(());
+        };
+        let size = f.plan.size;
+        match result {
+            Ok(root) => {
+                self.placed(id, f.display, size, f.received, f.resumed, root);
+                Ok(())
+            }
+            Err(longhaul_transfer::place::FinishError::Mismatch { expected, actual }) => {
+                self.mismatched(id, f.display, size, f.received, expected, actual);
+                Ok(())
+            }
+            Err(longhaul_transfer::place::FinishError::Io(e)) => Err(io_problem(&f.display, e)),
+        }
+    }
+
+    /// Files the driver placed after the session failed (verified before,
+    /// synced and placed as it closed): reported like any other.
+    pub(crate) fn placed_late(&mut self, placed: Vec<(u64, [u8; 32])>) {
+        for (id, root) in placed {
+            if let Some(f) = self.files.remove(&id) {
+                self.placed(id, f.display, f.plan.size, f.received, f.resumed, root);
+            }
+        }
+    }
+
+    /// Send the verified files waiting for their names to the disk, unless
+    /// a commit is out (its end calls this again).
+    fn commit_if_due(&mut self, now: Instant) {
+        if !self.running() || self.committing || self.to_commit.is_empty() {
+            return;
+        }
+        let since = *self.waiting_since.get_or_insert(now);
+        // Nothing else is coming: no reason to wait for more.
+        let last = self.manifest_done
+            && self.waiting.is_empty()
+            && self.files.len() == self.to_commit.len();
+        if last
+            || self.to_commit.len() >= COMMIT_FILES
+            || now.saturating_duration_since(since) >= COMMIT_EVERY
+        {
+            self.committing = true;
+            self.waiting_since = None;
+            let ids = std::mem::take(&mut self.to_commit);
+            self.jobs.push_back(Job::Commit { ids });
         }
     }
 
@@ -832,6 +919,12 @@ impl RecvCore {
                 return Ok(());
             }
             Wrote::Settled(Settled::Parked) => f.settling = false,
+            Wrote::Settled(Settled::Verified(_)) => {
+                // Its name waits for its data to reach the disk.
+                f.settling = true;
+                self.to_commit.push(id);
+                return Ok(());
+            }
             Wrote::Chunk => {
                 if f.plan.count() > 1 {
                     f.unjournaled += 1;
@@ -959,13 +1052,14 @@ impl RecvCore {
         self.frames.push_back(Frame::FileResult { id, outcome });
     }
 
-    /// After every entry is settled: directory metadata, `--fsync`, `Done`.
+    /// After every entry is settled: directory metadata, the sync, `Done`.
     fn check_end(&mut self) {
         if self.running()
             && self.manifest_done
             && !self.ending
             && self.files.is_empty()
             && self.waiting.is_empty()
+            && self.to_commit.is_empty()
             && self.busy == 0
             && self.jobs.is_empty()
         {
@@ -1006,6 +1100,7 @@ impl Role for RecvCore {
         if let Err(p) = self.on_frame(now, frame) {
             self.fail(p);
         }
+        self.commit_if_due(now);
         self.check_end();
     }
 }

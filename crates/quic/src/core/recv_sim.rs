@@ -40,7 +40,7 @@ fn cfg(fresh: bool) -> RecvConfig {
     RecvConfig {
         sync: SyncMode::Always,
         fresh,
-        fsync: false,
+        durable: false,
         max_waiting: 4 * CHUNK_SIZE,
     }
 }
@@ -67,7 +67,7 @@ impl Sim {
         let base = Dir::open_ambient_dir(root, cap_std::ambient_authority()).unwrap();
         Sim {
             core: RecvCore::new(cfg, landing(), Arc::new(Progress::default())),
-            disk: RecvDisk::new(base),
+            disk: RecvDisk::new(base, cfg.durable),
             root: root.to_path_buf(),
             _tmp: None,
             now: Instant::now(),
@@ -346,6 +346,71 @@ fn a_small_file_whose_hash_comes_after_its_data_is_parked_then_placed() {
     s.frame(Frame::ManifestEnd);
     assert_eq!(*s.core.state(), State::Finished);
     assert_eq!(read(&s.path("a")), a);
+}
+
+#[test]
+fn a_durable_session_names_files_only_after_a_commit_and_batches_what_waits() {
+    let mut s = Sim::new(RecvConfig {
+        durable: true,
+        ..cfg(false)
+    });
+    s.auto = false;
+    let (a, b, c) = (bytes(3000, 1), bytes(4000, 2), bytes(2 * MIB + 5, 3));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    for (id, name, data) in [(2, "a", &a), (3, "b", &b), (4, "c", &c)] {
+        s.frame(file(id, name, data));
+    }
+    s.frame(Frame::ManifestEnd);
+    s.run_all();
+    s.send_file(2, &a);
+    s.run(|j| matches!(j, Job::Write { id: 2, .. }));
+    // Verified and written, but neither named nor reported: it waits for
+    // more to commit with, up to COMMIT_EVERY.
+    assert!(!s.path("a").exists());
+    assert!(s.results().is_empty());
+    assert!(s.pending.is_empty(), "{:?}", s.pending);
+    s.now += COMMIT_EVERY;
+    s.send_file(3, &b);
+    assert!(
+        matches!(s.pending.back(), Some(Job::Commit { ids }) if ids == &[2]),
+        "{:?}",
+        s.pending
+    );
+    // Files verified while that commit is out wait for the next one, together.
+    s.run(|j| matches!(j, Job::Write { id: 3, .. }));
+    s.send_file(4, &c);
+    while s
+        .pending
+        .iter()
+        .any(|j| matches!(j, Job::Write { .. } | Job::Checkpoint { .. }))
+    {
+        s.run(|j| matches!(j, Job::Write { .. } | Job::Checkpoint { .. }));
+    }
+    s.run(|j| matches!(j, Job::Finish { id: 4, .. }));
+    assert!(
+        !s.path("c").exists(),
+        "a large file waits for its commit too"
+    );
+    let commits = |s: &Sim| {
+        s.pending
+            .iter()
+            .filter(|j| matches!(j, Job::Commit { .. }))
+            .count()
+    };
+    assert_eq!(commits(&s), 1, "one commit out at a time: {:?}", s.pending);
+    s.run(|j| matches!(j, Job::Commit { .. }));
+    assert_eq!(read(&s.path("a")), a);
+    assert_eq!(s.results(), [(2, Outcome::Verified)]);
+    assert!(!s.path("b").exists());
+    // Nothing else is coming: the rest is committed at once.
+    assert!(matches!(s.pending.front(), Some(Job::Commit { ids }) if ids == &[3, 4]));
+    s.run_all(); // the second commit, FinishDirs, SyncFs
+    assert_eq!(*s.core.state(), State::Finished);
+    assert_eq!(read(&s.path("b")), b);
+    assert_eq!(read(&s.path("c")), c);
+    let ok: Vec<u64> = s.results().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(ok, [2, 3, 4]);
+    assert!(matches!(s.sent.last(), Some(Frame::Done { ok: true })));
 }
 
 #[test]

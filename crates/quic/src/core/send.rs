@@ -453,11 +453,11 @@ impl<S: Clone> SendCore<S> {
             }
             Frame::Done { ok } => {
                 // A receiver's problem outside its files (a directory's mode,
-                // --fsync) comes only as `ok: false`: a put must not exit 0.
+                // the final sync) comes only as `ok: false`: a put must not exit 0.
                 if !ok && self.report.problems.is_empty() {
                     self.report.problems.push(Problem::new(
                         Kind::Remote,
-                        "the receiver ended with a problem outside the files (a directory's mode or mtime, or --fsync); its log says which",
+                        "the receiver ended with a problem outside the files (a directory's mode or mtime, or the final sync); its log says which",
                     ));
                 }
                 self.state = State::Finished;

@@ -302,7 +302,7 @@ async fn a_get_welcomed_as_not_fresh_when_it_asked_fresh_is_refused() {
 }
 
 /// A put whose receiver ends with `Done { ok: false }` and no file failed (a
-/// directory's mode, --fsync) is not a success.
+/// directory's mode, the final sync) is not a success.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_whose_receiver_says_not_ok_fails() {
     let t = tempfile::tempdir().unwrap();

@@ -50,7 +50,7 @@ async fn put_to(s: &Srv, dest: &[u8], root: &[u8]) -> Raw {
             name: root.to_vec(),
         }],
         sync: PutSync::Always,
-        fsync: false,
+        durable: false,
     })
     .await;
     r
