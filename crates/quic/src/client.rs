@@ -246,7 +246,7 @@ struct Session {
     endpoint: quinn::Endpoint,
     conn: quinn::Connection,
     ctl: CtlTx,
-    writer: tokio::task::JoinHandle<Result<(), Problem>>,
+    writer: crate::control::Writer,
     rx: CtlRx,
     fingerprint: Option<String>,
     server: String,
@@ -545,6 +545,9 @@ async fn until(max: Duration, done: impl Fn() -> bool) {
 /// RTT) would only add to every transfer's time; a server that misses the
 /// close times the connection out.
 pub(crate) async fn close_sent(conn: &quinn::Connection, code: u32, reason: &[u8]) {
+    if conn.close_reason().is_some() {
+        return; // closed already (by the peer, say): nothing will be sent
+    }
     let sent = conn.stats().udp_tx.datagrams;
     conn.close(code.into(), reason);
     until(Duration::from_millis(250), || {

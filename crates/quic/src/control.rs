@@ -24,10 +24,12 @@ pub(crate) type CtlRx = mpsc::Receiver<Result<Frame, Problem>>;
 /// quinn's priority for the control stream (data streams keep the default 0).
 pub(crate) const CONTROL_PRIORITY: i32 = 1;
 
-/// Start the writer; the returned handle ends when the stream is finished.
-pub(crate) fn spawn_writer(
-    mut send: SendStream,
-) -> (CtlTx, tokio::task::JoinHandle<Result<(), Problem>>) {
+/// The control stream's writer task.
+pub(crate) type Writer = tokio::task::JoinHandle<Result<SendStream, Problem>>;
+
+/// Start the writer; the returned handle ends when the stream is finished,
+/// and hands the stream back (to wait until the peer has acknowledged it all).
+pub(crate) fn spawn_writer(mut send: SendStream) -> (CtlTx, Writer) {
     // Control frames go before data queued on the data streams: a request,
     // an answer or a file's hash is a few bytes that the peer waits on (a
     // receiver places a small file as soon as it has both its data and its
@@ -50,7 +52,7 @@ pub(crate) fn spawn_writer(
             buf.clear();
         }
         let _ = send.finish();
-        Ok(())
+        Ok(send)
     });
     (CtlTx(tx), task)
 }

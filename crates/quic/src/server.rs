@@ -358,6 +358,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
         Op::Get { .. } => Flow::Tx,
         Op::Put { .. } => Flow::Rx,
     };
+    let put = flow == Flow::Rx;
     spawn_window_tuner(conn.clone(), ctx.opts.net, flow);
     let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
         Op::Get { paths } => {
@@ -478,15 +479,32 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
         }
         Err(p) => tracing::warn!("{remote}: {what} failed: {p}"),
     }
+    let failed = result.is_err();
     if let Err(p) = result {
         if p.kind != crate::report::Kind::LocalIo {
             return fatal(&ctl, &conn, ErrorCode::Protocol, p.message).await;
         }
     }
     drop(ctl);
-    let _ = writer.await;
-    // The client closes once both directions of the control stream have ended.
-    let _ = tokio::time::timeout(Duration::from_secs(30), conn.closed()).await;
+    let writer = writer.await;
+    // The session is over: close it here rather than wait for the client's
+    // close (a single datagram; lost, it left this session to the idle
+    // timeout, holding its memory and, on a put, its files). A get's client
+    // has sent `Done`, all it needed is in. A put's client needs our `Done`
+    // (and a failed session's client our `Fatal`): close once the client has
+    // acknowledged all of the control stream.
+    if put || failed {
+        if let Ok(Ok(send)) = writer {
+            let _ = tokio::time::timeout(Duration::from_secs(30), async {
+                tokio::select! {
+                    _ = send.stopped() => {}
+                    _ = conn.closed() => {}
+                }
+            })
+            .await;
+        }
+    }
+    crate::client::close_sent(&conn, 0, b"done").await;
 }
 
 fn server_name() -> String {

@@ -7,6 +7,7 @@
 
 mod access;
 mod bulk;
+mod close;
 mod diskfull;
 mod hostile_size;
 mod interrupt;
