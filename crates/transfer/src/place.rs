@@ -363,6 +363,45 @@ struct Holder {
     active: std::time::Instant,
     /// Its file's `closed` flag: set when a newer session takes the file over.
     closed: Arc<Mutex<bool>>,
+    /// The part file, locked (flock) against other processes while any
+    /// session of this one receives it: passed on to a session that takes
+    /// the file over.
+    lock: Arc<File>,
+}
+
+/// Open `name`'s part (created if absent, never truncated here) and lock it
+/// against other processes, without waiting: two processes receiving one
+/// target would mix their data in one part file.
+fn lock_part(dir: &Dir, name: &[u8]) -> io::Result<File> {
+    use cap_std::fs::OpenOptionsExt;
+    let part = sibling_name(name, PART);
+    let mut opts = OpenOptions::new();
+    opts.read(true)
+        .write(true)
+        .create(true)
+        .follow(FollowSymlinks::No)
+        .mode(0o600);
+    let f = match dir.open_with(os(&part), &opts) {
+        // A part an earlier run gave a read-only final mode: a lock needs
+        // no write access.
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => dir.open_with(
+            os(&part),
+            OpenOptions::new().read(true).follow(FollowSymlinks::No),
+        )?,
+        r => r?,
+    }
+    .into_std();
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            format!(
+                "another process is receiving this file (its part file {} is locked); run one transfer into a destination at a time",
+                String::from_utf8_lossy(&part)
+            ),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
 }
 
 /// This process's claim on a target, given up when the file is dropped.
@@ -391,12 +430,14 @@ impl Claim {
         let key = Claim::key(dir, name)?;
         let deadline = std::time::Instant::now() + wait;
         let mut held = RECEIVING.lock().unwrap();
+        let mut lock = None;
         while let Some(h) = held.get(&key) {
             let ending = h.ending;
             if !ending && h.active.elapsed() >= STALE_CLAIM {
                 // After any checkpoint of the old holder under way; from
                 // now on it neither writes, journals nor places this file.
                 *h.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                lock = Some(h.lock.clone());
                 break;
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -416,12 +457,17 @@ impl Claim {
             };
             held = RELEASED.wait_timeout(held, wait).unwrap().0;
         }
+        let lock = match lock {
+            Some(l) => l,
+            None => Arc::new(lock_part(dir, name)?),
+        };
         let id = NEXT_CLAIM.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let holder = Holder {
             id,
             ending: false,
             active: std::time::Instant::now(),
             closed,
+            lock,
         };
         held.insert(key.clone(), holder);
         Ok(Claim { key, id })
@@ -1364,6 +1410,42 @@ mod tests {
     }
 
     #[test]
+    fn another_process_receiving_the_target_is_refused_by_the_part_files_lock() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 3 * CHUNK_SIZE + 5;
+        let bytes = data(size as usize);
+        // What another process holds: its part, written and locked (flock
+        // locks belong to the open file, so a second open conflicts even
+        // in one process).
+        let part = t.path().join(".f.lh-part");
+        std::fs::write(&part, &bytes).unwrap();
+        let other = std::fs::File::open(&part).unwrap();
+        other.lock().unwrap();
+        let err = Incoming::open(dir.clone(), b"f", &entry(size), false, WAIT)
+            .err()
+            .expect("refused while another process holds the lock");
+        assert_eq!(err.kind(), io::ErrorKind::ResourceBusy, "{err}");
+        assert!(err.to_string().contains("another process"), "{err}");
+        assert_eq!(std::fs::read(&part).unwrap(), bytes, "its part untouched");
+        // Our own lock keeps the other process out until the file is done.
+        drop(other);
+        let (mut a, _) = Incoming::open(dir.clone(), b"f", &entry(size), false, WAIT).unwrap();
+        let theirs = std::fs::File::open(&part).unwrap();
+        assert!(matches!(
+            theirs.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ));
+        for i in 0..4 {
+            put_chunk(&mut a, &bytes, i);
+        }
+        a.expected = Some(a.root());
+        a.finish().unwrap();
+        assert!(theirs.try_lock().is_ok(), "released once placed");
+        assert_eq!(std::fs::read(t.path().join("f")).unwrap(), bytes);
+    }
+
+    #[test]
     fn a_silent_holder_is_taken_over_and_may_no_longer_write_journal_or_place() {
         // A client killed without a close leaves its session holding the
         // file until the connection times out; a rerun's session takes the
@@ -1600,13 +1682,27 @@ mod tests {
                 .map_or(0, |p| p.synced.len())
         };
         assert_eq!(records(&journal), 2);
-        // The part cannot be opened now (a directory took its name).
+        // The part cannot be opened now (a directory took its name): the
+        // restart fails on it (taking its lock) before it touches anything.
         let part = t.path().join(".f.lh-part");
         std::fs::remove_file(&part).unwrap();
         std::fs::create_dir(&part).unwrap();
         assert!(Incoming::open(dir.clone(), b"f", &e, false, WAIT).is_err());
-        assert_eq!(records(&journal), 0, "no record outlives a restart");
+        assert!(part.is_dir());
+        // A restart that gets the part empties the journal first.
         std::fs::remove_dir(&part).unwrap();
+        std::fs::write(&part, &bytes).unwrap();
+        let (inc, _) = Incoming::open(dir.clone(), b"f", &e, false, WAIT).unwrap();
+        assert_eq!(records(&journal), 0, "no record outlives a restart");
+        drop(inc);
+        // Records of a part that is gone are not trusted.
+        let (mut inc, _) = Incoming::open(dir.clone(), b"f", &e, true, WAIT).unwrap();
+        for i in [0u64, 2] {
+            put_chunk(&mut inc, &bytes, i);
+        }
+        inc.flush_journal().unwrap();
+        drop(inc);
+        std::fs::remove_file(&part).unwrap();
         let (_, want) = Incoming::open(dir, b"f", &e, true, WAIT).unwrap();
         assert_eq!(want, vec![(0, 4)], "a resume trusts nothing");
     }

@@ -19,3 +19,4 @@ mod resume;
 mod sync;
 mod tree;
 mod trust;
+mod two_writers;
