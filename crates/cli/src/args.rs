@@ -122,6 +122,14 @@ pub struct ServeArgs {
     /// hold its windows, up to --window, and some tens of MB). 0: no limit.
     #[arg(long, value_name = "N", default_value_t = longhaul_quic::DEFAULT_MAX_SESSIONS)]
     pub max_sessions: usize,
+    /// Memory for data sent and not yet acknowledged, all sessions together
+    /// (bytes: 256MiB, 1GiB; 0: no shared bound). A session's send window
+    /// grows with its path only from what is free, up to an even share; it
+    /// is also what a session holds for a client that vanished, until the
+    /// idle timeout. One transfer of 1 Gbit/s over a 1 s lossy path wants
+    /// about 500MB [default: 256MiB].
+    #[arg(long, value_name = "BYTES")]
+    pub send_buffer: Option<String>,
     /// Require this token (file content, trailing newline ignored); also LONGHAUL_TOKEN.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,

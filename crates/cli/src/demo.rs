@@ -74,6 +74,7 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
         net: NetOpts::default(),
         streams: longhaul_quic::DEFAULT_STREAMS,
         max_sessions: longhaul_quic::DEFAULT_MAX_SESSIONS,
+        send_buffer: longhaul_quic::DEFAULT_SEND_BUFFER,
     })?;
     let addr = server.local_addr()?;
     let fp = server.fingerprint.clone();

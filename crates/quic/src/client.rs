@@ -623,7 +623,7 @@ pub async fn get<R: AsRef<[u8]>>(
         let failed = (SessionReport::default(), Err(conn_err(m)));
         return finish(s, started, "get", opts, failed).await;
     }
-    let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx);
+    let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx, None);
     let r = run_receiver(
         s.conn.clone(),
         s.ctl.clone(),
@@ -724,7 +724,7 @@ pub async fn put(
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
-    let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Tx);
+    let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Tx, None);
     let r = run_sender(
         s.conn.clone(),
         s.ctl.clone(),

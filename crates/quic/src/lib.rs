@@ -36,6 +36,6 @@ pub use client::{
     get, join_host_port, put, split_host_port, ClientOpts, ClientReport, Interrupt, Totals,
     DEFAULT_STREAMS,
 };
-pub use net::NetOpts;
+pub use net::{NetOpts, SendBudget};
 pub use report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
-pub use server::{ServeOpts, Server, DEFAULT_MAX_SESSIONS, DEFAULT_PORT};
+pub use server::{ServeOpts, Server, DEFAULT_MAX_SESSIONS, DEFAULT_PORT, DEFAULT_SEND_BUFFER};

@@ -43,6 +43,7 @@ pub fn serve(root: &Path, state: &Path, read_only: bool) -> Served {
         net: NetOpts::default(),
         streams: 4,
         max_sessions: 0,
+        send_buffer: longhaul_quic::DEFAULT_SEND_BUFFER,
     })
     .unwrap();
     Served {
