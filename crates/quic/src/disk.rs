@@ -6,7 +6,7 @@
 use crate::core::recv::{Done, Job, Opened, Wrote};
 use crate::proto::Want;
 use cap_std::fs::Dir;
-use longhaul_transfer::place::{DestDir, FinishError, Incoming, Settled};
+use longhaul_transfer::place::{DestDir, FinishError, Heard, Incoming, Settled};
 use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
 use longhaul_transfer::{EntryKind, CHUNK_SIZE};
 use std::collections::HashMap;
@@ -65,6 +65,9 @@ pub(crate) struct RecvDisk {
     /// has synced its data.
     durable: bool,
     waiting: Mutex<Waiting>,
+    /// When the session last heard from its peer (the driver sets it): a
+    /// newer session may take a file over from a silent one.
+    heard: Heard,
 }
 
 #[derive(Default)]
@@ -92,7 +95,13 @@ impl RecvDisk {
             files: Mutex::new(HashMap::new()),
             durable,
             waiting: Mutex::new(Waiting::default()),
+            heard: Heard::new(),
         }
+    }
+
+    /// The session's record of when it last heard from its peer.
+    pub(crate) fn heard(&self) -> Heard {
+        self.heard.clone()
     }
 
     /// A verified file waits for its commit (closed first when too many
@@ -112,8 +121,9 @@ impl RecvDisk {
     }
 
     /// Sync the data of the files `ids`, then place them: one fdatasync
-    /// for a lone file, else one syncfs per file system they are on.
-    fn commit(&self, ids: &[u64]) -> Vec<(u64, Result<[u8; 32], FinishError>)> {
+    /// for a lone file, else one syncfs per file system they are on. Unless
+    /// `replace`, a file whose name is taken is dropped, not placed.
+    fn commit(&self, ids: &[u64], replace: bool) -> Vec<(u64, Result<[u8; 32], FinishError>)> {
         let mut batch = Vec::with_capacity(ids.len());
         {
             let mut w = self.waiting.lock().unwrap();
@@ -133,6 +143,13 @@ impl RecvDisk {
         };
         batch
             .into_iter()
+            .filter_map(|(id, mut inc)| {
+                if !replace && inc.target_exists() {
+                    inc.discard();
+                    return None;
+                }
+                Some((id, inc))
+            })
             .map(|(id, inc)| {
                 let r = match &synced {
                     Ok(()) => inc.finish(),
@@ -249,7 +266,7 @@ impl RecvDisk {
                     waiting,
                 }
             }
-            Job::Commit { ids } => Done::Committed(self.commit(&ids)),
+            Job::Commit { ids } => Done::Committed(self.commit(&ids, true)),
             Job::Discard { id } => {
                 if let Some(mut inc) = self.files.lock().unwrap().remove(&id) {
                     inc.discard();
@@ -314,7 +331,19 @@ impl RecvDisk {
         let resume = !matches!(decision, Decision::UnlessHash(_)) && !fresh;
         let in_fresh_dir = fresh || dest.in_fresh_dir(target);
         drop(dest);
-        let (mut inc, ranges) = Incoming::open(dir, &name, e, resume, CLAIM_WAIT)?;
+        let heard = || Some(self.heard.clone());
+        let (mut inc, ranges) =
+            match Incoming::open_heard(dir.clone(), &name, e, resume, CLAIM_WAIT, heard()) {
+                // The session it waited for placed the same file: done. (A
+                // fresh session's sender sends it anyway: received again.)
+                Err(err) if longhaul_transfer::place::placed_meanwhile(&err) => {
+                    if !fresh {
+                        return Ok(Opened::Skip);
+                    }
+                    Incoming::open_heard(dir, &name, e, resume, CLAIM_WAIT, heard())?
+                }
+                r => r?,
+            };
         // A fresh session's destination held none of its targets, nor parts.
         if in_fresh_dir {
             inc.in_fresh_dir();
@@ -400,8 +429,9 @@ impl RecvDisk {
     /// The session is over, however it ended: every file still open keeps
     /// what is durably written for a rerun (synced and journaled), and a
     /// session waiting for one of its targets may take it over.
-    /// Verified files still waiting for their commit are synced and placed:
-    /// returned, to be reported.
+    /// Verified files still waiting for their commit are synced and placed
+    /// where their name is free (a rerun may have placed a newer copy while
+    /// this session was dying): returned, to be reported.
     pub(crate) fn close_all(&self) -> Vec<(u64, [u8; 32])> {
         let left: Vec<Incoming> = self.files.lock().unwrap().drain().map(|(_, f)| f).collect();
         for f in &left {
@@ -409,7 +439,7 @@ impl RecvDisk {
         }
         let ids: Vec<u64> = self.waiting.lock().unwrap().files.keys().copied().collect();
         let placed = self
-            .commit(&ids)
+            .commit(&ids, false)
             .into_iter()
             .filter_map(|(id, r)| r.ok().map(|root| (id, root)))
             .collect();

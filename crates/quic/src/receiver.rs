@@ -17,6 +17,7 @@ use crate::proto::{ProtoError, RecordHeader, DATA_PRELUDE, RECORD_HASH_LEN, RECO
 use crate::report::{Kind, Problem, Progress, SessionReport};
 use cap_std::fs::Dir;
 use longhaul_transfer::landing::Landing;
+use longhaul_transfer::place::Heard;
 use longhaul_transfer::sync::SyncMode;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -99,8 +100,9 @@ pub(crate) async fn run_receiver(
     // the end stops those still reading a stream the sender has not finished
     // yet, and with them their handles on the control stream (whose end the
     // client of a get would otherwise wait a round trip for).
+    let heard = disk.heard();
     let acceptor = {
-        let (tx, conn) = (tx.clone(), conn.clone());
+        let (tx, conn, heard) = (tx.clone(), conn.clone(), heard.clone());
         tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
             let mut next = 0u64;
@@ -111,9 +113,9 @@ pub(crate) async fn run_receiver(
                 if tx.send(Input::Stream { id: next, ready }).await.is_err() {
                     break;
                 }
-                let (tx, id) = (tx.clone(), next);
+                let (tx, id, heard) = (tx.clone(), next, heard.clone());
                 tasks.spawn(async move {
-                    if let Err(p) = read_stream(id, s, &tx, wait).await {
+                    if let Err(p) = read_stream(id, s, &tx, wait, &heard).await {
                         let _ = tx.send(Input::Failed(p)).await;
                     }
                 });
@@ -122,7 +124,7 @@ pub(crate) async fn run_receiver(
             while tasks.join_next().await.is_some() {}
         })
     };
-    let result = drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx).await;
+    let result = drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &heard).await;
     acceptor.abort();
     let result = match result {
         Err(p) => Err(crate::control::with_close_reason(&conn, p).await),
@@ -151,6 +153,7 @@ async fn drive(
     rx: &mut CtlRx,
     inputs: &mut mpsc::Receiver<Input>,
     tx: &mpsc::Sender<Input>,
+    heard: &Heard,
 ) -> Result<(), Problem> {
     let mut streams: HashMap<u64, mpsc::Sender<Vec<u8>>> = HashMap::new();
     let mut control_open = true;
@@ -182,8 +185,13 @@ async fn drive(
         if let Some(outcome) = core.outcome() {
             return outcome;
         }
+        let deadline = core.poll_timeout();
         tokio::select! {
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now).into()), if deadline.is_some() => {
+                core.handle_timeout(Instant::now());
+            }
             f = rx.recv(), if control_open => {
+                heard.now();
                 control_open = f.is_some();
                 core.handle_control(Instant::now(), f);
             }
@@ -258,6 +266,7 @@ async fn read_stream(
     mut rs: quinn::RecvStream,
     tx: &mpsc::Sender<Input>,
     mut ready: mpsc::Receiver<Vec<u8>>,
+    heard: &Heard,
 ) -> Result<(), Problem> {
     let mut pre = [0u8; 4];
     if !read_exact_or_eof(&mut rs, &mut pre).await? {
@@ -299,7 +308,10 @@ async fn read_stream(
         data.reserve(header.len as usize);
         while data.len() < header.len as usize {
             match rs.read_chunk(header.len as usize - data.len(), true).await {
-                Ok(Some(c)) => data.extend_from_slice(&c.bytes),
+                Ok(Some(c)) => {
+                    heard.now();
+                    data.extend_from_slice(&c.bytes)
+                }
                 Ok(None) => return Err(protocol(ProtoError::Truncated.to_string())),
                 Err(e) => return Err(stream_lost(&e)),
             }

@@ -353,6 +353,47 @@ static NEXT_CLAIM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::
 /// the file over, and the old one may no longer write, journal or place it.
 pub const STALE_CLAIM: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// A holder whose session has heard nothing from its peer for this long (no
+/// data, no control frame; a live peer's keep-alives come every 5 s, its data
+/// far more often), nor recorded a chunk, is taken over sooner than
+/// [`STALE_CLAIM`]: a put rerun right after its client was killed waited 3 s
+/// per held file, and a rerun killed within that got nothing done.
+pub const STALE_PEER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// When a receiving session last heard from its peer: its driver calls
+/// [`Heard::now`] on every piece of data or control frame that arrives; a
+/// session that wants a file this one holds reads it ([`STALE_PEER`]).
+#[derive(Debug, Clone, Default)]
+pub struct Heard(Arc<std::sync::atomic::AtomicU64>);
+
+/// The process's clock origin for [`Heard`] (milliseconds since it).
+fn epoch() -> std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
+impl Heard {
+    /// A session that has just heard from its peer.
+    pub fn new() -> Heard {
+        let h = Heard::default();
+        h.now();
+        h
+    }
+
+    /// The peer was heard from just now.
+    pub fn now(&self) {
+        let ms = epoch().elapsed().as_millis() as u64;
+        self.0.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long since the peer was last heard from.
+    pub fn silent_for(&self) -> std::time::Duration {
+        let at = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        let now = epoch().elapsed().as_millis() as u64;
+        std::time::Duration::from_millis(now.saturating_sub(at))
+    }
+}
+
 /// Who holds a claim.
 struct Holder {
     /// Which claim (see [`NEXT_CLAIM`]).
@@ -363,6 +404,8 @@ struct Holder {
     active: std::time::Instant,
     /// Its file's `closed` flag: set when a newer session takes the file over.
     closed: Arc<Mutex<bool>>,
+    /// When its session last heard from its peer, if the session says.
+    heard: Option<Heard>,
     /// The part file, locked (flock) against other processes while any
     /// session of this one receives it: passed on to a session that takes
     /// the file over.
@@ -404,6 +447,36 @@ fn lock_part(dir: &Dir, name: &[u8]) -> io::Result<File> {
     }
 }
 
+/// Why [`Incoming::open`] refused a file it had waited for: the session
+/// that held it placed it meanwhile, as this one would have (same size and
+/// mtime). See [`placed_meanwhile`].
+#[derive(Debug)]
+pub struct PlacedMeanwhile;
+
+impl std::fmt::Display for PlacedMeanwhile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("another session placed this file while this one waited for it")
+    }
+}
+
+impl std::error::Error for PlacedMeanwhile {}
+
+/// Is `e` a [`PlacedMeanwhile`] refusal (nothing to receive: skip the file)?
+pub fn placed_meanwhile(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<PlacedMeanwhile>())
+}
+
+/// Does `name` in `dir` hold a file of `entry`'s size and mtime?
+fn placed_as(dir: &Dir, name: &[u8], entry: &Entry) -> bool {
+    dir.symlink_metadata(os(name)).is_ok_and(|m| {
+        let mtime_ns = m
+            .mtime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(m.mtime_nsec());
+        m.is_file() && m.len() == entry.size && mtime_ns == entry.mtime_ns
+    })
+}
+
 /// This process's claim on a target, given up when the file is dropped.
 struct Claim {
     key: ClaimKey,
@@ -421,19 +494,31 @@ impl Claim {
     /// is given up once that session is ending (callers run it off the async
     /// runtime); takes the file over from a holder silent for
     /// [`STALE_CLAIM`]. `closed` is the new holder's file's flag.
+    /// A claim granted after a wait, for a file that meanwhile stands under
+    /// its name with `entry`'s size and mtime (the session that held it
+    /// placed it), is refused with [`PlacedMeanwhile`].
     fn take(
         dir: &Dir,
         name: &[u8],
         wait: std::time::Duration,
         closed: Arc<Mutex<bool>>,
+        heard: Option<Heard>,
+        entry: &Entry,
     ) -> io::Result<Claim> {
         let key = Claim::key(dir, name)?;
         let deadline = std::time::Instant::now() + wait;
         let mut held = RECEIVING.lock().unwrap();
         let mut lock = None;
+        let mut waited = false;
         while let Some(h) = held.get(&key) {
+            waited = true;
             let ending = h.ending;
-            if !ending && h.active.elapsed() >= STALE_CLAIM {
+            let idle = h.active.elapsed();
+            let stale = match &h.heard {
+                Some(p) => idle >= STALE_PEER && p.silent_for() >= STALE_PEER,
+                None => idle >= STALE_CLAIM,
+            };
+            if !ending && stale {
                 // After any checkpoint of the old holder under way; from
                 // now on it neither writes, journals nor places this file.
                 *h.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -448,14 +533,16 @@ impl Claim {
                 )));
             }
             // An ending holder is not timed; a silent one may go stale:
-            // check again each second.
-            let wait = left.min(std::time::Duration::from_secs(1));
-            let wait = if ending {
-                std::time::Duration::from_secs(1)
-            } else {
-                wait
-            };
+            // check again four times a second.
+            let tick = std::time::Duration::from_millis(250);
+            let wait = if ending { tick } else { left.min(tick) };
             held = RELEASED.wait_timeout(held, wait).unwrap().0;
+        }
+        if waited && lock.is_none() && placed_as(dir, name, entry) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                PlacedMeanwhile,
+            ));
         }
         let lock = match lock {
             Some(l) => l,
@@ -467,6 +554,7 @@ impl Claim {
             ending: false,
             active: std::time::Instant::now(),
             closed,
+            heard,
             lock,
         };
         held.insert(key.clone(), holder);
@@ -692,6 +780,20 @@ impl Incoming {
         resume: bool,
         claim_wait: std::time::Duration,
     ) -> io::Result<(Incoming, Vec<(u64, u64)>)> {
+        Incoming::open_heard(dir, name, entry, resume, claim_wait, None)
+    }
+
+    /// [`Incoming::open`] for a session that says when it last heard from
+    /// its peer: a session waiting for this file takes it over once that
+    /// peer has been silent for [`STALE_PEER`].
+    pub fn open_heard(
+        dir: Arc<Dir>,
+        name: &[u8],
+        entry: &Entry,
+        resume: bool,
+        claim_wait: std::time::Duration,
+        heard: Option<Heard>,
+    ) -> io::Result<(Incoming, Vec<(u64, u64)>)> {
         if entry.size > MAX_FILE_SIZE {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -709,7 +811,14 @@ impl Incoming {
         // writer has a file of its own until it is linked or renamed whole.
         let closed = Arc::new(Mutex::new(false));
         let claim = if journaled {
-            Some(Claim::take(&dir, name, claim_wait, closed.clone())?)
+            Some(Claim::take(
+                &dir,
+                name,
+                claim_wait,
+                closed.clone(),
+                heard,
+                entry,
+            )?)
         } else {
             None
         };
@@ -962,6 +1071,11 @@ impl Incoming {
     /// The directory the file is received in.
     pub fn dir(&self) -> &Arc<Dir> {
         &self.dir
+    }
+
+    /// Does something stand under the file's final name?
+    pub fn target_exists(&self) -> bool {
+        self.dir.symlink_metadata(os(&self.name)).is_ok()
     }
 
     /// One chunk, all of it (never journaled): the file is whole after this
@@ -1443,6 +1557,82 @@ mod tests {
         a.finish().unwrap();
         assert!(theirs.try_lock().is_ok(), "released once placed");
         assert_eq!(std::fs::read(t.path().join("f")).unwrap(), bytes);
+    }
+
+    #[test]
+    fn a_holder_whose_peer_is_heard_keeps_its_file_and_one_gone_silent_loses_it_in_a_second() {
+        use std::time::{Duration, Instant};
+        let t = tempfile::tempdir().unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 3 * CHUNK_SIZE;
+        let (bytes, e) = (data(size as usize), entry(size));
+        let heard = Heard::new();
+        let wait = STALE_CLAIM * 3;
+        let (mut a, _) =
+            Incoming::open_heard(dir.clone(), b"f", &e, true, wait, Some(heard.clone())).unwrap();
+        put_chunk(&mut a, &bytes, 0);
+        // Its peer sends (a slow link: no chunk completes) for longer than
+        // STALE_CLAIM: the file stays a's.
+        let (alive, keep) = (
+            Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            heard.clone(),
+        );
+        let pinger = {
+            let alive = alive.clone();
+            std::thread::spawn(move || {
+                while alive.load(std::sync::atomic::Ordering::Relaxed) {
+                    keep.now();
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        };
+        let waiter = {
+            let (dir, e) = (dir.clone(), e.clone());
+            std::thread::spawn(move || {
+                let asked = Instant::now();
+                let r = Incoming::open(dir, b"f", &e, true, wait);
+                (r.map(|(inc, _)| inc), asked.elapsed())
+            })
+        };
+        std::thread::sleep(STALE_CLAIM + Duration::from_millis(500));
+        assert!(!waiter.is_finished(), "a's peer is heard: no takeover");
+        assert!(a.still_ours().is_ok());
+        // The peer goes silent (killed): taken over within about STALE_PEER.
+        let silent = Instant::now();
+        alive.store(false, std::sync::atomic::Ordering::Relaxed);
+        pinger.join().unwrap();
+        let (b, _) = waiter.join().unwrap();
+        let b = b.expect("taken over");
+        let after = silent.elapsed();
+        assert!(
+            after + Duration::from_millis(100) >= STALE_PEER && after < STALE_PEER * 2,
+            "taken over {after:?} after the peer went silent"
+        );
+        assert!(a.still_ours().is_err(), "a may not write any more");
+        drop(b);
+    }
+
+    #[test]
+    fn a_waiter_for_a_file_its_holder_then_places_gets_placed_meanwhile_and_makes_no_part() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 2 * CHUNK_SIZE;
+        let (bytes, e) = (data(size as usize), entry(size));
+        let (mut a, _) = Incoming::open(dir.clone(), b"f", &e, true, WAIT).unwrap();
+        let waiter = {
+            let (dir, e) = (dir.clone(), e.clone());
+            std::thread::spawn(move || Incoming::open(dir, b"f", &e, true, WAIT * 5).map(|_| ()))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        for i in 0..2 {
+            put_chunk(&mut a, &bytes, i);
+        }
+        a.expected = Some(a.root());
+        a.finish().unwrap();
+        let err = waiter.join().unwrap().expect_err("nothing left to receive");
+        assert!(placed_meanwhile(&err), "{err}");
+        assert_eq!(std::fs::read(t.path().join("f")).unwrap(), bytes);
+        assert_eq!(listing(t.path()), ["f"], "no part or journal made");
     }
 
     #[test]

@@ -806,6 +806,22 @@ impl RecvCore {
         }
     }
 
+    /// When the core wants [`RecvCore::handle_timeout`] at the latest: the
+    /// verified files waiting for a commit are due then, even if nothing
+    /// else happens (a sender that went silent).
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        if !self.running() || self.committing {
+            return None;
+        }
+        self.waiting_since.map(|t| t + COMMIT_EVERY)
+    }
+
+    /// The time is `now` (see [`RecvCore::poll_timeout`]).
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        self.commit_if_due(now);
+        self.check_end();
+    }
+
     /// Send the verified files waiting for their names to the disk, unless
     /// a commit is out (its end calls this again).
     fn commit_if_due(&mut self, now: Instant) {

@@ -414,6 +414,70 @@ fn a_durable_session_names_files_only_after_a_commit_and_batches_what_waits() {
 }
 
 #[test]
+fn a_verified_file_is_committed_on_time_even_when_the_sender_goes_silent() {
+    let mut s = Sim::new(RecvConfig {
+        durable: true,
+        ..cfg(false)
+    });
+    s.auto = false;
+    let (a, b) = (bytes(3000, 1), bytes(4000, 2));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "a", &a));
+    s.frame(file(3, "b", &b));
+    s.run_all();
+    assert_eq!(s.core.poll_timeout(), None, "nothing waits");
+    s.send_file(2, &a);
+    s.run(|j| matches!(j, Job::Write { id: 2, .. }));
+    assert!(s.pending.is_empty());
+    // File 3 never comes: the timer, not another event, sends the commit.
+    assert_eq!(s.core.poll_timeout(), Some(s.now + COMMIT_EVERY));
+    s.now += COMMIT_EVERY;
+    s.core.handle_timeout(s.now);
+    s.pump();
+    assert!(matches!(s.pending.front(), Some(Job::Commit { ids }) if ids == &[2]));
+    assert_eq!(s.core.poll_timeout(), None, "a commit is out");
+    s.run_all();
+    assert_eq!(read(&s.path("a")), a);
+    assert_eq!(s.results(), [(2, Outcome::Verified)]);
+}
+
+#[test]
+fn a_failed_session_places_its_verified_files_but_never_over_a_newer_copy() {
+    let mut s = Sim::new(RecvConfig {
+        durable: true,
+        ..cfg(false)
+    });
+    s.auto = false;
+    let (a, b, c) = (bytes(3000, 1), bytes(4000, 2), bytes(10, 3));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    for (id, name, data) in [(2, "a", &a), (3, "b", &b), (4, "c", &c)] {
+        s.frame(file(id, name, data));
+    }
+    s.run_all();
+    s.send_file(2, &a);
+    s.run(|j| matches!(j, Job::Write { id: 2, .. }));
+    s.send_file(3, &b);
+    s.run(|j| matches!(j, Job::Write { id: 3, .. }));
+    // Meanwhile a rerun placed a newer "b"; then this session fails.
+    std::fs::write(s.path("b"), b"newer").unwrap();
+    s.core
+        .handle_failure(crate::report::Problem::new(Kind::Connection, "gone"));
+    let placed = s.disk.close_all();
+    s.core.placed_late(placed);
+    assert_eq!(read(&s.path("a")), a, "verified, synced and placed");
+    assert_eq!(read(&s.path("b")), b"newer", "not replaced");
+    let report = s.core.take_report();
+    let verified: Vec<&str> = report
+        .files
+        .iter()
+        .filter(|f| f.status == Status::Verified)
+        .map(|f| f.path.as_str())
+        .collect();
+    assert_eq!(verified.len(), 1, "{verified:?}");
+    assert!(verified[0].ends_with('a'), "{verified:?}");
+}
+
+#[test]
 fn fresh_records_wait_for_their_entries_within_a_bound() {
     let mut s = Sim::new(cfg(true));
     let a = bytes(9000, 6);
