@@ -358,7 +358,7 @@ pub const STALE_CLAIM: std::time::Duration = std::time::Duration::from_secs(3);
 /// far more often), nor recorded a chunk, is taken over sooner than
 /// [`STALE_CLAIM`]: a put rerun right after its client was killed waited 3 s
 /// per held file, and a rerun killed within that got nothing done.
-pub const STALE_PEER: std::time::Duration = std::time::Duration::from_secs(1);
+pub const STALE_PEER: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// When a receiving session last heard from its peer: its driver calls
 /// [`Heard::now`] on every piece of data or control frame that arrives; a
@@ -1605,7 +1605,8 @@ mod tests {
         let b = b.expect("taken over");
         let after = silent.elapsed();
         assert!(
-            after + Duration::from_millis(100) >= STALE_PEER && after < STALE_PEER * 2,
+            after + Duration::from_millis(100) >= STALE_PEER
+                && after < STALE_PEER + Duration::from_millis(600),
             "taken over {after:?} after the peer went silent"
         );
         assert!(a.still_ours().is_err(), "a may not write any more");
