@@ -22,7 +22,7 @@ use longhaul_transfer::sync::SyncMode;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 
 /// Where a receiving session's entries go.
 pub(crate) struct Destination {
@@ -101,8 +101,9 @@ pub(crate) async fn run_receiver(
     // yet, and with them their handles on the control stream (whose end the
     // client of a get would otherwise wait a round trip for).
     let heard = disk.heard();
+    let gate = Arc::new(Semaphore::new(IN_HAND as usize));
     let acceptor = {
-        let (tx, conn, heard) = (tx.clone(), conn.clone(), heard.clone());
+        let (tx, conn, heard, gate) = (tx.clone(), conn.clone(), heard.clone(), gate.clone());
         tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
             let mut next = 0u64;
@@ -113,9 +114,9 @@ pub(crate) async fn run_receiver(
                 if tx.send(Input::Stream { id: next, ready }).await.is_err() {
                     break;
                 }
-                let (tx, id, heard) = (tx.clone(), next, heard.clone());
+                let (tx, id, heard, gate) = (tx.clone(), next, heard.clone(), gate.clone());
                 tasks.spawn(async move {
-                    if let Err(p) = read_stream(id, s, &tx, wait, &heard).await {
+                    if let Err(p) = read_stream(id, s, &tx, wait, &heard, &gate).await {
                         let _ = tx.send(Input::Failed(p)).await;
                     }
                 });
@@ -124,7 +125,7 @@ pub(crate) async fn run_receiver(
             while tasks.join_next().await.is_some() {}
         })
     };
-    let result = drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &heard).await;
+    let result = drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &gate).await;
     acceptor.abort();
     let result = match result {
         Err(p) => Err(crate::control::with_close_reason(&conn, p).await),
@@ -153,8 +154,9 @@ async fn drive(
     rx: &mut CtlRx,
     inputs: &mut mpsc::Receiver<Input>,
     tx: &mpsc::Sender<Input>,
-    heard: &Heard,
+    gate: &Semaphore,
 ) -> Result<(), Problem> {
+    let heard = disk.heard();
     let mut streams: HashMap<u64, mpsc::Sender<Vec<u8>>> = HashMap::new();
     let mut control_open = true;
     loop {
@@ -168,6 +170,7 @@ async fn drive(
             }
             while let Some(Event::StreamReady { stream, spare }) = core.poll_event() {
                 idle = false;
+                gate.add_permits(spare.len().max(1));
                 if let Some(s) = streams.get(&stream) {
                     if s.try_send(spare).is_err() {
                         streams.remove(&stream); // its task has ended
@@ -251,6 +254,14 @@ async fn read_exact_or_eof(rs: &mut quinn::RecvStream, buf: &mut [u8]) -> Result
     Ok(true)
 }
 
+/// Record bytes in the core's hands at most, all streams together (waiting
+/// for their entry, or for their write): past it the streams stop reading.
+/// It equals the core's bound on records waiting for entries
+/// ([`MAX_WAITING`]), which an honest sender therefore never reaches: a
+/// manifest behind the data (a slow disk creating directories) used to end
+/// the session with a protocol error once 64 MiB waited.
+const IN_HAND: u64 = MAX_WAITING;
+
 /// Records of one stream in the core's hands at most (and at most
 /// [`STREAM_BYTES`] of them, but always one): small files go to the core
 /// several at a time, without a round trip between the tasks per file; a
@@ -267,6 +278,7 @@ async fn read_stream(
     tx: &mpsc::Sender<Input>,
     mut ready: mpsc::Receiver<Vec<u8>>,
     heard: &Heard,
+    gate: &Semaphore,
 ) -> Result<(), Problem> {
     let mut pre = [0u8; 4];
     if !read_exact_or_eof(&mut rs, &mut pre).await? {
@@ -300,6 +312,13 @@ async fn read_stream(
             return Ok(());
         }
         let header = RecordHeader::decode(&hdr).map_err(|e| protocol(e.to_string()))?;
+        // Room in the session's hands first: a receiver slower than the
+        // network (its disk, or a manifest behind the data) stops reading,
+        // and QUIC's flow control holds the sender.
+        match gate.acquire_many(header.len.max(1)).await {
+            Ok(p) => p.forget(),
+            Err(_) => return Ok(()), // closed: the session is over
+        }
         // One contiguous buffer per record: BLAKE3 hashes it with its widest SIMD
         // path and the file sees one write, not one per QUIC frame.
         // The buffer is reused record after record: no allocation or page faults.

@@ -661,17 +661,81 @@ async fn fresh_put_data() {
     )
     .await;
 
-    // More held data than the bound: refused at once, not held.
+    // More data ahead of the manifest than the receiver holds (64 MiB):
+    // it stops reading (flow control holds the sender) instead of failing,
+    // and places everything once the entries come.
     std::fs::remove_dir_all(s.root.join("in")).unwrap();
-    let r = fresh(&s).await;
-    let mib = vec![1u8; 1 << 20];
-    for _ in 0..66 {
-        data(&r, &record(5, 0, 1 << 20, &mib)).await;
+    let mut r = fresh(&s).await;
+    let files: Vec<Vec<u8>> = (0..80u8).map(|i| vec![i; 1 << 20]).collect();
+    let writer = {
+        let (conn, files) = (r.conn.clone(), files.clone());
+        tokio::spawn(async move {
+            for (i, body) in files.iter().enumerate() {
+                let hash = *blake3::hash(body).as_bytes();
+                let rec = record_with(2 + i as u64, 0, 1 << 20, body, Some(&hash));
+                let mut u = conn.open_uni().await.unwrap();
+                u.write_all(&rec).await.unwrap();
+                let _ = u.finish();
+            }
+        })
+    };
+    // (Before this bound held the reading back, 64 MiB waiting ended the
+    // session: "more than 64 MiB of data waits for manifest entries".)
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for i in 0..80u64 {
+        let name = format!("f{i}");
+        r.frame(&entry(
+            2 + i,
+            name.as_bytes(),
+            EntryKind::File,
+            1 << 20,
+            b"",
+        ))
+        .await;
     }
-    r.expect_fatal(
-        ErrorCode::Protocol,
-        &["more than 64 MiB of data waits for manifest entries (file 5 not announced)"],
-    )
-    .await;
+    r.frame(&Frame::ManifestEnd).await;
+    loop {
+        match r.next().await {
+            Some(Frame::Done { ok }) => {
+                assert!(ok);
+                break;
+            }
+            Some(Frame::Fatal { message, .. }) => panic!("{message}"),
+            Some(_) => {}
+            None => panic!("no Done"),
+        }
+    }
+    writer.await.unwrap();
+    for (i, body) in files.iter().enumerate() {
+        assert_eq!(
+            &std::fs::read(s.root.join(format!("in/x/f{i}"))).unwrap(),
+            body
+        );
+    }
+
+    // A sender that never announces its data: refused when its manifest
+    // ends (it had the control stream's credit for it all along).
+    std::fs::remove_dir_all(s.root.join("in")).unwrap();
+    let mut r = fresh(&s).await;
+    let writer = {
+        let conn = r.conn.clone();
+        tokio::spawn(async move {
+            let mib = vec![1u8; 1 << 20];
+            for _ in 0..66 {
+                let Ok(mut u) = conn.open_uni().await else {
+                    return;
+                };
+                if u.write_all(&record(5, 0, 1 << 20, &mib)).await.is_err() {
+                    return;
+                }
+                let _ = u.finish();
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    r.frame(&Frame::ManifestEnd).await;
+    r.expect_fatal_frame(ErrorCode::Protocol, &["data for unknown or settled file 5"])
+        .await;
+    writer.abort();
     normal_get_works(&s).await;
 }
