@@ -454,11 +454,20 @@ fn print_failure(op: &str, problems: &[Problem], interrupted: bool) {
 
 fn summary(r: &ClientReport) -> String {
     let t = &r.totals;
+    // Say so when the destination, not the network, set the pace for a
+    // tenth of the run or more.
+    let behind = match r.receiver_behind_s {
+        Some(b) if b >= 0.2 && b >= r.seconds / 10.0 => format!(
+            "\nthe destination was behind for {b:.1} of {:.1} s: its disk (or CPU) set the pace, not the network",
+            r.seconds
+        ),
+        _ => String::new(),
+    };
     format!(
         "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {} symlink(s)\n\
          {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed, \
          {:.1} MB skipped; \
-         RTT {:.2} ms; {} B retransmitted; {} stream(s), cc {}",
+         RTT {:.2} ms; {} B retransmitted; {} stream(s), cc {}{}",
         r.op,
         t.files,
         t.verified,
@@ -475,7 +484,8 @@ fn summary(r: &ClientReport) -> String {
         r.rtt_ms,
         r.retransmitted_bytes,
         r.streams,
-        r.cc
+        r.cc,
+        behind
     )
 }
 

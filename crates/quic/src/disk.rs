@@ -385,6 +385,8 @@ impl RecvDisk {
             let placer = inc.single_chunk().then(|| inc.placer());
             (file, inc.plan, placer)
         };
+        #[cfg(debug_assertions)]
+        test_write_delay();
         let digest = Incoming::write_chunk(&file, &plan, index, &[data])?;
         if self.durable && placer.is_none() {
             longhaul_transfer::place::start_writeback(&file, plan.offset(index), data.len() as u64);
@@ -467,4 +469,21 @@ fn sync_file_systems<'a>(files: impl Iterator<Item = &'a Incoming>) -> io::Resul
         longhaul_transfer::place::sync_fs(dir)?;
     }
     Ok(())
+}
+
+/// Debug builds only: `LONGHAUL_TEST_WRITE_DELAY_MS` makes every write of
+/// file data that long, so that a test can have a receiver slower than the
+/// network (loopback) without a slow disk.
+#[cfg(debug_assertions)]
+fn test_write_delay() {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    let d = DELAY.get_or_init(|| {
+        std::env::var("LONGHAUL_TEST_WRITE_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_millis)
+    });
+    if let Some(d) = d {
+        std::thread::sleep(*d);
+    }
 }

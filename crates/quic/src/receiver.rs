@@ -102,8 +102,10 @@ pub(crate) async fn run_receiver(
     // client of a get would otherwise wait a round trip for).
     let heard = disk.heard();
     let gate = Arc::new(Semaphore::new(IN_HAND as usize));
+    let held: Held = Default::default();
     let acceptor = {
-        let (tx, conn, heard, gate) = (tx.clone(), conn.clone(), heard.clone(), gate.clone());
+        let (tx, conn, heard) = (tx.clone(), conn.clone(), heard.clone());
+        let (gate, held) = (gate.clone(), held.clone());
         tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
             let mut next = 0u64;
@@ -114,9 +116,14 @@ pub(crate) async fn run_receiver(
                 if tx.send(Input::Stream { id: next, ready }).await.is_err() {
                     break;
                 }
-                let (tx, id, heard, gate) = (tx.clone(), next, heard.clone(), gate.clone());
+                let (tx, id, heard) = (tx.clone(), next, heard.clone());
+                let (gate, held) = (gate.clone(), held.clone());
                 tasks.spawn(async move {
-                    if let Err(p) = read_stream(id, s, &tx, wait, &heard, &gate).await {
+                    let behind = Behind {
+                        gate: &gate,
+                        held: &held,
+                    };
+                    if let Err(p) = read_stream(id, s, &tx, wait, &heard, behind).await {
                         let _ = tx.send(Input::Failed(p)).await;
                     }
                 });
@@ -140,7 +147,9 @@ pub(crate) async fn run_receiver(
         placed
     });
     core.placed_late(placed);
-    (core.take_report(), result)
+    let mut report = core.take_report();
+    report.held_back_s = held.lock().unwrap().total().as_secs_f64();
+    (report, result)
 }
 
 /// Inputs fed to a core at most before its output is acted on.
@@ -254,6 +263,56 @@ async fn read_exact_or_eof(rs: &mut quinn::RecvStream, buf: &mut [u8]) -> Result
     Ok(true)
 }
 
+/// When some data stream waits for the receiver, and for how long in all:
+/// the time the receiver, not the network, set the pace.
+#[derive(Debug, Default)]
+pub(crate) struct HeldBack {
+    waiting: usize,
+    since: Option<Instant>,
+    total: std::time::Duration,
+}
+
+type Held = Arc<std::sync::Mutex<HeldBack>>;
+
+impl HeldBack {
+    /// The time so far (a wait under way counts to now).
+    fn total(&self) -> std::time::Duration {
+        self.total + self.since.map_or(Default::default(), |t| t.elapsed())
+    }
+
+    /// A stream waits until the returned guard is dropped.
+    fn start(held: &Held) -> HoldGuard<'_> {
+        let mut h = held.lock().unwrap();
+        if h.waiting == 0 {
+            h.since = Some(Instant::now());
+        }
+        h.waiting += 1;
+        HoldGuard(held)
+    }
+}
+
+/// One stream's wait ([`HeldBack::start`]).
+struct HoldGuard<'a>(&'a Held);
+
+impl Drop for HoldGuard<'_> {
+    fn drop(&mut self) {
+        let mut h = self.0.lock().unwrap();
+        h.waiting -= 1;
+        if h.waiting == 0 {
+            if let Some(t) = h.since.take() {
+                h.total += t.elapsed();
+            }
+        }
+    }
+}
+
+/// What a stream reader waits on when the receiver is behind.
+#[derive(Clone, Copy)]
+struct Behind<'a> {
+    gate: &'a Semaphore,
+    held: &'a Held,
+}
+
 /// Record bytes in the core's hands at most, all streams together (waiting
 /// for their entry, or for their write): past it the streams stop reading.
 /// It equals the core's bound on records waiting for entries
@@ -278,7 +337,7 @@ async fn read_stream(
     tx: &mpsc::Sender<Input>,
     mut ready: mpsc::Receiver<Vec<u8>>,
     heard: &Heard,
-    gate: &Semaphore,
+    behind: Behind<'_>,
 ) -> Result<(), Problem> {
     let mut pre = [0u8; 4];
     if !read_exact_or_eof(&mut rs, &mut pre).await? {
@@ -293,6 +352,7 @@ async fn read_stream(
         // Buffers the core is done with; wait for some while it holds too much.
         loop {
             let buf = if held >= STREAM_RECORDS || held_bytes >= STREAM_BYTES {
+                let _waiting = HeldBack::start(behind.held);
                 match ready.recv().await {
                     Some(b) => b,
                     None => return Ok(()),
@@ -315,7 +375,14 @@ async fn read_stream(
         // Room in the session's hands first: a receiver slower than the
         // network (its disk, or a manifest behind the data) stops reading,
         // and QUIC's flow control holds the sender.
-        match gate.acquire_many(header.len.max(1)).await {
+        let room = match behind.gate.try_acquire_many(header.len.max(1)) {
+            Ok(p) => Ok(p),
+            Err(_) => {
+                let _waiting = HeldBack::start(behind.held);
+                behind.gate.acquire_many(header.len.max(1)).await
+            }
+        };
+        match room {
             Ok(p) => p.forget(),
             Err(_) => return Ok(()), // closed: the session is over
         }

@@ -138,6 +138,10 @@ pub struct SessionReport {
     pub symlinks: u64,
     /// Everything that went wrong, failed files included.
     pub problems: Vec<Problem>,
+    /// Receiving side: seconds during which it read no data because it was
+    /// behind (its disk or CPU had not yet dealt with what came): the
+    /// transfer went at its pace, not the network's. 0 when sending.
+    pub held_back_s: f64,
 }
 
 impl SessionReport {

@@ -482,8 +482,12 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
     }
     match &result {
         Ok(r) => {
+            let behind = match r.held_back_s {
+                b if b >= 0.2 => format!("; behind for {b:.1} s (the disk set the pace)"),
+                _ => String::new(),
+            };
             tracing::info!(
-                "{remote}: {what}: {} file(s), {} problem(s) in {secs:.2} s",
+                "{remote}: {what}: {} file(s), {} problem(s) in {secs:.2} s{behind}",
                 r.files.len(),
                 r.problems.len()
             );

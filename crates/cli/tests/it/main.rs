@@ -16,6 +16,7 @@ mod paths;
 mod put_fresh;
 mod rate;
 mod resume;
+mod slow_receiver;
 mod sync;
 mod tree;
 mod trust;
