@@ -219,7 +219,11 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         token: token.clone(),
         state_dir,
         net,
-        streams: a.net.streams.unwrap_or(DEFAULT_STREAMS),
+        streams: match a.net.streams {
+            Some(0) => return Err(usage("--streams must be at least 1")),
+            Some(n) => n,
+            None => DEFAULT_STREAMS,
+        },
         max_sessions: a.max_sessions,
         send_buffer: match &a.send_buffer {
             Some(b) => args::parse_size(b).map_err(|e| usage(format!("--send-buffer: {e}")))?,

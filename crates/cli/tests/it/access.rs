@@ -318,3 +318,27 @@ fn a_server_at_its_max_sessions_refuses_more_with_a_clear_error() {
         "{log}"
     );
 }
+
+#[test]
+fn serve_refuses_zero_streams_as_a_usage_error() {
+    let t = Tmp::new("serve-streams");
+    let mut cmd = longhaul();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--streams",
+        "0",
+        "--root",
+    ])
+    .arg(t.path())
+    .arg("--state-dir")
+    .arg(t.join("state"));
+    let out = run_timeout(cmd, std::time::Duration::from_secs(10));
+    out.expect_code(2);
+    assert!(
+        out.stderr.contains("--streams must be at least 1"),
+        "{}",
+        out.stderr
+    );
+}
