@@ -242,43 +242,18 @@ pub(crate) fn spawn_window_tuner(
     let peak = Arc::new(AtomicU64::new(0));
     let out = peak.clone();
     let first = FIRST_SEND_WINDOW.min(opts.max_window);
-    let mut send_window = match &budget {
-        Some(b) => b.join(first),
-        None => first,
+    let mut send = SendWindow {
+        window: match &budget {
+            Some(b) => b.join(first),
+            None => first,
+        },
+        budget,
     };
-    conn.set_send_window(send_window);
-    // Whatever ends the task (the connection, or the runtime dropping it),
-    // the window goes back to the budget.
-    struct Held(Option<Arc<SendBudget>>, Arc<AtomicU64>);
-    impl Drop for Held {
-        fn drop(&mut self) {
-            if let Some(b) = &self.0 {
-                b.leave(self.1.load(Ordering::Relaxed));
-            }
-        }
-    }
-    let held = Held(budget, Arc::new(AtomicU64::new(send_window)));
+    conn.set_send_window(send.window);
     tokio::spawn(async move {
-        let held = held;
-        let grow = |send_window: &mut u64, to: u64| {
-            if to <= *send_window {
-                return;
-            }
-            let more = to - *send_window;
-            let got = match &held.0 {
-                Some(b) => b.grow(*send_window, more),
-                None => more,
-            };
-            if got > 0 {
-                *send_window += got;
-                held.1.store(*send_window, Ordering::Relaxed);
-                conn.set_send_window(*send_window);
-            }
-        };
         let mut recv_window = opts.initial_window();
         // (received, sent, sent and not lost) bytes.
-        let counts = |c: &quinn::Connection| {
-            let s = c.stats();
+        let counts = |s: &quinn::ConnectionStats| {
             let tx = s.udp_tx.bytes;
             (s.udp_rx.bytes, tx, tx.saturating_sub(s.path.lost_bytes))
         };
@@ -287,7 +262,7 @@ pub(crate) fn spawn_window_tuner(
             Flow::Rx => c.0,
             Flow::Tx => c.2,
         };
-        let first = counts(&conn);
+        let first = counts(&conn.stats());
         let mut last = first;
         // The counts of `flow` over the last second.
         let mut second = std::collections::VecDeque::from([of_flow(first)]);
@@ -301,13 +276,13 @@ pub(crate) fn spawn_window_tuner(
             }
             wait = conn.rtt().clamp(Duration::from_millis(10), TICK);
             let stats = conn.stats();
-            grow(&mut send_window, (4 * stats.path.cwnd).min(opts.max_window));
+            send.grow(&conn, (4 * stats.path.cwnd).min(opts.max_window));
             let elapsed = since.elapsed();
             if elapsed < TICK {
                 continue;
             }
             since = std::time::Instant::now();
-            let now = counts(&conn);
+            let now = counts(&stats);
             let rtt = conn.rtt().as_secs_f64();
             let secs = elapsed.as_secs_f64();
             let bdp = |a: u64, b: u64| ((a - b) as f64 / secs * rtt) as u64;
@@ -319,8 +294,8 @@ pub(crate) fn spawn_window_tuner(
                     conn.set_receive_window(v);
                 }
             }
-            if let Some(w) = grown(send_window, tx, opts.max_window) {
-                grow(&mut send_window, w);
+            if let Some(w) = grown(send.window, tx, opts.max_window) {
+                send.grow(&conn, w);
             }
             second.push_back(of_flow(now));
             if second.len() > 5 {
@@ -331,6 +306,39 @@ pub(crate) fn spawn_window_tuner(
         }
     });
     out
+}
+
+/// A connection's send window, and the budget it is granted from (if any),
+/// to which it goes back however the tuner ends (the connection, or the
+/// runtime dropping the task).
+struct SendWindow {
+    window: u64,
+    budget: Option<Arc<SendBudget>>,
+}
+
+impl SendWindow {
+    /// Grow the window towards `to`, as far as the budget grants.
+    fn grow(&mut self, conn: &quinn::Connection, to: u64) {
+        let Some(more) = to.checked_sub(self.window).filter(|&m| m > 0) else {
+            return;
+        };
+        let got = match &self.budget {
+            Some(b) => b.grow(self.window, more),
+            None => more,
+        };
+        if got > 0 {
+            self.window += got;
+            conn.set_send_window(self.window);
+        }
+    }
+}
+
+impl Drop for SendWindow {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.leave(self.window);
+        }
+    }
 }
 
 /// The window after a measured `bdp`: four times it once twice it exceeds

@@ -266,7 +266,7 @@ async fn read_exact_or_eof(rs: &mut quinn::RecvStream, buf: &mut [u8]) -> Result
 /// When some data stream waits for the receiver, and for how long in all:
 /// the time the receiver, not the network, set the pace.
 #[derive(Debug, Default)]
-pub(crate) struct HeldBack {
+struct HeldBack {
     waiting: usize,
     since: Option<Instant>,
     total: std::time::Duration,

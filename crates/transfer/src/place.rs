@@ -136,10 +136,7 @@ impl DestDir {
         match dir.symlink_metadata(os(name)) {
             Ok(m) if m.is_file() => Ok(Some(Existing {
                 size: m.len(),
-                mtime_ns: m
-                    .mtime()
-                    .saturating_mul(1_000_000_000)
-                    .saturating_add(m.mtime_nsec()),
+                mtime_ns: crate::walk::mtime_of(&m),
                 mode: m.mode() & 0o7777,
             })),
             Ok(_) => Ok(None),
@@ -466,14 +463,13 @@ pub fn placed_meanwhile(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|i| i.is::<PlacedMeanwhile>())
 }
 
-/// Does `name` in `dir` hold a file of `entry`'s size and mtime?
+/// Does `name` in `dir` hold a file of `entry`'s size and mtime (the quick
+/// check's rule, [`crate::sync::same_mtime`])?
 fn placed_as(dir: &Dir, name: &[u8], entry: &Entry) -> bool {
     dir.symlink_metadata(os(name)).is_ok_and(|m| {
-        let mtime_ns = m
-            .mtime()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(m.mtime_nsec());
-        m.is_file() && m.len() == entry.size && mtime_ns == entry.mtime_ns
+        m.is_file()
+            && m.len() == entry.size
+            && crate::sync::same_mtime(crate::walk::mtime_of(&m), entry.mtime_ns)
     })
 }
 

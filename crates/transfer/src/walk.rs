@@ -70,7 +70,8 @@ fn kind_of(meta: &Metadata) -> Option<EntryKind> {
     }
 }
 
-fn mtime_of(meta: &Metadata) -> i64 {
+/// A file's mtime, nanoseconds since the Unix epoch.
+pub(crate) fn mtime_of(meta: &Metadata) -> i64 {
     meta.mtime()
         .saturating_mul(1_000_000_000)
         .saturating_add(meta.mtime_nsec())

@@ -70,8 +70,8 @@ pub(crate) const SYNC_EVERY: Duration = Duration::from_secs(5);
 /// A verified file waits at most this long (while anything else happens)
 /// for its [`Job::Commit`], or until [`COMMIT_FILES`] wait, or nothing else
 /// is coming: one sync per batch.
-pub(crate) const COMMIT_EVERY: Duration = Duration::from_millis(COMMIT_MS);
-const COMMIT_MS: u64 = 250;
+pub(crate) const COMMIT_EVERY: Duration = Duration::from_millis(250);
+/// See [`COMMIT_EVERY`].
 pub(crate) const COMMIT_FILES: usize = 4096;
 
 /// One data record, decoded by the driver (its header a [`crate::proto::RecordHeader`]).
@@ -800,9 +800,8 @@ impl RecvCore {
     /// synced and placed as it closed): reported like any other.
     pub(crate) fn placed_late(&mut self, placed: Vec<(u64, [u8; 32])>) {
         for (id, root) in placed {
-            if let Some(f) = self.files.remove(&id) {
-                self.placed(id, f.display, f.plan.size, f.received, f.resumed, root);
-            }
+            // (Placed: this cannot fail.)
+            let _ = self.finished(id, Ok(root));
         }
     }
 

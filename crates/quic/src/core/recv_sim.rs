@@ -62,6 +62,21 @@ impl Sim {
         s
     }
 
+    /// A durable session, stepped by hand (`auto` off), whose manifest so
+    /// far is the root directory and `files` (id, name, data) in it.
+    fn durable(files: &[(u64, &str, &[u8])]) -> Sim {
+        let mut s = Sim::new(RecvConfig {
+            durable: true,
+            ..cfg(false)
+        });
+        s.auto = false;
+        s.frame(entry(1, "", EntryKind::Dir, 0));
+        for &(id, name, data) in files {
+            s.frame(file(id, name, data));
+        }
+        s
+    }
+
     /// A session receiving into `root` (which the caller keeps).
     fn at(root: &Path, cfg: RecvConfig) -> Sim {
         let base = Dir::open_ambient_dir(root, cap_std::ambient_authority()).unwrap();
@@ -350,16 +365,8 @@ fn a_small_file_whose_hash_comes_after_its_data_is_parked_then_placed() {
 
 #[test]
 fn a_durable_session_names_files_only_after_a_commit_and_batches_what_waits() {
-    let mut s = Sim::new(RecvConfig {
-        durable: true,
-        ..cfg(false)
-    });
-    s.auto = false;
     let (a, b, c) = (bytes(3000, 1), bytes(4000, 2), bytes(2 * MIB + 5, 3));
-    s.frame(entry(1, "", EntryKind::Dir, 0));
-    for (id, name, data) in [(2, "a", &a), (3, "b", &b), (4, "c", &c)] {
-        s.frame(file(id, name, data));
-    }
+    let mut s = Sim::durable(&[(2, "a", &a), (3, "b", &b), (4, "c", &c)]);
     s.frame(Frame::ManifestEnd);
     s.run_all();
     s.send_file(2, &a);
@@ -415,15 +422,8 @@ fn a_durable_session_names_files_only_after_a_commit_and_batches_what_waits() {
 
 #[test]
 fn a_verified_file_is_committed_on_time_even_when_the_sender_goes_silent() {
-    let mut s = Sim::new(RecvConfig {
-        durable: true,
-        ..cfg(false)
-    });
-    s.auto = false;
     let (a, b) = (bytes(3000, 1), bytes(4000, 2));
-    s.frame(entry(1, "", EntryKind::Dir, 0));
-    s.frame(file(2, "a", &a));
-    s.frame(file(3, "b", &b));
+    let mut s = Sim::durable(&[(2, "a", &a), (3, "b", &b)]);
     s.run_all();
     assert_eq!(s.core.poll_timeout(), None, "nothing waits");
     s.send_file(2, &a);
@@ -443,16 +443,8 @@ fn a_verified_file_is_committed_on_time_even_when_the_sender_goes_silent() {
 
 #[test]
 fn a_failed_session_places_its_verified_files_but_never_over_a_newer_copy() {
-    let mut s = Sim::new(RecvConfig {
-        durable: true,
-        ..cfg(false)
-    });
-    s.auto = false;
     let (a, b, c) = (bytes(3000, 1), bytes(4000, 2), bytes(10, 3));
-    s.frame(entry(1, "", EntryKind::Dir, 0));
-    for (id, name, data) in [(2, "a", &a), (3, "b", &b), (4, "c", &c)] {
-        s.frame(file(id, name, data));
-    }
+    let mut s = Sim::durable(&[(2, "a", &a), (3, "b", &b), (4, "c", &c)]);
     s.run_all();
     s.send_file(2, &a);
     s.run(|j| matches!(j, Job::Write { id: 2, .. }));
