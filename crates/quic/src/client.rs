@@ -631,7 +631,7 @@ pub async fn get<R: AsRef<[u8]>>(
         let failed = (SessionReport::default(), Err(conn_err(m)));
         return finish(s, started, "get", opts, failed).await;
     }
-    let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx, None);
+    let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx, None).peak;
     let r = run_receiver(
         s.conn.clone(),
         s.ctl.clone(),
@@ -732,7 +732,7 @@ pub async fn put(
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
-    let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Tx, None);
+    let tuned = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Tx, None);
     let r = run_sender(
         s.conn.clone(),
         s.ctl.clone(),
@@ -742,6 +742,7 @@ pub async fn put(
             streams: opts.send_streams(),
             max_rate: opts.net.max_rate,
             fresh: s.fresh,
+            send_window: tuned.send_window,
         },
         progress,
     )
@@ -749,7 +750,12 @@ pub async fn put(
     let (mut rep, result) = r;
     rep.problems.splice(0..0, unsendable);
     let report = finish(s, started, "put", opts, (rep, result)).await;
-    remember_rate(opts, *remembered, peak.load(Ordering::Relaxed), report)
+    remember_rate(
+        opts,
+        *remembered,
+        tuned.peak.load(Ordering::Relaxed),
+        report,
+    )
 }
 
 /// The key of a server and a direction in the rate memory: the known-hosts

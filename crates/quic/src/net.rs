@@ -238,15 +238,20 @@ pub(crate) fn spawn_window_tuner(
     opts: NetOpts,
     flow: Flow,
     budget: Option<Arc<SendBudget>>,
-) -> Arc<AtomicU64> {
+) -> Tuned {
     let peak = Arc::new(AtomicU64::new(0));
-    let out = peak.clone();
     let first = FIRST_SEND_WINDOW.min(opts.max_window);
+    let window = match &budget {
+        Some(b) => b.join(first),
+        None => first,
+    };
+    let out = Tuned {
+        peak: peak.clone(),
+        send_window: Arc::new(AtomicU64::new(window)),
+    };
     let mut send = SendWindow {
-        window: match &budget {
-            Some(b) => b.join(first),
-            None => first,
-        },
+        window,
+        shown: out.send_window.clone(),
         budget,
     };
     conn.set_send_window(send.window);
@@ -308,11 +313,22 @@ pub(crate) fn spawn_window_tuner(
     out
 }
 
+/// What [`spawn_window_tuner`] keeps up to date.
+#[derive(Debug, Clone)]
+pub(crate) struct Tuned {
+    /// The peak rate of its flow, bits/s.
+    pub peak: Arc<AtomicU64>,
+    /// The connection's send window now, bytes.
+    pub send_window: Arc<AtomicU64>,
+}
+
 /// A connection's send window, and the budget it is granted from (if any),
 /// to which it goes back however the tuner ends (the connection, or the
 /// runtime dropping the task).
 struct SendWindow {
     window: u64,
+    /// `window`, for the sender ([`Tuned::send_window`]).
+    shown: Arc<AtomicU64>,
     budget: Option<Arc<SendBudget>>,
 }
 
@@ -329,6 +345,7 @@ impl SendWindow {
         if got > 0 {
             self.window += got;
             conn.set_send_window(self.window);
+            self.shown.store(self.window, Ordering::Relaxed);
         }
     }
 }

@@ -6,7 +6,7 @@
 //! and whole-file hashes on the blocking pool.
 
 use crate::control::{CtlRx, CtlTx};
-use crate::core::send::{Done, Job, SendConfig, SendCore, Transmit, Walked};
+use crate::core::send::{in_hand_limit, Done, Job, SendConfig, SendCore, Transmit, Walked};
 use crate::core::Role;
 use crate::proto::{ErrorCode, DATA_PRELUDE};
 use crate::receiver::BATCH;
@@ -20,6 +20,7 @@ use longhaul_transfer::{ChunkPlan, Entry, EntryKind, RelPath};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -45,7 +46,7 @@ pub(crate) struct SrcFile {
 type Src = Arc<SrcFile>;
 
 /// How a session's sending side runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct SendOpts {
     /// Data streams at once.
     pub streams: usize,
@@ -54,6 +55,10 @@ pub(crate) struct SendOpts {
     /// Send every file whole at once, unasked (a fresh session: a get's
     /// `Hello.fresh`, a put's `Welcome.fresh`).
     pub fresh: bool,
+    /// The connection's send window, kept by its tuner
+    /// ([`crate::net::Tuned::send_window`]): the lanes together hold at most
+    /// a quarter of it in hand ([`crate::core::send::in_hand_limit`]).
+    pub send_window: Arc<AtomicU64>,
 }
 
 /// Chunks up to this size are read on the driver's own task: a page-cache
@@ -101,13 +106,17 @@ pub(crate) async fn run_sender(
         }));
     }
     let disk = Arc::new(SendDisk::default());
-    let result = match drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &lane_txs).await {
+    let lanes = Lanes {
+        txs: lane_txs,
+        send_window: opts.send_window,
+    };
+    let result = match drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &lanes).await {
         Err(p) => Err(crate::control::with_close_reason(&conn, p).await),
         ok => ok,
     };
     // The lanes finish their streams once their channels close; the walker
     // and any lane still reporting see the inputs gone.
-    drop(lane_txs);
+    drop(lanes);
     drop(inputs);
     walker.abort();
     if result.is_ok() {
@@ -127,10 +136,12 @@ async fn drive(
     rx: &mut CtlRx,
     inputs: &mut mpsc::Receiver<Input>,
     tx: &mpsc::Sender<Input>,
-    lanes: &[mpsc::UnboundedSender<Transmit>],
+    lanes: &Lanes,
 ) -> Result<(), Problem> {
     let mut control_open = true;
     loop {
+        let window = lanes.send_window.load(Ordering::Relaxed);
+        core.set_in_hand(Instant::now(), in_hand_limit(window));
         loop {
             let mut idle = true;
             while let Some(f) = core.poll_frame() {
@@ -141,7 +152,7 @@ async fn drive(
             }
             while let Some(t) = core.poll_transmit() {
                 idle = false;
-                let _ = lanes[t.lane].send(t);
+                let _ = lanes.txs[t.lane].send(t);
             }
             while let Some(job) = core.poll_job() {
                 idle = false;
@@ -192,6 +203,12 @@ async fn drive(
             }
         }
     }
+}
+
+/// The lanes' channels, and the send window that bounds what they hold.
+struct Lanes {
+    txs: Vec<mpsc::UnboundedSender<Transmit>>,
+    send_window: Arc<AtomicU64>,
 }
 
 /// One lane: puts the records it is given on its data stream (a new one

@@ -373,7 +373,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
         Op::Put { .. } => Flow::Rx,
     };
     let put = flow == Flow::Rx;
-    spawn_window_tuner(conn.clone(), ctx.opts.net, flow, ctx.budget.clone());
+    let tuned = spawn_window_tuner(conn.clone(), ctx.opts.net, flow, ctx.budget.clone());
     let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
         Op::Get { paths } => {
             let sources: Vec<SendRootResult> = paths
@@ -411,6 +411,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                     streams,
                     max_rate: rate,
                     fresh: h.fresh,
+                    send_window: tuned.send_window,
                 },
                 progress,
             )

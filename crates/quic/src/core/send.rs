@@ -195,6 +195,16 @@ struct Lane {
 /// driver per 10 kB file) but one large chunk at a time.
 pub(crate) const LANE_BYTES: u64 = 256 << 10;
 
+/// The bytes all lanes together may have in hand (being read, or waiting
+/// for room on their stream) for a send window of `window` bytes: a
+/// quarter of it, but always room for one record. A session whose peer
+/// stopped acknowledging holds its full window in QUIC's buffer plus what
+/// its lanes hold outside it: four 1 MiB chunks each, for 64 such sessions
+/// of a server, were as much again as their shared send buffer.
+pub(crate) fn in_hand_limit(window: u64) -> u64 {
+    window / 4
+}
+
 /// The sending role's state machine.
 pub(crate) struct SendCore<S> {
     cfg: SendConfig,
@@ -203,6 +213,9 @@ pub(crate) struct SendCore<S> {
     files: HashMap<u64, OutFile<S>>,
     queue: VecDeque<Work>,
     lanes: Vec<Lane>,
+    /// What all lanes together may have in hand ([`in_hand_limit`]); the
+    /// first record is always handed out.
+    in_hand: u64,
     /// `--max-rate`: when the next record may leave.
     next_departure: Option<Instant>,
     frames: VecDeque<Frame>,
@@ -228,6 +241,7 @@ impl<S: Clone> SendCore<S> {
             files: HashMap::new(),
             queue: VecDeque::new(),
             lanes: (0..lanes.max(1)).map(|_| Lane::default()).collect(),
+            in_hand: u64::MAX,
             next_departure: None,
             frames: VecDeque::new(),
             jobs: VecDeque::new(),
@@ -480,18 +494,31 @@ impl<S: Clone> SendCore<S> {
         }
     }
 
-    /// Hand queued work to lanes with room.
+    /// The bytes the lanes together may have in hand from now on (the send
+    /// window's [`in_hand_limit`]); more room hands out more work.
+    pub(crate) fn set_in_hand(&mut self, now: Instant, bytes: u64) {
+        let more = bytes > self.in_hand;
+        self.in_hand = bytes;
+        if more {
+            self.assign(now);
+        }
+    }
+
+    /// Hand queued work to lanes with room, while the lanes together hold
+    /// less than their limit.
     fn assign(&mut self, _now: Instant) {
         if !self.running() {
             return;
         }
+        let mut held: u64 = self.lanes.iter().map(|l| l.pending).sum();
         for lane in 0..self.lanes.len() {
-            while self.lanes[lane].pending < LANE_BYTES {
+            while self.lanes[lane].pending < LANE_BYTES && (held == 0 || held < self.in_hand) {
                 let Some((job, bytes)) = self.next_work(lane) else {
                     return;
                 };
                 // (A comparison counts as a full lane: it reads a whole file.)
                 self.lanes[lane].pending += bytes;
+                held += bytes;
                 self.jobs.push_back(job);
             }
         }

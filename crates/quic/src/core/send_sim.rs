@@ -544,3 +544,33 @@ fn max_rate_gives_each_record_its_departure_time() {
         "100 kB apart at 1 MB/s, across lanes"
     );
 }
+
+#[test]
+fn the_lanes_hold_no_more_than_the_in_hand_limit_and_at_least_one_record() {
+    let mut s = Sim::new(true, 4, 0);
+    s.auto_idle = false;
+    // A send window of 4 MiB: the four lanes hold one 1 MiB chunk between them.
+    s.core.set_in_hand(s.now, in_hand_limit(4 * MIB as u64));
+    s.walk("", EntryKind::Dir, None);
+    s.file("big", &bytes(8 * MIB, 3));
+    assert_eq!(s.out.len(), 1, "one chunk in hand");
+    // Below one record, the first is still handed out.
+    s.core.set_in_hand(s.now, 1);
+    let t = s.out[0].clone();
+    s.core.handle_written(s.now, t.lane, t.data.len() as u64);
+    s.pump();
+    assert_eq!(s.out.len(), 2, "one written, the next in hand");
+    // A window of 12 MiB: three chunks at once.
+    s.core.set_in_hand(s.now, in_hand_limit(12 * MIB as u64));
+    s.pump();
+    assert_eq!(s.out.len(), 4, "room grew: two more handed out at once");
+    let lanes: std::collections::HashSet<usize> = s.out[1..].iter().map(|t| t.lane).collect();
+    assert_eq!(lanes.len(), 3, "on three lanes");
+    // Everything goes out once the lanes write.
+    s.auto_idle = true;
+    for t in &s.out[1..] {
+        s.core.handle_written(s.now, t.lane, t.data.len() as u64);
+    }
+    s.pump();
+    assert_eq!(s.bytes_of(2, 8 * MIB), bytes(8 * MIB, 3), "the file whole");
+}
