@@ -32,6 +32,9 @@ struct Sim {
     pending: VecDeque<Job>,
     /// Streams made ready, in order.
     ready: Vec<u64>,
+    /// The bytes of each buffer handed back (at least 1), as the driver's
+    /// gate counts them.
+    returned: Vec<u64>,
     /// Run every job as soon as it is handed out.
     auto: bool,
 }
@@ -89,6 +92,7 @@ impl Sim {
             sent: Vec::new(),
             pending: VecDeque::new(),
             ready: Vec::new(),
+            returned: Vec::new(),
             auto: true,
         }
     }
@@ -102,8 +106,9 @@ impl Sim {
             while let Some(f) = self.core.poll_frame() {
                 self.sent.push(f);
             }
-            while let Some(Event::StreamReady { stream, .. }) = self.core.poll_event() {
+            while let Some(Event::StreamReady { stream, spare }) = self.core.poll_event() {
                 self.ready.push(stream);
+                self.returned.push((spare.len() as u64).max(1));
             }
             let mut any = false;
             while let Some(j) = self.core.poll_job() {
@@ -810,4 +815,141 @@ fn a_failing_disk_ends_the_session_and_tells_the_sender() {
             ..
         })
     ));
+}
+
+/// A sender far ahead of a slow disk, fed to the core as the driver
+/// (`receiver.rs`) does: a record goes in only while the records in the
+/// core's hands (waiting for their entry, or for their write) leave room
+/// under a gate equal to the core's bound on waiting data; the manifest
+/// trickles in behind the data; jobs complete one at a time, 5 ms of
+/// simulated time each, in the order handed out. The tree is shaped like
+/// /usr/share scaled down 50 times: nested directories, mostly small files,
+/// a few over a chunk, symlinks.
+#[test]
+fn a_usr_share_shaped_tree_onto_a_slow_disk_completes_with_bounded_buffers() {
+    const GATE: u64 = 2 * CHUNK_SIZE;
+    const LANES: u64 = 4;
+    let mut s = Sim::new(RecvConfig {
+        max_waiting: GATE,
+        ..cfg(true)
+    });
+    s.auto = false;
+    // The control stream's frames, in the order the sender sends them, and
+    // each lane's records.
+    let mut control: VecDeque<Frame> = VecDeque::new();
+    let mut lanes: Vec<VecDeque<Record>> = (0..LANES).map(|_| VecDeque::new()).collect();
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut links: Vec<String> = Vec::new();
+    control.push_back(entry(1, "", EntryKind::Dir, 0));
+    let mut id = 1u64;
+    for d in 0..64u64 {
+        let dir = if d % 4 == 0 {
+            format!("d{d}")
+        } else {
+            format!("d{}/s{d}", d - d % 4)
+        };
+        id += 1;
+        control.push_back(entry(id, &dir, EntryKind::Dir, 0));
+        for f in 0..15u64 {
+            id += 1;
+            let name = format!("{dir}/f{f}");
+            if f == 14 && d % 2 == 0 {
+                control.push_back(entry(id, &name, EntryKind::Symlink, 0));
+                links.push(name);
+                continue;
+            }
+            // 200 B to 24 kB, and one file in 40 of 1-3 chunks.
+            let size = if (d * 15 + f) % 40 == 7 {
+                CHUNK_SIZE as usize * (1 + (f as usize % 3)) + 999
+            } else {
+                200 + ((d * 7919 + f * 104_729) % 24_000) as usize
+            };
+            let data = bytes(size, (d * 15 + f) as u8);
+            control.push_back(file(id, &name, &data));
+            let chunks: Vec<&[u8]> = data.chunks(MIB).collect();
+            let one = chunks.len() == 1;
+            for (i, c) in chunks.iter().enumerate() {
+                let lane = &mut lanes[((id + i as u64) % LANES) as usize];
+                lane.push_back(Record {
+                    stream: (id + i as u64) % LANES,
+                    header: RecordHeader {
+                        id,
+                        offset: i as u64 * CHUNK_SIZE,
+                        len: c.len() as u32,
+                        hash: one,
+                    },
+                    data: c.to_vec(),
+                    hash: one.then(|| *blake3::hash(&data).as_bytes()),
+                });
+            }
+            if !one {
+                control.push_back(done(id, &data));
+            }
+            files.push((name, data));
+        }
+    }
+    control.push_back(Frame::ManifestEnd);
+    let total = files.len();
+    assert!(total > 800, "{total} files");
+
+    // The network: every step, two control frames and whatever records the
+    // gate lets through; the disk: one job per step.
+    let (mut in_hand, mut most_in_hand, mut ahead, mut returned) = (0u64, 0u64, 0usize, 0usize);
+    let mut entries_seen = 0u64;
+    let mut steps = 0u32;
+    while *s.core.state() == State::Running {
+        steps += 1;
+        assert!(steps < 200_000, "stalled: {} jobs pending", s.pending.len());
+        for _ in 0..2 {
+            if let Some(f) = control.pop_front() {
+                if let Frame::Entry(e) = &f {
+                    entries_seen = e.id;
+                }
+                s.core.handle_frame(s.now, f);
+            }
+        }
+        for lane in lanes.iter_mut() {
+            while let Some(r) = lane.front() {
+                let len = (r.data.len() as u64).max(1);
+                if in_hand + len > GATE {
+                    break;
+                }
+                let r = lane.pop_front().unwrap();
+                ahead += usize::from(r.header.id > entries_seen);
+                in_hand += len;
+                most_in_hand = most_in_hand.max(in_hand);
+                s.core.handle_record(s.now, r);
+            }
+        }
+        s.pump();
+        if let Some(j) = s.pending.pop_front() {
+            s.now += Duration::from_millis(5);
+            let d = s.disk.run(j);
+            s.core.handle_done(s.now, d);
+            s.pump();
+        }
+        if s.core.poll_timeout().is_some_and(|t| t <= s.now) {
+            s.core.handle_timeout(s.now);
+            s.pump();
+        }
+        for b in s.returned.drain(..) {
+            in_hand -= b;
+            returned += 1;
+        }
+    }
+    assert_eq!(*s.core.state(), State::Finished, "{:?}", s.core.state());
+    assert_eq!(s.sent.last(), Some(&Frame::Done { ok: true }));
+    assert!(most_in_hand <= GATE, "{most_in_hand} bytes in hand");
+    assert!(ahead > 50, "only {ahead} records came before their entry");
+    assert_eq!(in_hand, 0, "every buffer came back");
+    assert!(
+        returned > total,
+        "{returned} buffers back for {total} files"
+    );
+    for (name, data) in &files {
+        assert!(read(&s.path(name)) == *data, "{name} differs");
+    }
+    for l in &links {
+        assert_eq!(std::fs::read_link(s.path(l)).unwrap(), Path::new("target"));
+    }
 }
