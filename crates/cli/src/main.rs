@@ -461,7 +461,7 @@ fn summary(r: &ClientReport) -> String {
     // Say so when the destination, not the network, set the pace for a
     // tenth of the run or more.
     let behind = match r.receiver_behind_s {
-        Some(b) if b >= 0.2 && b >= r.seconds / 10.0 => format!(
+        b if b >= 0.2 && b >= r.seconds / 10.0 => format!(
             "\nthe destination was behind for {b:.1} of {:.1} s: its disk (or CPU) set the pace, not the network",
             r.seconds
         ),

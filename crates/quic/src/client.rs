@@ -172,12 +172,11 @@ pub struct ClientReport {
     /// `Welcome`, on a put this client's `--streams`, else
     /// [`DEFAULT_STREAMS`].
     pub streams: usize,
-    /// A get: seconds during which this client read no data because it was
-    /// behind (its disk or CPU had not yet dealt with what came): the
-    /// transfer went at the destination's pace, not the network's. None on
-    /// a put (the server receives; its log says).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub receiver_behind_s: Option<f64>,
+    /// Seconds during which the receiving side (this client on a get, the
+    /// server on a put, from its `Done`) read no data because it was behind
+    /// (its disk or CPU had not yet dealt with what came): the transfer went
+    /// at the destination's pace, not the network's.
+    pub receiver_behind_s: f64,
 }
 
 /// Sums over a [`ClientReport`]'s files, with the session's directory and
@@ -492,7 +491,7 @@ fn build_report(
         data_seconds,
     } = about;
     let seconds = started.elapsed().as_secs_f64();
-    let receiver_behind_s = (op == "get").then_some(r.held_back_s);
+    let receiver_behind_s = r.held_back_s;
     let mut t = Totals {
         dirs: r.dirs,
         symlinks: r.symlinks,

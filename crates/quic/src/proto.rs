@@ -1,4 +1,4 @@
-//! Wire format of protocol version 5 (see docs/PROTOCOL.md). Sans-IO: encoders and
+//! Wire format of protocol version 7 (see docs/PROTOCOL.md). Sans-IO: encoders and
 //! decoders over byte buffers, no sockets.
 //!
 //! Control stream (the connection's first bidirectional stream): frames of
@@ -28,7 +28,9 @@ use serde::{Deserialize, Serialize};
 /// before `Done`), `--no-fsync` turns it off; and the server closes a session
 /// itself once its role is over (a lost close no longer leaves it waiting
 /// for the idle timeout).
-pub const VERSION: u32 = 6;
+/// 7: `Done.behind_ms`: the receiver's time behind reaches the sender (a
+/// put's client says when the server's disk set the pace).
+pub const VERSION: u32 = 7;
 /// TLS ALPN both sides require; it names the protocol family and stays
 /// `longhaul/1` across versions ([`VERSION`] is in the `Hello`).
 pub const ALPN: &[u8] = b"longhaul/1";
@@ -290,6 +292,10 @@ pub enum Frame {
         /// Nothing failed on the receiver, in the files or outside them (a
         /// directory's mode or mtime, the final sync).
         ok: bool,
+        /// Milliseconds during which the receiver read no data because it
+        /// was behind (its disk or CPU): the sender's report says so too
+        /// (since version 7).
+        behind_ms: u64,
     },
 }
 
@@ -543,7 +549,10 @@ mod tests {
                 },
             },
             Frame::ManifestEnd,
-            Frame::Done { ok: true },
+            Frame::Done {
+                ok: true,
+                behind_ms: 7,
+            },
         ]
     }
 
@@ -572,8 +581,11 @@ mod tests {
             want: Want::Chunks(vec![(1, 3)]),
         });
         assert_eq!(w, [0, 0, 0, 6, 7, 5, 2, 1, 1, 3]);
-        let d = encode(&Frame::Done { ok: true });
-        assert_eq!(d, [0, 0, 0, 2, 11, 1]);
+        let d = encode(&Frame::Done {
+            ok: true,
+            behind_ms: 1500,
+        });
+        assert_eq!(d, [0, 0, 0, 4, 11, 1, 0xdc, 0x0b]);
         let f = encode(&Frame::Fatal {
             code: ErrorCode::Verify,
             message: "x".into(),

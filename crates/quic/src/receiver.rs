@@ -132,7 +132,11 @@ pub(crate) async fn run_receiver(
             while tasks.join_next().await.is_some() {}
         })
     };
-    let result = drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &gate).await;
+    let behind = Behind {
+        gate: &gate,
+        held: &held,
+    };
+    let result = drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, behind).await;
     acceptor.abort();
     let result = match result {
         Err(p) => Err(crate::control::with_close_reason(&conn, p).await),
@@ -147,9 +151,8 @@ pub(crate) async fn run_receiver(
         placed
     });
     core.placed_late(placed);
-    let mut report = core.take_report();
-    report.held_back_s = held.lock().unwrap().total().as_secs_f64();
-    (report, result)
+    core.set_held_back(held.lock().unwrap().total());
+    (core.take_report(), result)
 }
 
 /// Inputs fed to a core at most before its output is acted on.
@@ -163,12 +166,14 @@ async fn drive(
     rx: &mut CtlRx,
     inputs: &mut mpsc::Receiver<Input>,
     tx: &mpsc::Sender<Input>,
-    gate: &Semaphore,
+    behind: Behind<'_>,
 ) -> Result<(), Problem> {
     let heard = disk.heard();
     let mut streams: HashMap<u64, mpsc::Sender<Vec<u8>>> = HashMap::new();
     let mut control_open = true;
     loop {
+        // (What Done will say, if this round ends the session.)
+        core.set_held_back(behind.held.lock().unwrap().total());
         loop {
             let mut idle = true;
             while let Some(f) = core.poll_frame() {
@@ -179,7 +184,7 @@ async fn drive(
             }
             while let Some(Event::StreamReady { stream, spare }) = core.poll_event() {
                 idle = false;
-                gate.add_permits(spare.len().max(1));
+                behind.gate.add_permits(spare.len().max(1));
                 if let Some(s) = streams.get(&stream) {
                     if s.try_send(spare).is_err() {
                         streams.remove(&stream); // its task has ended

@@ -138,9 +138,10 @@ pub struct SessionReport {
     pub symlinks: u64,
     /// Everything that went wrong, failed files included.
     pub problems: Vec<Problem>,
-    /// Receiving side: seconds during which it read no data because it was
+    /// Seconds during which the receiving side read no data because it was
     /// behind (its disk or CPU had not yet dealt with what came): the
-    /// transfer went at its pace, not the network's. 0 when sending.
+    /// transfer went at its pace, not the network's. The sending side has
+    /// the receiver's figure from its `Done` (0 before it came).
     pub held_back_s: f64,
 }
 

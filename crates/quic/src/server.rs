@@ -484,7 +484,12 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
     match &result {
         Ok(r) => {
             let behind = match r.held_back_s {
-                b if b >= 0.2 => format!("; behind for {b:.1} s (the disk set the pace)"),
+                b if b >= 0.2 && put => {
+                    format!("; behind for {b:.1} s (this side's disk set the pace)")
+                }
+                b if b >= 0.2 => {
+                    format!("; the client was behind for {b:.1} s (its disk set the pace)")
+                }
                 _ => String::new(),
             };
             tracing::info!(

@@ -53,7 +53,11 @@ fn the_server_closes_a_finished_session_itself() {
         r.welcome().await;
         assert!(matches!(r.next().await, Some(Frame::Entry(_))));
         assert_eq!(r.next().await, Some(Frame::ManifestEnd));
-        r.frame(&Frame::Done { ok: true }).await;
+        r.frame(&Frame::Done {
+            ok: true,
+            behind_ms: 0,
+        })
+        .await;
         let (why, after) = closed_by_server(&r, Instant::now()).await;
         assert!(why.contains("done"), "{why}");
         assert!(after < Duration::from_secs(2), "closed after {after:?}");
@@ -75,7 +79,13 @@ fn the_server_closes_a_finished_session_itself() {
         r.frame(&dir_entry()).await;
         r.frame(&Frame::ManifestEnd).await;
         let t0 = Instant::now();
-        assert_eq!(r.next().await, Some(Frame::Done { ok: true }));
+        assert_eq!(
+            r.next().await,
+            Some(Frame::Done {
+                ok: true,
+                behind_ms: 0
+            })
+        );
         let (why, after) = closed_by_server(&r, t0).await;
         assert!(why.contains("done"), "{why}");
         assert!(after < Duration::from_secs(2), "closed after {after:?}");

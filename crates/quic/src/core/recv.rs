@@ -808,6 +808,12 @@ impl RecvCore {
     /// When the core wants [`RecvCore::handle_timeout`] at the latest: the
     /// verified files waiting for a commit are due then, even if nothing
     /// else happens (a sender that went silent).
+    /// The time so far during which the driver read no data because the
+    /// receiver was behind: the report's, and `Done`'s.
+    pub(crate) fn set_held_back(&mut self, d: Duration) {
+        self.report.held_back_s = d.as_secs_f64();
+    }
+
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         if !self.running() || self.committing {
             return None;
@@ -1085,7 +1091,8 @@ impl RecvCore {
 
     fn end(&mut self) {
         let ok = self.report.problems.is_empty();
-        self.frames.push_back(Frame::Done { ok });
+        let behind_ms = (self.report.held_back_s * 1000.0) as u64;
+        self.frames.push_back(Frame::Done { ok, behind_ms });
         self.state = State::Finished;
     }
 }

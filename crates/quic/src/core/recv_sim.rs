@@ -276,7 +276,13 @@ fn a_tree_arrives_whole_and_verified() {
     s.send_file(4, &big);
     s.frame(done(5, b""));
     assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
-    assert_eq!(s.sent.last(), Some(&Frame::Done { ok: true }));
+    assert_eq!(
+        s.sent.last(),
+        Some(&Frame::Done {
+            ok: true,
+            behind_ms: 0
+        })
+    );
     assert_eq!(read(&s.path("sub/small")), small);
     assert_eq!(read(&s.path("big")), big);
     assert_eq!(read(&s.path("empty")), b"");
@@ -422,7 +428,13 @@ fn a_durable_session_names_files_only_after_a_commit_and_batches_what_waits() {
     assert_eq!(read(&s.path("c")), c);
     let ok: Vec<u64> = s.results().into_iter().map(|(id, _)| id).collect();
     assert_eq!(ok, [2, 3, 4]);
-    assert!(matches!(s.sent.last(), Some(Frame::Done { ok: true })));
+    assert!(matches!(
+        s.sent.last(),
+        Some(Frame::Done {
+            ok: true,
+            behind_ms: 0
+        })
+    ));
 }
 
 #[test]
@@ -640,7 +652,16 @@ fn hostile_senders_end_the_session_precisely() {
             "RootError for unknown root 3",
         ),
         (
-            hostile(vec![root(), Frame::Done { ok: true }], vec![]),
+            hostile(
+                vec![
+                    root(),
+                    Frame::Done {
+                        ok: true,
+                        behind_ms: 0,
+                    },
+                ],
+                vec![],
+            ),
             Kind::Connection,
             "unexpected Done",
         ),
@@ -662,7 +683,13 @@ fn a_file_that_does_not_verify_is_reported_and_removed() {
     s.record(1, 2, 0, &a, Some([9; 32]));
     s.frame(Frame::ManifestEnd);
     assert_eq!(*s.core.state(), State::Finished);
-    assert_eq!(s.sent.last(), Some(&Frame::Done { ok: false }));
+    assert_eq!(
+        s.sent.last(),
+        Some(&Frame::Done {
+            ok: false,
+            behind_ms: 0
+        })
+    );
     match &s.results()[..] {
         [(2, Outcome::Failed { code, message })] => {
             assert_eq!(*code, ErrorCode::Verify);
@@ -698,7 +725,13 @@ fn a_file_the_sender_gives_up_fails_alone() {
     s.send_file(3, &b);
     s.frame(Frame::ManifestEnd);
     assert_eq!(*s.core.state(), State::Finished);
-    assert_eq!(s.sent.last(), Some(&Frame::Done { ok: false }));
+    assert_eq!(
+        s.sent.last(),
+        Some(&Frame::Done {
+            ok: false,
+            behind_ms: 0
+        })
+    );
     assert_eq!(read(&s.path("b")), b);
     assert!(!s.path("big").exists());
     let r = s.core.take_report();
@@ -938,7 +971,13 @@ fn a_usr_share_shaped_tree_onto_a_slow_disk_completes_with_bounded_buffers() {
         }
     }
     assert_eq!(*s.core.state(), State::Finished, "{:?}", s.core.state());
-    assert_eq!(s.sent.last(), Some(&Frame::Done { ok: true }));
+    assert_eq!(
+        s.sent.last(),
+        Some(&Frame::Done {
+            ok: true,
+            behind_ms: 0
+        })
+    );
     assert!(most_in_hand <= GATE, "{most_in_hand} bytes in hand");
     assert!(ahead > 50, "only {ahead} records came before their entry");
     assert_eq!(in_hand, 0, "every buffer came back");

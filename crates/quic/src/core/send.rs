@@ -465,7 +465,10 @@ impl<S: Clone> SendCore<S> {
                 });
                 Ok(())
             }
-            Frame::Done { ok } => {
+            Frame::Done { ok, behind_ms } => {
+                // The receiver's time behind is this report's too: a put's
+                // client says when the server's disk set the pace.
+                self.report.held_back_s = behind_ms as f64 / 1000.0;
                 // A receiver's problem outside its files (a directory's mode,
                 // the final sync) comes only as `ok: false`: a put must not exit 0.
                 if !ok && self.report.problems.is_empty() {

@@ -238,7 +238,10 @@ fn files_go_out_when_wanted_their_hash_with_the_data_or_after_it() {
             outcome: Outcome::Verified,
         });
     }
-    s.frame(Frame::Done { ok: true });
+    s.frame(Frame::Done {
+        ok: true,
+        behind_ms: 0,
+    });
     assert_eq!(*s.core.state(), State::Finished);
     let r = s.core.take_report();
     assert_eq!(r.dirs, 1);

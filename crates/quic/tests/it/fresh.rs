@@ -314,7 +314,10 @@ async fn a_put_whose_receiver_says_not_ok_fails() {
         ep,
         vec![
             Step::Sleep(Duration::from_millis(200)),
-            Step::Send(Frame::Done { ok: false }),
+            Step::Send(Frame::Done {
+                ok: false,
+                behind_ms: 0,
+            }),
         ],
     ));
     let opts = ClientOpts::pinned(format!("127.0.0.1:{port}"), t.path().join("kh"), fp);

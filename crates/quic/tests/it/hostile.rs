@@ -514,7 +514,7 @@ async fn broken_data_streams() {
         other => panic!("expected a failed FileResult for file 2, got {other:?}"),
     }
     match r.next().await {
-        Some(Frame::Done { ok: false }) => {}
+        Some(Frame::Done { ok: false, .. }) => {}
         other => panic!("expected Done {{ ok: false }}, got {other:?}"),
     }
 
@@ -606,7 +606,11 @@ async fn get_session_with_hostile_wants() {
     );
     assert_eq!(errors[1].1, ErrorCode::BadPath);
     assert!(errors[1].2.contains("absolute path"), "{errors:?}");
-    r.frame(&Frame::Done { ok: false }).await;
+    r.frame(&Frame::Done {
+        ok: false,
+        behind_ms: 0,
+    })
+    .await;
     let _ = r.send.finish();
     normal_get_works(&s).await;
 }
@@ -633,7 +637,7 @@ async fn fresh_put_data() {
     let mut frames = Vec::new();
     loop {
         match r.next().await {
-            Some(Frame::Done { ok }) => {
+            Some(Frame::Done { ok, .. }) => {
                 assert!(ok, "{frames:?}");
                 break;
             }
@@ -696,7 +700,7 @@ async fn fresh_put_data() {
     r.frame(&Frame::ManifestEnd).await;
     loop {
         match r.next().await {
-            Some(Frame::Done { ok }) => {
+            Some(Frame::Done { ok, .. }) => {
                 assert!(ok);
                 break;
             }
