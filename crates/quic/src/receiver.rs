@@ -152,6 +152,11 @@ pub(crate) async fn run_receiver(
     });
     core.placed_late(placed);
     core.set_held_back(held.lock().unwrap().total());
+    let (ahead, most) = core.ahead_of_manifest();
+    tracing::debug!(
+        "{ahead} record(s) came before their manifest entry, at most {:.1} MiB at once",
+        most as f64 / (1 << 20) as f64
+    );
     (core.take_report(), result)
 }
 

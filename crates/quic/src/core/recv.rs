@@ -294,6 +294,9 @@ pub(crate) struct RecvCore {
     /// Fresh sessions: records of entries not yet announced, and their bytes.
     waiting: BTreeMap<u64, Vec<Record>>,
     waiting_bytes: u64,
+    /// Records that came before their entry, and the most bytes that
+    /// waited so at once (for the log: was the manifest behind the data?).
+    ahead: (u64, u64),
     /// Jobs out (not yet `Done`).
     busy: usize,
     /// The end: FinishDirs, then SyncFs, then `Done`.
@@ -334,6 +337,7 @@ impl RecvCore {
             failed: HashSet::new(),
             waiting: BTreeMap::new(),
             waiting_bytes: 0,
+            ahead: (0, 0),
             busy: 0,
             ending: false,
             to_commit: Vec::new(),
@@ -366,6 +370,12 @@ impl RecvCore {
 
     pub(crate) fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    /// Records that came before their entry, and the most bytes that
+    /// waited for entries at once.
+    pub(crate) fn ahead_of_manifest(&self) -> (u64, u64) {
+        self.ahead
     }
 
     /// Record bytes held for entries not yet announced or opened.
@@ -609,6 +619,7 @@ impl RecvCore {
                 )));
             }
             self.waiting_bytes = held;
+            self.ahead = (self.ahead.0 + 1, self.ahead.1.max(held));
             self.waiting.entry(h.id).or_default().push(r);
             return Ok(());
         }
