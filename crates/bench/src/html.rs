@@ -479,12 +479,19 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
         let first = r.runs.iter().find(|x| &x.scenario == sc).expect("a run");
         let _ = write!(
             s,
-            "<h2 id=\"{0}\">{0}</h2><p class=meta>{4} <code>{1}</code>; {2} files, {3:.1} MB{5}.</p>",
+            "<h2 id=\"{0}\">{0}</h2><p class=meta>{3} <code>{1}</code>; {2}{4}.</p>",
             esc(sc),
             esc(&first.link),
-            first.files,
-            first.bytes as f64 / 1e6,
-            if first.receivers > 1 { "Links (one per receiver)" } else { "Link" },
+            if first.data.is_empty() {
+                format!("{} files, {:.1} MB", first.files, first.bytes as f64 / 1e6)
+            } else {
+                esc(&first.data)
+            },
+            if first.receivers > 1 {
+                "Links (one per receiver)"
+            } else {
+                "Link"
+            },
             if first.receivers > 1 {
                 format!(" to each of {} receivers", first.receivers)
             } else {

@@ -27,12 +27,12 @@ pub fn write_all(dir: &Path, r: &Results) -> Result<()> {
 /// and every number of [`crate::results::Run`].
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,steady_mbps,queue_ms,queue_max_ms,wire_bytes,client_cpu_s,server_cpu_s,verified,note\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,steady_mbps,queue_ms,queue_max_ms,wire_bytes,client_cpu_s,server_cpu_s,verified,note,data\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.2},{:.4},{:.4},{},{},{},{},{},{},{:.2},{:.2},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.2},{:.4},{:.4},{},{},{},{},{},{},{:.2},{:.2},{},{},{}",
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
@@ -58,7 +58,8 @@ pub fn csv(r: &Results) -> String {
             x.client_cpu_s,
             x.server_cpu_s,
             x.verified.map_or("", |v| if v { "yes" } else { "no" }),
-            field(&x.note)
+            field(&x.note),
+            field(&x.data)
         );
     }
     s
@@ -146,6 +147,19 @@ pub fn summary(r: &Results) -> String {
             }
         }
         s.push('\n');
+    }
+    let data: Vec<(&String, &str)> = scenarios
+        .iter()
+        .filter_map(|sc| {
+            let x = r.runs.iter().find(|x| &x.scenario == sc)?;
+            (!x.data.is_empty()).then_some((sc, x.data.as_str()))
+        })
+        .collect();
+    if !data.is_empty() {
+        let _ = writeln!(s, "\nData sets:\n");
+        for (sc, d) in data {
+            let _ = writeln!(s, "- {sc}: {d}");
+        }
     }
     for (name, sw) in &r.suite.sweep {
         for m in &sw.metrics {
@@ -314,6 +328,7 @@ mod tests {
             } else {
                 String::new()
             },
+            data: format!("tree /srv/{sc}: 2 files, 1 symlinks, 1000000 bytes (1.0 MB)"),
             files: 2,
             bytes: 1_000_000,
             delivered_bytes: if status == "timeout" {
@@ -375,6 +390,10 @@ mod tests {
         );
         assert!(md.contains("apt-get install vsftpd lftp"));
         assert!(md.contains("Scaled: profile quick"));
+        assert!(
+            md.contains("Data sets:\n\n- a: tree /srv/a: 2 files, 1 symlinks,"),
+            "{md}"
+        );
         let c = csv(&r);
         assert_eq!(c.lines().count(), 8);
         assert!(
@@ -382,6 +401,13 @@ mod tests {
             "{c}"
         );
         assert!(c.contains(",timeout,2,1000000,500000,"), "{c}");
+        assert!(
+            c.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with(",\"tree /srv/a: 2 files, 1 symlinks, 1000000 bytes (1.0 MB)\""),
+            "{c}"
+        );
         let t = table(&r);
         assert!(t.lines().nth(1).unwrap().contains("longhaul"), "{t}");
         // The page: an overview, per scenario a bar chart with the target line
@@ -398,6 +424,10 @@ mod tests {
         assert!(page.contains("Mbit/s (log)"), "no log axis");
         assert!(page.contains(">10</text>") && page.contains(">1000</text>"));
         assert!(page.contains("lftp not installed: apt-get install vsftpd lftp"));
+        assert!(
+            page.contains("<code>delay=35ms</code>; tree /srv/b: 2 files"),
+            "{page}"
+        );
         assert!(
             page.contains("<td class=\"ok\">900.0</td>")
                 && page.contains("<td class=\"bad\">14.0</td>")

@@ -10,7 +10,7 @@ use crate::live::{live, unmount};
 use crate::metrics::*;
 use crate::proc::{forget_group, reap, spawn, stop, tail, wait_ready};
 use crate::results::{Results, Run, Status};
-use crate::scenario::{Background, Plan, Storage, Suite};
+use crate::scenario::{Background, Data, Plan, Storage, Suite};
 use crate::tools::{Host, Proc, Proto, Receiver, Setup, Tool, ToolSpec};
 use anyhow::{bail, Context, Result};
 use longhaul_lab::ops;
@@ -54,11 +54,17 @@ fn receiver_name(i: usize) -> String {
 
 /// What `profile` does to `suite`, in a sentence for reports.
 pub fn profile_note(suite: &Suite, profile: &str) -> Result<String> {
+    let trees = suite.scenarios.iter().any(|s| s.tree.is_some());
     Ok(match suite.profile_of(profile)? {
         None => format!("profile {profile}: the suite as written"),
         Some(p) => format!(
-            "profile {profile}: {:.3}× the data of each file group (fewer files of the same size; a single file made smaller), time caps ×{:.3}{}{}",
+            "profile {profile}: {:.3}× the data of each file group (fewer files of the same size; a single file made smaller{}), time caps ×{:.3}{}{}",
             p.data_scale,
+            if trees {
+                "; a tree scenario's directory is used as it is"
+            } else {
+                ""
+            },
             p.time_scale,
             p.repeat.map_or(String::new(), |r| format!(", {r} repetition(s)")),
             if p.description.is_empty() {
@@ -77,6 +83,12 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Result<Results> {
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
     let out = std::fs::canonicalize(&opts.out)?;
+    // A tree that is missing stops the run before its first scenario.
+    for plan in &plans {
+        if let Data::Tree(dir) = &plan.data {
+            dataset::check_tree(dir, &out).with_context(|| format!("scenario '{}'", plan.name))?;
+        }
+    }
     let mut results = Results {
         suite: suite.clone(),
         profile: opts.profile.clone(),
@@ -115,11 +127,10 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
     }
     if opts.progress {
         eprintln!(
-            "scenario {}: link '{}', {} files, {:.1} MB{}",
+            "scenario {}: link '{}', {}{}",
             plan.name,
             plan.link_line(),
-            plan.file_count(),
-            plan.bytes() as f64 / 1e6,
+            plan.data.line(),
             if plan.links.len() > 1 {
                 format!(", {} receivers", plan.links.len())
             } else {
@@ -127,7 +138,17 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
             }
         );
     }
-    let data = dataset::prepare(&out.join("data"), &plan.files)?;
+    let data = match &plan.data {
+        Data::Files(groups) => dataset::prepare(&out.join("data"), groups)?,
+        Data::Tree(dir) => {
+            let data =
+                dataset::existing(dir, out).with_context(|| format!("scenario '{}'", plan.name))?;
+            if opts.progress {
+                eprintln!("  {}", data.describe());
+            }
+            data
+        }
+    };
     let mut hosts = vec![SERVER.to_string()];
     let per_host: Vec<String> = plan
         .links
@@ -231,6 +252,7 @@ fn run_tool(
         receivers: n as u32,
         status: Status::Skipped,
         note: String::new(),
+        data: data.describe(),
         files: data.files,
         bytes: data.bytes,
         delivered_bytes: 0,
@@ -494,10 +516,16 @@ fn run_tool(
         run.ttp = 0.0;
     } else if tool.moves_files() {
         let mut bad = Vec::new();
+        let mut unreadable = Vec::new();
         for (i, r) in receivers.iter().enumerate() {
-            let (_, _, hash) = dataset::tree_hash(&r.dst)?;
-            if hash != data.hash {
-                bad.push(receiver_name(i));
+            match dataset::tree_hash(&r.dst) {
+                Ok(sum) if sum.hash == data.hash => {}
+                Ok(_) => bad.push(receiver_name(i)),
+                // A tool may leave what the hash refuses (a FIFO, an unreadable file).
+                Err(e) => {
+                    bad.push(receiver_name(i));
+                    unreadable.push(format!("{e:#}"));
+                }
             }
         }
         run.verified = Some(bad.is_empty());
@@ -508,8 +536,13 @@ fn run_tool(
         };
         if !bad.is_empty() {
             run.note = format!(
-                "the tree delivered to {} differs from the data set",
-                bad.join(", ")
+                "the tree delivered to {} differs from the data set{}",
+                bad.join(", "),
+                if unreadable.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", unreadable.join("; "))
+                }
             );
         }
     } else {

@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use longhaul_netem::LinkSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// A suite file as written.
@@ -256,8 +257,14 @@ pub struct Scenario {
     /// server → receiver: `{ tcp_flows = 3 }` or `{ udp_pps = 20000, udp_size = 1250 }`.
     #[serde(default)]
     pub background: Option<BackgroundSpec>,
-    /// The data set: groups of files of one size.
+    /// The data set: groups of generated files of one size (or `tree`).
+    #[serde(default)]
     pub files: Vec<FileGroup>,
+    /// The data set as an existing directory (an absolute path), instead of
+    /// `files`: used as it is (profiles do not scale it), never written;
+    /// symlinks count as links.
+    #[serde(default)]
+    pub tree: Option<String>,
     /// Tools to run (`name` or `name:key=value,...`); empty means the suite's `tools`.
     #[serde(default)]
     pub tools: Vec<String>,
@@ -301,8 +308,8 @@ pub struct Plan {
     pub links: Vec<String>,
     /// Where receivers write (the scenario's, else the suite's).
     pub dest: Storage,
-    /// File groups as (bytes per file, count), scaled by the profile.
-    pub files: Vec<(u64, u64)>,
+    /// The data set.
+    pub data: Data,
     /// Tools in the order listed (the scenario's, else the suite's), no label twice.
     pub tools: Vec<ToolSpec>,
     /// (sweep name, x).
@@ -322,17 +329,30 @@ pub struct Plan {
     pub cc: Option<String>,
 }
 
+/// A scenario's data set, which every receiver gets whole.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Data {
+    /// Generated files: groups as (bytes per file, count), scaled by the profile.
+    Files(Vec<(u64, u64)>),
+    /// An existing directory, used as it is.
+    Tree(PathBuf),
+}
+
+impl Data {
+    /// For progress lines: `210 files, 52.0 MB` or `tree /usr/share`.
+    pub fn line(&self) -> String {
+        match self {
+            Data::Files(groups) => format!(
+                "{} files, {:.1} MB",
+                groups.iter().map(|(_, n)| n).sum::<u64>(),
+                groups.iter().map(|(size, n)| size * n).sum::<u64>() as f64 / 1e6
+            ),
+            Data::Tree(dir) => format!("tree {}", dir.display()),
+        }
+    }
+}
+
 impl Plan {
-    /// Bytes of the data set, which every receiver gets whole.
-    pub fn bytes(&self) -> u64 {
-        self.files.iter().map(|(size, n)| size * n).sum()
-    }
-
-    /// Number of files in the data set.
-    pub fn file_count(&self) -> u64 {
-        self.files.iter().map(|(_, n)| n).sum()
-    }
-
     /// The longest round trip of the receivers' paths (delays and jitter).
     pub fn max_rtt(&self) -> Duration {
         self.links
@@ -479,17 +499,28 @@ impl Suite {
                     .map_err(|e| anyhow::anyhow!("link '{l}': {e}"))
                     .with_context(ctx)?;
             }
-            if sc.files.is_empty() {
-                bail!("{}: files is empty", ctx());
-            }
-            let mut files = Vec::new();
-            for g in &sc.files {
-                let size = parse_size(&g.size).with_context(ctx)?;
-                if g.count == 0 || g.count > 1_000_000 {
-                    bail!("{}: count {} (1 to 1000000)", ctx(), g.count);
+            let data = match (&sc.tree, sc.files.is_empty()) {
+                (Some(_), false) => bail!("{}: give files or tree, not both", ctx()),
+                (None, true) => bail!(
+                    "{}: no data set (files = [{{ size = \"10kB\", count = 100 }}, ...] or tree = \"DIR\")",
+                    ctx()
+                ),
+                // Checked as a directory when the run starts (it may not exist
+                // where the suite is written).
+                (Some(t), true) if PathBuf::from(t).is_absolute() => Data::Tree(t.into()),
+                (Some(t), true) => bail!("{}: tree '{t}': give an absolute path", ctx()),
+                (None, false) => {
+                    let mut files = Vec::new();
+                    for g in &sc.files {
+                        let size = parse_size(&g.size).with_context(ctx)?;
+                        if g.count == 0 || g.count > 1_000_000 {
+                            bail!("{}: count {} (1 to 1000000)", ctx(), g.count);
+                        }
+                        files.push(scale_group((size, g.count), data_scale));
+                    }
+                    Data::Files(files)
                 }
-                files.push(scale_group((size, g.count), data_scale));
-            }
+            };
             let names = if sc.tools.is_empty() {
                 &info.tools
             } else {
@@ -572,7 +603,7 @@ impl Suite {
                 name: sc.name.clone(),
                 links,
                 dest: sc.dest.unwrap_or(info.dest),
-                files,
+                data,
                 tools,
                 sweep,
                 tcp_max,
@@ -686,9 +717,9 @@ mod tests {
         let full = s.plans_for("full").unwrap();
         let quick = s.plans_for("quick").unwrap();
         assert_eq!((full.len(), quick.len()), (26, 26));
-        assert_eq!(full[0].files, vec![(10_000, 20_000)]);
-        assert_eq!(quick[0].files, vec![(10_000, 400)]);
-        assert_eq!(quick[12].files, vec![(80_000_000, 1)]);
+        assert_eq!(full[0].data, Data::Files(vec![(10_000, 20_000)]));
+        assert_eq!(quick[0].data, Data::Files(vec![(10_000, 400)]));
+        assert_eq!(quick[12].data, Data::Files(vec![(80_000_000, 1)]));
         assert_eq!(full[0].time_cap, Duration::from_secs(3600));
         let cap = quick[0].time_cap.as_secs_f64();
         assert!((cap - 10.0).abs() < 0.01, "{cap}");
@@ -713,7 +744,7 @@ mod tests {
         let lat = &plans[8];
         assert_eq!(lat.sweep, Some(("latency-4MiB".to_string(), 1.0)));
         assert_eq!(lat.tcp_max, Some(4 << 20));
-        assert_eq!(lat.files, vec![(107_374_182, 1)]);
+        assert_eq!(lat.data, Data::Files(vec![(107_374_182, 1)]));
         let labels: Vec<&str> = lat.tools.iter().map(|t| t.label.as_str()).collect();
         assert_eq!(labels.first(), Some(&"gridftp:p=1"));
         assert_eq!(labels.last(), Some(&"longhaul"));
@@ -732,18 +763,18 @@ mod tests {
         assert!(!glob("abc", "abcd") && glob("a**", "a") && glob("é*", "éa"));
     }
 
+    /// A suite "t" at 1G of one scenario "a": `tools` (TOML list items), then
+    /// the scenario's `body`.
+    fn one_scenario(tools: &str, body: &str) -> String {
+        format!("[suite]\nname = \"t\"\nline_rate = \"1G\"\ntools = [{tools}]\n[[scenario]]\nname = \"a\"\n{body}\n")
+    }
+
     #[test]
     fn receivers_and_links() {
-        let base = r#"
-[suite]
-name = "t"
-line_rate = "1G"
-tools = ["uftp"]
-[[scenario]]
-name = "a"
-LINKS
-files = [{ size = "10kB", count = 3 }]
-"#;
+        let base = one_scenario(
+            "\"uftp\"",
+            "LINKS\nfiles = [{ size = \"10kB\", count = 3 }]",
+        );
         let plan = |links: &str| {
             Suite::parse(&base.replace("LINKS", links)).map(|s| s.plans().unwrap()[0].clone())
         };
@@ -773,6 +804,40 @@ files = [{ size = "10kB", count = 3 }]
     }
 
     #[test]
+    fn a_tree_is_a_data_set_used_as_it_is_and_files_or_tree_not_both() {
+        let base = one_scenario("\"longhaul\", \"rsync\"", "link = \"delay=35ms\"\nDATA");
+        let parse = |data: &str| {
+            Suite::parse(&format!(
+                "{}[profile.quick]\ndata_scale = 0.01\n",
+                base.replace("DATA", data)
+            ))
+        };
+        let s = parse("tree = \"/usr/share\"").unwrap();
+        for profile in PROFILES {
+            let p = &s.plans_for(profile).unwrap()[0];
+            assert_eq!(p.data, Data::Tree("/usr/share".into()), "{profile}");
+            assert_eq!(p.data.line(), "tree /usr/share");
+        }
+        let note = crate::runner::profile_note(&s, "quick").unwrap();
+        assert!(
+            note.contains("a tree scenario's directory is used as it is"),
+            "{note}"
+        );
+        // Checked as a directory only when the run starts.
+        assert!(parse("tree = \"/no/such/tree\"").is_ok());
+        let err = |data: &str| format!("{:#}", parse(data).unwrap_err());
+        let both = err("tree = \"/usr/share\"\nfiles = [{ size = \"1kB\", count = 1 }]");
+        assert!(
+            both.contains("scenario 'a': give files or tree, not both"),
+            "{both}"
+        );
+        assert!(err("").contains("scenario 'a': no data set (files = ["));
+        assert!(err("files = []").contains("scenario 'a': no data set"));
+        assert!(err("tree = \"usr/share\"").contains("tree 'usr/share': give an absolute path"));
+        assert!(err("tree = 3").contains("invalid type"));
+    }
+
+    #[test]
     fn mistakes_are_named() {
         let base = r#"
 [suite]
@@ -786,7 +851,8 @@ files = [{ size = "10kB", count = 3 }]
 "#;
         let s = Suite::parse(base).unwrap();
         let p = &s.plans().unwrap()[0];
-        assert_eq!((p.bytes(), p.file_count(), p.repeat), (30_000, 3, 1));
+        assert_eq!(p.data, Data::Files(vec![(10_000, 3)]));
+        assert_eq!((p.data.line().as_str(), p.repeat), ("3 files, 0.0 MB", 1));
         assert_eq!(p.time_cap, Duration::from_secs(300));
         let err = |from: &str, to: &str| {
             format!("{:#}", Suite::parse(&base.replace(from, to)).unwrap_err())

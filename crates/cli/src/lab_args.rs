@@ -226,6 +226,7 @@ iperf3 (memory to memory).
 
 Profiles scale a suite to a time budget (the suite file says how; a suite
 without profiles runs as written under each): quick, standard (default), full.
+They scale generated files; a scenario's tree is used as it is under each.
 
 A suite file (TOML):
   [suite]
@@ -255,6 +256,13 @@ A suite file (TOML):
   name = \"two-sites\"
   links = [\"rate=1G\", \"rate=1G delay=35ms loss=1e-6\"]    # one per receiver
   files = [{ size = \"10kB\", count = 100 }, { size = \"5MB\", count = 4 }]
+  [[scenario]]
+  name = \"usr-share\"
+  link = \"rate=1G delay=35ms loss=1e-3 queue=5833pkts\"
+  tree = \"/usr/share\"         # an existing directory instead of files: served
+                               # where it is, read-only, not scaled; symlinks
+                               # are compared as links (a tool that follows or
+                               # drops them is not identical)
   [sweep.latency]                # scenarios with sweep = \"latency\" and an x
   x = \"one-way latency (ms)\"   # are drawn against x, a line per tool
   metrics = [\"mbps\"]           # charts: mbps, ttp, goodput, seconds, share
@@ -267,7 +275,8 @@ A suite file (TOML):
   files = [{ size = \"1GB\", count = 1 }]
 
 Each scenario gets a lab (host srv at the hub, receivers cli, cli2, ... behind
-their links) and a generated data set (cached in OUT/data). Each tool moves it
+their links) and a generated data set (cached in OUT/data) or its tree (hashed
+when the scenario starts; it must exist when the run starts, apart from OUT). Each tool moves it
 from srv to every receiver: daemons started and waited for, clients timed
 (unicast tools run one client per receiver at once; uftp and longhaul-mc
 multicast), all
