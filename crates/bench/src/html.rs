@@ -4,8 +4,8 @@
 //! emulator's throughput over time for each tool's first run (like the
 //! studies' histograms), and every run's numbers.
 
-use crate::results::{axes, cell, cell_of, runs_of, share_text, Results, Run, Status};
-use crate::scenario::{Metric, Sweep};
+use crate::results::{axes, cell, cell_of, rate_text, runs_of, share_text, Results, Run, Status};
+use crate::scenario::{down_rate_bps, Metric, Sweep};
 use std::fmt::Write as _;
 
 const COLORS: [&str; 8] = [
@@ -53,7 +53,12 @@ fn bars(r: &Results, scenario: &str, tools: &[String]) -> String {
             })
         })
         .collect();
-    let line = r.line_rate_bps as f64 / 1e6;
+    // This scenario's link rate (the suite's only where its links have none).
+    let link = r.runs.iter().find(|x| x.scenario == scenario);
+    let line = link
+        .and_then(|x| down_rate_bps(x.link.split(" | ")))
+        .unwrap_or(r.line_rate_bps) as f64
+        / 1e6;
     let target = r.suite.suite.target_mbps;
     let top = rows.iter().filter_map(|x| x.1).fold(0.0, f64::max);
     let low = rows
@@ -61,7 +66,7 @@ fn bars(r: &Results, scenario: &str, tools: &[String]) -> String {
         .filter_map(|x| x.1)
         .filter(|v| *v > 0.0)
         .fold(f64::INFINITY, f64::min);
-    // The fastest bar or the target, but at least a tenth of the line rate,
+    // The fastest bar or the target, but at least a tenth of the link's rate,
     // so that a few Mbit/s do not fill the chart.
     let (left, width, bar_h, gap) = (90.0, 460.0, 22.0, 8.0);
     let height = 30.0 + rows.len() as f64 * (bar_h + gap) + 24.0;
@@ -115,17 +120,21 @@ fn bars(r: &Results, scenario: &str, tools: &[String]) -> String {
         );
         match mean {
             Some(m) => {
+                let value = rate_text(*m);
+                let unit = if value.ends_with("kbit/s") {
+                    ""
+                } else {
+                    " Mbit/s"
+                };
                 let _ = write!(
                     s,
-                    r#"<rect x="{left}" y="{y:.1}" width="{:.1}" height="{bar_h}" fill="{}"><title>{} {:.1} Mbit/s{}</title></rect><text x="{:.1}" y="{:.1}" class="value">{:.1}{}</text>"#,
+                    r#"<rect x="{left}" y="{y:.1}" width="{:.1}" height="{bar_h}" fill="{}"><title>{} {value}{unit}{}</title></rect><text x="{:.1}" y="{:.1}" class="value">{value}{}</text>"#,
                     (x(*m) - left).max(1.0),
                     color(tools, tool),
                     esc(tool),
-                    m,
                     esc(note),
                     x(*m) + 4.0,
                     y + bar_h * 0.7,
-                    m,
                     esc(note)
                 );
             }
@@ -446,7 +455,12 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
                         Some(_) => "bad",
                         None => "",
                     };
-                    let _ = write!(s, "<td class=\"{class}\">{m:.1}{}</td>", esc(&note));
+                    let _ = write!(
+                        s,
+                        "<td class=\"{class}\">{}{}</td>",
+                        rate_text(m),
+                        esc(&note)
+                    );
                 }
                 (None, why) => {
                     let _ = write!(s, "<td class=bad>{}</td>", esc(&why));
@@ -505,13 +519,13 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
             let class = if x.status == Status::Ok { "ok" } else { "bad" };
             let _ = write!(
                 s,
-                "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td>{:.2}</td><td>{}</td><td>{:.1}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td class=l>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td class=l>{}</td></tr>",
                 esc(&x.tool),
                 x.rep,
                 esc(x.status.as_str()),
                 x.wall_s,
                 x.ttfb_s.map_or("-".into(), |t| format!("{t:.2}")),
-                x.mbps,
+                rate_text(x.mbps),
                 x.ttp,
                 x.goodput,
                 share_text(x),
@@ -526,7 +540,7 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
     for (t, v) in &r.versions {
         let _ = write!(s, "<li>{}: {}</li>", esc(t), esc(v));
     }
-    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver, from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / line rate) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background's bytes, counted once a second and spread evenly). Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included.</p></body></html>\n");
+    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background's bytes, counted once a second and spread evenly). Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included.</p></body></html>\n");
     s
 }
 

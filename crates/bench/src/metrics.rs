@@ -134,6 +134,13 @@ pub(crate) fn steady(series_mbps: &[f64], waits_us: &[Option<u32>]) -> Option<St
     })
 }
 
+/// TTP (seed 003): (delivered payload bits / the path's rate) / wall time, so
+/// 1.0 moved the data at the rate of the bottleneck
+/// ([`crate::scenario::Plan::ttp_rate_bps`]).
+pub(crate) fn ttp(delivered: u64, wall_s: f64, rate_bps: u64) -> f64 {
+    (delivered as f64 * 8.0 / rate_bps as f64) / wall_s
+}
+
 /// G as seed 003 defines it: payload bytes delivered (one copy) / bytes the
 /// server sent on the wire.
 pub(crate) fn goodput(delivered: u64, wire: u64) -> f64 {

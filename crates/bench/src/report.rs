@@ -2,7 +2,7 @@
 //! terminal shows. All of them are rendered from results.json alone, so
 //! `lab report DIR` re-renders a run's reports.
 
-use crate::results::{axes, cell, cell_of, runs_of, share_text, Results};
+use crate::results::{axes, cell, cell_of, rate_text, runs_of, share_text, Results};
 use crate::scenario::Metric;
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
@@ -110,7 +110,7 @@ pub fn summary(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "Mbit/s per receiver (payload bytes × 8 / wall time), mean of the runs that completed and verified; ⏱ = stopped at the time cap, the rate of what it had delivered by then:\n"
+        "Mbit/s per receiver (payload bytes × 8 / wall time; below 1 Mbit/s in kbit/s), mean of the runs that completed and verified; ⏱ = stopped at the time cap, the rate of what it had delivered by then:\n"
     );
     let _ = write!(s, "| scenario | link |");
     for t in &tools {
@@ -139,7 +139,7 @@ pub fn summary(r: &Results) -> String {
                     let mark = info
                         .target_mbps
                         .map_or("", |tg| if m >= tg { " ✓" } else { " ✗" });
-                    let _ = write!(s, " {m:.1}{mark}{note} |");
+                    let _ = write!(s, " {}{mark}{note} |", rate_text(m));
                 }
                 (None, why) => {
                     let _ = write!(s, " {why} |");
@@ -174,7 +174,7 @@ pub fn summary(r: &Results) -> String {
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {:.1} | {:.3} | {:.3} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
             x.scenario,
             x.tool,
             x.rep,
@@ -183,11 +183,11 @@ pub fn summary(r: &Results) -> String {
             x.bytes as f64 / 1e6,
             x.wall_s,
             x.ttfb_s.map_or("-".into(), |t| format!("{t:.2}")),
-            x.mbps,
+            rate_text(x.mbps),
             x.ttp,
             x.goodput,
             share_text(x),
-            opt(x.steady_mbps, 1, "-"),
+            x.steady_mbps.map_or("-".into(), rate_text),
             match (x.queue_ms, x.queue_max_ms) {
                 (Some(q), Some(m)) => format!("{q:.1} ({m:.1})"),
                 _ => "-".into(),
@@ -204,7 +204,7 @@ pub fn summary(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\nTTP = (payload bytes / line rate) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
+        "\nTTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
     );
     s
 }
@@ -243,7 +243,10 @@ fn sweep_table(r: &Results, name: &str, x_label: &str, metric: Metric, tools: &[
         let _ = write!(s, "| {v} |");
         for t in &cols {
             match cell_of(&runs_of(r, sc, t), metric) {
-                (Some(m), note) if matches!(metric, Metric::Mbps | Metric::Seconds) => {
+                (Some(m), note) if metric == Metric::Mbps => {
+                    let _ = write!(s, " {}{note} |", rate_text(m));
+                }
+                (Some(m), note) if metric == Metric::Seconds => {
                     let _ = write!(s, " {m:.1}{note} |");
                 }
                 (Some(m), note) => {
@@ -263,7 +266,7 @@ fn sweep_table(r: &Results, name: &str, x_label: &str, metric: Metric, tools: &[
 pub fn table(r: &Results) -> String {
     let (scenarios, tools) = axes(r);
     let mut s = format!(
-        "{:<24} {:<9} {:>9} {:>8} {:>7} {:>6} {:>6} {:>6} {:>8} {:>8}  {}\n",
+        "{:<24} {:<9} {:>11} {:>8} {:>7} {:>6} {:>6} {:>6} {:>8} {:>8}  {}\n",
         "SCENARIO",
         "TOOL",
         "Mbit/s",
@@ -281,10 +284,10 @@ pub fn table(r: &Results) -> String {
             for x in r.runs.iter().filter(|x| &x.scenario == sc && &x.tool == t) {
                 let _ = writeln!(
                     s,
-                    "{:<24} {:<9} {:>9.1} {:>8.2} {:>7} {:>6.3} {:>6.3} {:>6} {:>8.2} {:>8.2}  {}{}",
+                    "{:<24} {:<9} {:>11} {:>8.2} {:>7} {:>6.3} {:>6.3} {:>6} {:>8.2} {:>8.2}  {}{}",
                     x.scenario,
                     x.tool,
-                    x.mbps,
+                    rate_text(x.mbps),
                     x.wall_s,
                     x.ttfb_s.map_or("-".into(), |t| format!("{t:.2}")),
                     x.ttp,

@@ -95,7 +95,9 @@ pub struct Run {
     pub wall_s: f64,
     /// Delivered bytes per receiver over the wall time.
     pub mbps: f64,
-    /// (payload bytes / line rate) / wall time (seed 003).
+    /// (payload bytes / the scenario's bottleneck rate) / wall time (seed 003):
+    /// the bottleneck is the receivers' down-direction link rate (the slowest
+    /// limited receiver), or the suite's `line_rate_bps` when no link has a rate.
     pub ttp: f64,
     /// Payload bytes (one copy) / bytes the server put on the wire (seed 003).
     pub goodput: f64,
@@ -159,7 +161,8 @@ pub struct Results {
     /// Each tool's version (the first line its version command printed), by tool
     /// name; recorded when the tool first runs, so a skipped tool has none.
     pub versions: BTreeMap<String, String>,
-    /// The suite's line rate in bit/s, the reference of `ttp`.
+    /// The suite's line rate in bit/s, the reference of `ttp` only for scenarios
+    /// whose links have no rate (the others use their links' own).
     pub line_rate_bps: u64,
     /// Every run, in the order they ran.
     pub runs: Vec<Run>,
@@ -237,6 +240,26 @@ pub fn cell_of(runs: &[&Run], metric: Metric) -> (Option<f64>, String) {
     (Some(v), note)
 }
 
+/// A rate (stored in Mbit/s) for a table cell in Mbit/s: from 1 Mbit/s up as it
+/// always was ("1.5"), below it in kbit/s to three significant digits ("213
+/// kbit/s"), so slow links do not read "0.2" for every tool. Zero stays "0.0".
+/// The CSV and results.json keep plain Mbit/s.
+pub fn rate_text(mbps: f64) -> String {
+    let kbps = mbps * 1e3;
+    if mbps >= 1.0 || kbps.is_nan() || kbps <= 0.0 {
+        return format!("{mbps:.1}");
+    }
+    // Rounded to three significant digits first, so 99.96 prints "100", not
+    // "100.0", and 999.6 kbit/s is 1.0 Mbit/s.
+    let digits = |v: f64| (2 - v.log10().floor() as i32).max(0) as usize;
+    let scale = 10f64.powi(digits(kbps) as i32);
+    let k = (kbps * scale).round() / scale;
+    if k >= 1e3 {
+        return format!("{mbps:.1}");
+    }
+    format!("{k:.0$} kbit/s", digits(k))
+}
+
 /// The share column: the tool's part of the link beside background traffic.
 pub fn share_text(x: &Run) -> String {
     x.share().map_or("-".into(), |s| format!("{s:.3}"))
@@ -262,5 +285,19 @@ mod tests {
             assert_eq!(s.measured(), matches!(s, Status::Ok | Status::Timeout));
         }
         assert!(serde_json::from_value::<Status>("fine".into()).is_err());
+    }
+
+    #[test]
+    fn slow_rates_print_in_kbit_s_to_three_digits_and_the_rest_as_before() {
+        let text = |bps: f64| rate_text(bps / 1e6);
+        assert_eq!(text(213_400.0), "213 kbit/s");
+        assert_eq!(text(21_340.0), "21.3 kbit/s");
+        assert_eq!(text(2_134.0), "2.13 kbit/s");
+        assert_eq!(text(99_960.0), "100 kbit/s");
+        assert_eq!(text(999_600.0), "1.0");
+        assert_eq!(text(1_000_000.0), "1.0");
+        assert_eq!(text(1_500_000.0), "1.5");
+        assert_eq!(text(217_600_000.0), "217.6");
+        assert_eq!(text(0.0), "0.0");
     }
 }

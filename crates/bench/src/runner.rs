@@ -500,7 +500,13 @@ fn run_tool(
     // against the wire bytes it sent, never the whole data set.
     run.goodput = goodput(run.delivered_bytes, run.wire_bytes);
     run.mbps = run.delivered_bytes as f64 * 8.0 / wall / 1e6;
-    run.ttp = (run.delivered_bytes as f64 * 8.0 / results.line_rate_bps as f64) / wall;
+    // Against this scenario's own bottleneck (the suite's line rate only when
+    // its links are unlimited), so a suite of slow and fast paths compares.
+    run.ttp = ttp(
+        run.delivered_bytes,
+        wall,
+        plan.ttp_rate_bps(results.line_rate_bps),
+    );
     if timed_out {
         run.status = Status::Timeout;
         run.note = format!(
@@ -694,6 +700,46 @@ mod tests {
         assert!((g - 0.909).abs() < 0.001, "{g}");
         assert_eq!(super::goodput(0, 0), 0.0);
         assert_eq!(super::goodput(5, 10), 0.5);
+    }
+
+    #[test]
+    fn ttp_is_taken_against_each_scenarios_own_link() {
+        // Issue 28: a suite of a 256 kbit/s and a 10 Mbit/s path whose line rate
+        // is 256k read TTP 34.8 on the fast one. Each is now against its own
+        // link: the receivers' down rate, or the suite's line rate when unlimited.
+        let mut text =
+            "[suite]\nname = \"mixed\"\nline_rate = \"256k\"\ntools = [\"rsync\"]\n".to_string();
+        for (name, links) in [
+            ("slow", r#"link = "rate=256k delay=300ms""#),
+            ("fast", r#"link = "rate=10M delay=20ms""#),
+            (
+                "asymmetric",
+                r#"links = ["up:rate=10M down:rate=2M", "down:rate=1M"]"#,
+            ),
+            ("unlimited", r#"link = "delay=5ms""#),
+        ] {
+            text += &format!(
+                "[[scenario]]\nname = \"{name}\"\n{links}\nfiles = [{{ size = \"1MB\", count = 1 }}]\n"
+            );
+        }
+        let suite = Suite::parse(&text).unwrap();
+        let line = suite.line_rate_bps();
+        let rates: Vec<u64> = suite
+            .plans()
+            .unwrap()
+            .iter()
+            .map(|p| p.ttp_rate_bps(line))
+            .collect();
+        assert_eq!(rates, [256_000, 10_000_000, 1_000_000, 256_000]);
+        // 100 kB in 4 s at 256 kbit/s (200 kbit/s); 10 MB in 8.989 s at
+        // 10 Mbit/s (8.9 Mbit/s, 34.8 against 256k before).
+        let slow = ttp(100_000, 4.0, rates[0]);
+        let fast = ttp(10_000_000, 8.989, rates[1]);
+        assert!((slow - 0.78125).abs() < 1e-9, "{slow}");
+        assert!((fast - 0.890).abs() < 1e-3, "{fast}");
+        assert!(ttp(10_000_000, 8.989, line) > 34.7, "the old reference");
+        // The slowest receiver bounds the run: 1 MB in 8 s is 1.0 of 1 Mbit/s.
+        assert_eq!(ttp(1_000_000, 8.0, rates[2]), 1.0);
     }
 
     #[test]

@@ -81,8 +81,8 @@ pub enum Metric {
     /// Mbit/s per receiver: delivered bytes × 8 / wall time (the default).
     #[default]
     Mbps,
-    /// TTP (seed 003): (delivered payload bytes / line rate) / wall time, so 1.0 is
-    /// the line rate.
+    /// TTP (seed 003): (delivered payload bytes / the path's rate) / wall time, so
+    /// 1.0 is the rate of the scenario's bottleneck ([`Plan::ttp_rate_bps`]).
     Ttp,
     /// G (seed 003): payload bytes delivered (one copy) / bytes the server put on
     /// the wire.
@@ -198,7 +198,9 @@ pub struct SuiteInfo {
     /// The study it replays (e.g. "seed 000: EUMETSAT WAN study, Table 1").
     #[serde(default)]
     pub cites: String,
-    /// The path's line rate (bit/s, e.g. "1G"), for TTP.
+    /// The path's line rate (bit/s, e.g. "1G"): the reference of TTP for a
+    /// scenario whose links set no rate (the others use their own), and what push
+    /// tools send at 90 % of.
     pub line_rate: String,
     /// Throughput a tool must reach to meet the suite's target (Mbit/s).
     #[serde(default)]
@@ -367,6 +369,15 @@ impl Plan {
             .unwrap_or_default()
     }
 
+    /// The rate TTP is taken against, bit/s: the bottleneck on the path the data
+    /// takes, which is the receivers' down direction (`down:rate=`, or a plain
+    /// `rate=`); with several receivers the slowest limited one, as the run
+    /// lasts until the last receiver has the data. Only when no receiver's link
+    /// has a rate (unlimited) is it the suite's `line_rate`, given here.
+    pub fn ttp_rate_bps(&self, line_rate_bps: u64) -> u64 {
+        down_rate_bps(self.links.iter().map(String::as_str)).unwrap_or(line_rate_bps)
+    }
+
     /// The links as one line ("A" or "A | B" for two receivers).
     pub fn link_line(&self) -> String {
         self.links.join(" | ")
@@ -446,7 +457,8 @@ impl Suite {
         Ok(self.profile.get(name))
     }
 
-    /// The `[suite]` line rate in bit/s, the reference of TTP (checked by
+    /// The `[suite]` line rate in bit/s, the reference of TTP where a scenario's
+    /// links set no rate ([`Plan::ttp_rate_bps`]; checked by
     /// [`Suite::parse`]).
     pub fn line_rate_bps(&self) -> u64 {
         parse_rate(&self.suite.line_rate).expect("checked by plans()")
@@ -640,6 +652,15 @@ pub fn parse_size(s: &str) -> Result<u64> {
         bail!("size '{s}': at most 10 TB");
     }
     Ok(v)
+}
+
+/// The slowest rate, bit/s, at which these links deliver to their hosts (the
+/// down direction: `down:rate=` or a plain `rate=`); None when none sets one.
+pub fn down_rate_bps<'a>(links: impl IntoIterator<Item = &'a str>) -> Option<u64> {
+    links
+        .into_iter()
+        .filter_map(|l| l.parse::<LinkSpec>().ok()?.down.rate_bps)
+        .min()
 }
 
 /// A rate in bit/s, as the link SPEC writes it ("1G", "100M", "256k").
