@@ -231,7 +231,7 @@ They scale generated files; a scenario's tree is used as it is under each.
 A suite file (TOML):
   [suite]
   name = \"mine\"
-  line_rate = \"1G\"            # for TTP
+  line_rate = \"1G\"            # multicast send rate; TTP of links without one
   target_mbps = 350           # optional: marked met or not in summary.md
   tools = [\"longhaul\", \"rsync\", \"ftp\", \"gridftp\", \"tarnc\", \"scp\", \"uftp\", \"iperf3\"]
   repeat = 1
