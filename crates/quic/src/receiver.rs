@@ -176,9 +176,9 @@ async fn drive(
     let heard = disk.heard();
     let mut streams: HashMap<u64, mpsc::Sender<Vec<u8>>> = HashMap::new();
     let mut control_open = true;
+    // What `Done` says, if what comes next ends the session.
+    let held_back = |core: &mut RecvCore| core.set_held_back(behind.held.lock().unwrap().total());
     loop {
-        // (What Done will say, if this round ends the session.)
-        core.set_held_back(behind.held.lock().unwrap().total());
         loop {
             let mut idle = true;
             while let Some(f) = core.poll_frame() {
@@ -210,14 +210,17 @@ async fn drive(
         let deadline = core.poll_timeout();
         tokio::select! {
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now).into()), if deadline.is_some() => {
+                held_back(core);
                 core.handle_timeout(Instant::now());
             }
             f = rx.recv(), if control_open => {
                 heard.now();
                 control_open = f.is_some();
+                held_back(core);
                 core.handle_control(Instant::now(), f);
             }
             i = inputs.recv() => {
+                held_back(core);
                 // What else is there already goes in before the core's
                 // frames go out: fewer, fuller control packets.
                 let mut next = i;

@@ -816,15 +816,15 @@ impl RecvCore {
         }
     }
 
-    /// When the core wants [`RecvCore::handle_timeout`] at the latest: the
-    /// verified files waiting for a commit are due then, even if nothing
-    /// else happens (a sender that went silent).
     /// The time so far during which the driver read no data because the
     /// receiver was behind: the report's, and `Done`'s.
     pub(crate) fn set_held_back(&mut self, d: Duration) {
         self.report.held_back_s = d.as_secs_f64();
     }
 
+    /// When the core wants [`RecvCore::handle_timeout`] at the latest: the
+    /// verified files waiting for a commit are due then, even if nothing
+    /// else happens (a sender that went silent).
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         if !self.running() || self.committing {
             return None;

@@ -266,6 +266,8 @@ fn a_tree_arrives_whole_and_verified() {
     s.frame(file(4, "big", &big));
     s.frame(file(5, "empty", b""));
     s.frame(entry(6, "link", EntryKind::Symlink, 0));
+    // The driver's measure of the time it was behind goes out with Done.
+    s.core.set_held_back(Duration::from_millis(2250));
     s.frame(Frame::ManifestEnd);
     assert_eq!(
         s.wants(),
@@ -280,7 +282,7 @@ fn a_tree_arrives_whole_and_verified() {
         s.sent.last(),
         Some(&Frame::Done {
             ok: true,
-            behind_ms: 0
+            behind_ms: 2250
         })
     );
     assert_eq!(read(&s.path("sub/small")), small);
@@ -294,6 +296,7 @@ fn a_tree_arrives_whole_and_verified() {
     ids.sort();
     assert_eq!(ids, [3, 4, 5]);
     let r = s.core.take_report();
+    assert_eq!(r.held_back_s, 2.25);
     assert_eq!((r.dirs, r.symlinks), (2, 1));
     assert!(r.files.iter().all(|f| f.status == Status::Verified));
     let big_report = r.files.iter().find(|f| f.path == "dest/run/big").unwrap();

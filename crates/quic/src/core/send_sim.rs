@@ -240,10 +240,14 @@ fn files_go_out_when_wanted_their_hash_with_the_data_or_after_it() {
     }
     s.frame(Frame::Done {
         ok: true,
-        behind_ms: 0,
+        behind_ms: 1500,
     });
     assert_eq!(*s.core.state(), State::Finished);
     let r = s.core.take_report();
+    assert_eq!(
+        r.held_back_s, 1.5,
+        "the receiver's time behind, from its Done"
+    );
     assert_eq!(r.dirs, 1);
     assert!(r.problems.is_empty());
     let big_r = r.files.iter().find(|f| f.path == "big").unwrap();

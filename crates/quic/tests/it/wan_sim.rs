@@ -560,3 +560,17 @@ fn on_short_paths_the_headroom_does_not_ratchet_the_queue() {
         assert!(q <= 10.0, "{rtt} ms: standing queue {q:.1} ms");
     }
 }
+
+#[test]
+fn a_rate_that_falls_to_a_fifth_is_followed() {
+    // 1 Gbit/s, then 200 Mbit/s from 10 s: every round overflows until the
+    // estimate comes down; one cut per overflow must not hold it up.
+    let mut p = gbit(70, 1e-4);
+    p.rate.push((Duration::from_secs(10), 25e6));
+    let o = run(&p, 0, 30.0, 9);
+    let after = o.rate(15.0, 30.0);
+    assert!(after >= 170e6, "after: {:.0} Mbit/s", after / 1e6);
+    // (The standing queue after the fall is 46.7 ms here, before the one
+    // cut per overflow as after it: the repeated overflows make `wan`
+    // compete as CUBIC does, whose queue that is. Not yet bounded.)
+}
