@@ -754,8 +754,10 @@ fn capture_and_cleanup_after_crashes() {
         .unwrap();
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    wait_until(|| !namespaces().iter().any(|n| n.starts_with("lh-tcap-")));
-    assert!(!std::path::Path::new("/etc/netns/lh-tcap-srv").exists());
+    // It removes the namespaces, then their /etc/netns files: wait for both
+    // (asserting the files gone right after the namespaces raced it once).
+    let etc = std::path::Path::new("/etc/netns/lh-tcap-srv");
+    wait_until(|| !namespaces().iter().any(|n| n.starts_with("lh-tcap-")) && !etc.exists());
     drop(lab);
 }
 
