@@ -491,7 +491,6 @@ fn build_report(
         data_seconds,
     } = about;
     let seconds = started.elapsed().as_secs_f64();
-    let receiver_behind_s = r.held_back_s;
     let mut t = Totals {
         dirs: r.dirs,
         symlinks: r.symlinks,
@@ -535,7 +534,7 @@ fn build_report(
             "get" => streams as usize,
             _ => opts.send_streams(),
         },
-        receiver_behind_s,
+        receiver_behind_s: r.held_back_s,
     }
 }
 

@@ -249,12 +249,11 @@ pub(crate) fn spawn_window_tuner(
         peak: peak.clone(),
         send_window: Arc::new(AtomicU64::new(window)),
     };
-    let mut send = SendWindow {
-        window,
-        shown: out.send_window.clone(),
+    let send = SendWindow {
+        window: out.send_window.clone(),
         budget,
     };
-    conn.set_send_window(send.window);
+    conn.set_send_window(window);
     tokio::spawn(async move {
         let mut recv_window = opts.initial_window();
         // (received, sent, sent and not lost) bytes.
@@ -299,7 +298,7 @@ pub(crate) fn spawn_window_tuner(
                     conn.set_receive_window(v);
                 }
             }
-            if let Some(w) = grown(send.window, tx, opts.max_window) {
+            if let Some(w) = grown(send.get(), tx, opts.max_window) {
                 send.grow(&conn, w);
             }
             second.push_back(of_flow(now));
@@ -322,30 +321,33 @@ pub(crate) struct Tuned {
     pub send_window: Arc<AtomicU64>,
 }
 
-/// A connection's send window, and the budget it is granted from (if any),
-/// to which it goes back however the tuner ends (the connection, or the
-/// runtime dropping the task).
+/// A connection's send window, shared with the sender
+/// ([`Tuned::send_window`]), and the budget it is granted from (if any), to
+/// which it goes back however the tuner ends (the connection, or the
+/// runtime dropping the task). Only the tuner changes it.
 struct SendWindow {
-    window: u64,
-    /// `window`, for the sender ([`Tuned::send_window`]).
-    shown: Arc<AtomicU64>,
+    window: Arc<AtomicU64>,
     budget: Option<Arc<SendBudget>>,
 }
 
 impl SendWindow {
+    fn get(&self) -> u64 {
+        self.window.load(Ordering::Relaxed)
+    }
+
     /// Grow the window towards `to`, as far as the budget grants.
-    fn grow(&mut self, conn: &quinn::Connection, to: u64) {
-        let Some(more) = to.checked_sub(self.window).filter(|&m| m > 0) else {
+    fn grow(&self, conn: &quinn::Connection, to: u64) {
+        let now = self.get();
+        let Some(more) = to.checked_sub(now).filter(|&m| m > 0) else {
             return;
         };
         let got = match &self.budget {
-            Some(b) => b.grow(self.window, more),
+            Some(b) => b.grow(now, more),
             None => more,
         };
         if got > 0 {
-            self.window += got;
-            conn.set_send_window(self.window);
-            self.shown.store(self.window, Ordering::Relaxed);
+            self.window.store(now + got, Ordering::Relaxed);
+            conn.set_send_window(now + got);
         }
     }
 }
@@ -353,7 +355,7 @@ impl SendWindow {
 impl Drop for SendWindow {
     fn drop(&mut self) {
         if let Some(b) = &self.budget {
-            b.leave(self.window);
+            b.leave(self.get());
         }
     }
 }

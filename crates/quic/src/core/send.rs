@@ -198,10 +198,11 @@ pub(crate) const LANE_BYTES: u64 = 256 << 10;
 /// The bytes all lanes together may have in hand (being read, or waiting
 /// for room on their stream) for a send window of `window` bytes: a
 /// quarter of it, but always room for one record (work is handed out while
-/// the lanes hold less than this, so they may hold up to one record more). A session whose peer
-/// stopped acknowledging holds its full window in QUIC's buffer plus what
-/// its lanes hold outside it: four 1 MiB chunks each, for 64 such sessions
-/// of a server, were as much again as their shared send buffer.
+/// the lanes hold less than this, so they may hold up to one record more).
+/// A session whose peer stopped acknowledging holds its full window in
+/// QUIC's buffer plus what its lanes hold outside it: four 1 MiB chunks
+/// each, for 64 such sessions of a server, were as much again as their
+/// shared send buffer.
 pub(crate) fn in_hand_limit(window: u64) -> u64 {
     window / 4
 }
