@@ -425,6 +425,6 @@ mod tests {
         assert_eq!(c.window(), 5_000_000);
         h.set(Some(CcChoice::Wan(0)), 0);
         c.on_sent(now, 1200, 4);
-        assert_eq!(c.window(), crate::wan::INITIAL_WINDOW);
+        assert_eq!(c.window(), crate::wan::FIRST_FLIGHT_MIN * 1200);
     }
 }

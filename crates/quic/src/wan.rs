@@ -58,23 +58,52 @@ const PROBE_QUEUE: Duration = Duration::from_millis(25);
 /// never less than this: on short paths ACKs come in bursts (the receiver's
 /// ACK delay, its scheduling) that a shorter span would read as a rate.
 const SLIDE_MIN: Duration = Duration::from_millis(20);
-/// The first window, paced over the handshake's RTT: quinn's BBR's (200
-/// datagrams of 1200 bytes), which longhaul used by default before `wan`. With
-/// 32 datagrams of 1452 bytes a cold start at 700 ms needed two round trips
-/// more to grow as large (eumetsat quick, 5 MB files at 700 ms under a 10 s
-/// cap: 2.6-3.4 Mbit/s against bbr's 16).
+/// ... and at least this many datagrams (see `Wan::sample_rate`).
+const SAMPLE_PACKETS: u64 = 8;
+/// The largest first window, paced over the handshake's RTT: quinn's BBR's
+/// (200 datagrams of 1200 bytes), which longhaul used by default before
+/// `wan`. With 32 datagrams of 1452 bytes a cold start at 700 ms needed two
+/// round trips more to grow as large (eumetsat quick, 5 MB files at 700 ms
+/// under a 10 s cap: 2.6-3.4 Mbit/s against bbr's 16).
 pub const INITIAL_WINDOW: u64 = 200 * 1200;
+/// The first window is what [`FIRST_FLIGHT_BPS`] carries over the handshake's
+/// RTT, between [`FIRST_FLIGHT_MIN`] datagrams and [`INITIAL_WINDOW`]. Sent
+/// blind (nothing is known of the path's rate before the first ACKs), it must
+/// fit the queue of a slow path: 240 kB at once overflowed seed 001's 1 Mbit/s
+/// path (50-packet queue, 75 kB) by 160 kB, 16 % of 100 x 10 kB resent.
+/// At 1.5 Mbit/s the flight over seed 001's 256 kbit/s, 250 ms satellite
+/// path (handshake RTT 287 ms) is 54 kB: 45 datagrams of quinn's first 1200
+/// bytes, within its 50-packet queue (at 2 Mbit/s, 60 datagrams lost 10); at
+/// 700 ms it is 131 kB, 0.6 of a startup round below the old 240 kB.
+pub const FIRST_FLIGHT_BPS: f64 = 1.5e6;
+/// The least first window, in datagrams (RFC 9002 allows 10; a 50-packet
+/// queue takes 32).
+pub const FIRST_FLIGHT_MIN: u64 = 32;
+/// A round saw a queue only when its least RTT stood this many datagrams'
+/// time at the estimated rate above the path RTT (besides [`QUEUE_TARGET`]):
+/// at 1 Mbit/s one datagram is 11.6 ms, and a window of the BDP and
+/// [`HEADROOM_PACKETS`] with a probe's quarter on top keeps up to six
+/// datagrams in the queue, so a round whose every packet met a few others
+/// there (95-130 ms on a 72 ms path) is not yet a standing queue: read as
+/// one, every round with a random loss at 10 % was congestion.
+const QUEUE_PACKETS: f64 = 8.0;
 /// Most ACK aggregation a short path's window makes room for.
 const AGG_MAX: Duration = Duration::from_millis(20);
 /// Window headroom beyond the BDP, on every path: ACKs come in bursts, and the
 /// pacer needs room to keep sending while they are on their way. On a short
 /// path the receiver's scheduling, not the wire, delays them.
 const HEADROOM: Duration = Duration::from_millis(5);
+/// The least headroom, in datagrams (see `Wan::headroom`).
+const HEADROOM_PACKETS: u64 = 3;
 
-/// An RTT sample that stood above the path RTT by more than [`QUEUE_TARGET`]
-/// or 5 % of the path RTT, whichever is more, met a queue.
-fn queued(rtt: Duration, path: Duration) -> bool {
-    rtt > path + QUEUE_TARGET.max(path / 20)
+/// An RTT sample that stood above the path RTT by more than [`QUEUE_TARGET`],
+/// 5 % of the path RTT, or `packet` times [`QUEUE_PACKETS`] (one datagram's
+/// time at the estimated rate), whichever is most, met a queue.
+fn queued(rtt: Duration, path: Duration, packet: Duration) -> bool {
+    rtt > path
+        + QUEUE_TARGET
+            .max(path / 20)
+            .max(packet.mul_f64(QUEUE_PACKETS))
 }
 
 /// A path short enough that [`HEADROOM`] is more queue than a drain round
@@ -219,6 +248,15 @@ pub struct Wan {
     round_start: Option<Instant>,
     round_acked: u64,
     round_lost: u64,
+    /// Of `round_lost`, packets sent since the controller last settled
+    /// (entered cruise): only those can tell of other senders. A startup's
+    /// overshoot is found lost up to a queue's time later (600 ms on a
+    /// 1 Mbit/s path with 50 packets of queue), in the rounds after it.
+    round_lost_settled: u64,
+    settled_since: Option<Instant>,
+    /// Rounds completed since the controller began (the first window holds
+    /// only until one has measured the path).
+    rounds: u64,
     /// The overflow under way (rounds congested one after another): the
     /// estimate before it, and the most one of its rounds delivered.
     overflow: Option<(f64, f64)>,
@@ -284,6 +322,9 @@ impl Wan {
             round_start: None,
             round_acked: 0,
             round_lost: 0,
+            round_lost_settled: 0,
+            settled_since: None,
+            rounds: 0,
             overflow: None,
             round_min_rtt: None,
             prev_min_rtt: None,
@@ -389,7 +430,7 @@ impl Wan {
 
     /// Bytes allowed in flight. Before any RTT is known: the initial window.
     pub fn window(&self) -> u64 {
-        let initial = INITIAL_WINDOW.max(32 * self.mtu);
+        let initial = self.first_flight();
         if self.floor_until.is_some() {
             return self.min_window();
         }
@@ -412,10 +453,32 @@ impl Wan {
         let bdp = self.bw * rtt.as_secs_f64();
         let head = self.headroom(rtt);
         let w = (self.gain * bdp + head) as u64;
-        if self.mode == Mode::Startup {
+        if self.mode == Mode::Startup && self.rounds == 0 {
             w.max(initial)
         } else {
             w.max(self.min_window())
+        }
+    }
+
+    /// The first window: [`FIRST_FLIGHT_BPS`] over the path RTT known (the
+    /// handshake's), between [`FIRST_FLIGHT_MIN`] datagrams and
+    /// [`INITIAL_WINDOW`]; the least of them before any RTT is known.
+    pub fn first_flight(&self) -> u64 {
+        let least = FIRST_FLIGHT_MIN * self.mtu;
+        match self.min_rtt().or(self.seed_rtt) {
+            Some(rtt) => ((FIRST_FLIGHT_BPS / 8.0 * rtt.as_secs_f64()) as u64)
+                .clamp(least, INITIAL_WINDOW.max(least)),
+            None => least,
+        }
+    }
+
+    /// One datagram's time on the wire at the estimated rate (zero before
+    /// an estimate).
+    fn packet_time(&self) -> Duration {
+        if self.bw > 0.0 {
+            Duration::from_secs_f64(self.mtu as f64 / self.bw)
+        } else {
+            Duration::ZERO
         }
     }
 
@@ -424,9 +487,14 @@ impl Wan {
     /// the ACK aggregation measured, up to [`AGG_MAX`] of data. On
     /// loopback the receiver's process, scheduled on the same cores, ACKs in
     /// bursts of several ms; with 5 ms alone `wan` took 3.2-3.35 s for 1 GiB
-    /// where bbr (which adds its aggregation too) took 2.7-2.8 s.
+    /// where bbr (which adds its aggregation too) took 2.7-2.8 s. Never less
+    /// than [`HEADROOM_PACKETS`] datagrams: on a slow link 5 ms is less than
+    /// one, and a receiver that acknowledges every second datagram holds
+    /// the first's ACK for a datagram's time (11.6 ms at 1 Mbit/s), so a
+    /// window of the BDP and 5 ms delivered 0.85 of the rate, and the
+    /// estimate, the maximum of what was delivered, followed it down.
     fn headroom(&self, path: Duration) -> f64 {
-        let base = self.bw * HEADROOM.as_secs_f64();
+        let base = (self.bw * HEADROOM.as_secs_f64()).max((HEADROOM_PACKETS * self.mtu) as f64);
         if !short_path(path) {
             return base;
         }
@@ -465,6 +533,10 @@ impl Wan {
         }
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
         self.round_acked += bytes;
+        // A hinted start cruises from its first ACK.
+        if self.mode == Mode::Cruise && self.settled_since.is_none() {
+            self.settled_since = Some(now);
+        }
         self.aggregation(now, bytes);
         // Not in `fair`: it takes its CUBIC window from the estimate startup
         // ends with, and the higher per-ACK one gave it 1.5-1.9 fair shares
@@ -479,8 +551,16 @@ impl Wan {
             self.cubic.on_ack(now, sent, bytes, path);
         }
         let start = *self.round_start.get_or_insert(now);
-        // A round lasts one path RTT (at least 1 ms).
-        let len = self.min_rtt().unwrap_or(rtt).max(Duration::from_millis(1));
+        // A round lasts one path RTT (at least 1 ms), and on a slow link at
+        // least SAMPLE_PACKETS datagrams' time: at 1 Mbit/s and 72 ms a
+        // round held six, and one more or less in it read as +-16 % of
+        // the rate (rounds of 1.13-1.3 Mbit/s on a 1 Mbit/s path at 10 %
+        // loss, the largest of which set the window).
+        let len = self
+            .min_rtt()
+            .unwrap_or(rtt)
+            .max(Duration::from_millis(1))
+            .max(self.packet_time() * SAMPLE_PACKETS as u32);
         if now.saturating_duration_since(start) >= len {
             self.end_round(now, now.saturating_duration_since(start));
         }
@@ -503,20 +583,26 @@ impl Wan {
         {
             self.deliveries.push_back((now, self.delivered));
         }
-        // Keep the newest entry at least one span old as the reference.
-        while self
-            .deliveries
-            .get(1)
-            .is_some_and(|&(t, _)| now.saturating_duration_since(t) >= span)
-        {
+        // Keep the newest entry at least one span old, and at least
+        // SAMPLE_PACKETS datagrams back, as the reference: on a slow link a
+        // span is two datagrams, and a receiver that acknowledges every
+        // second one makes that twice the rate (1.4 Mbit/s on a 1 Mbit/s path).
+        let least = SAMPLE_PACKETS * self.mtu;
+        let delivered = self.delivered;
+        while self.deliveries.get(1).is_some_and(|&(t, d)| {
+            now.saturating_duration_since(t) >= span && delivered - d >= least
+        }) {
             self.deliveries.pop_front();
         }
         let &(t0, d0) = self.deliveries.front().expect("pushed above");
+        if self.delivered - d0 < least {
+            return;
+        }
         let elapsed = now.saturating_duration_since(t0);
         // Only while this ACK saw no queue: a standing queue (the pipe is
         // full, or other senders keep it) makes the ACKs bunch, and beside 5-6
         // CUBIC flows in the lab these samples took `wan` to 2.1 fair shares.
-        let queued = queued(rtt, path);
+        let queued = queued(rtt, path, self.packet_time());
         if elapsed >= span && !queued {
             let rate = (self.delivered - d0) as f64 / elapsed.as_secs_f64();
             self.round_max_rate = self.round_max_rate.max(rate);
@@ -527,6 +613,9 @@ impl Wan {
     /// `bytes` sent at `sent` were declared lost.
     pub fn on_loss(&mut self, now: Instant, sent: Instant, bytes: u64) {
         self.round_lost += bytes;
+        if self.settled_since.is_some_and(|t| sent >= t) {
+            self.round_lost_settled += bytes;
+        }
         if matches!(self.mode, Mode::Compete | Mode::Yield) && !self.queue_empty() {
             self.cubic.on_loss(now, sent, self.min_window() as f64);
         }
@@ -540,7 +629,7 @@ impl Wan {
         let Some(path) = self.min_rtt() else {
             return false;
         };
-        let margin = EMPTY_MARGIN.max(path / 40);
+        let margin = EMPTY_MARGIN.max(path / 40).max(self.packet_time() * 2);
         [self.round_min_rtt, self.prev_min_rtt]
             .iter()
             .all(|r| r.is_some_and(|r| r <= path + margin))
@@ -564,6 +653,7 @@ impl Wan {
 
     /// Competition has gone: find the rate again, from the bandwidth measured.
     fn restart(&mut self, now: Instant) {
+        self.settled_since = None;
         self.mode = Mode::Startup;
         self.gain = STARTUP_GAIN;
         self.full_bw = self.bw;
@@ -578,11 +668,14 @@ impl Wan {
     /// overflowed twice within [`OVERFLOW_ROUNDS`] rounds outside our probes
     /// (alone, only a probe can fill it; random losses alone never count, as
     /// they come without a queue).
-    fn competition(&mut self, now: Instant, path: Duration, congested: bool) -> bool {
+    /// `overflow`: this round began an overflow of the queue (it is
+    /// congested, the last was not) with packets sent since the controller
+    /// settled.
+    fn competition(&mut self, now: Instant, path: Duration, overflow: bool) -> bool {
         if self.queued_rounds >= COMPETE_AFTER {
             return true;
         }
-        if !congested || self.cycle == 0 {
+        if !overflow || self.cycle == 0 {
             return false;
         }
         let recent = self
@@ -612,8 +705,14 @@ impl Wan {
             self.next_round();
             return;
         }
-        let queued = self.round_min_rtt.is_some_and(|r| queued(r, path));
+        let queued = self
+            .round_min_rtt
+            .is_some_and(|r| queued(r, path, self.packet_time()));
         let congested = queued && self.round_lost > 0;
+        // A new overflow of packets sent since the controller settled: the
+        // rounds of one overflow, or a startup's losses found late, are not
+        // two overflows.
+        let new_overflow = congested && self.overflow.is_none() && self.round_lost_settled > 0;
         // In startup the per-ACK samples count too (they are ahead of the
         // round's own), unless the queue overflowed: then only what arrived.
         let rate = if congested {
@@ -647,7 +746,7 @@ impl Wan {
         self.bw = self.bw_samples.iter().copied().fold(0.0, f64::max);
         self.queued_rounds = if queued { self.queued_rounds + 1 } else { 0 };
         let competing =
-            self.mode == Mode::Cruise && !self.fair && self.competition(now, path, congested);
+            self.mode == Mode::Cruise && !self.fair && self.competition(now, path, new_overflow);
         tracing::trace!(
             mode = ?self.mode,
             gain = self.gain,
@@ -670,7 +769,12 @@ impl Wan {
                 } else {
                     self.full_bw_rounds += 1;
                 }
-                if self.full_bw_rounds >= 3 || congested {
+                // A queue standing while the rate no longer grows: the pipe
+                // is full (as HyStart's delay rule). On a slow path with a
+                // deep queue the rate stops growing in the second round and
+                // three more at 2.885 fill 600 ms of queue before a loss.
+                let full = queued && self.full_bw_rounds >= 1 && !self.fair;
+                if self.full_bw_rounds >= 3 || congested || full {
                     self.mode = Mode::Drain;
                     self.gain = DRAIN_GAIN;
                     self.deliveries.clear();
@@ -679,6 +783,7 @@ impl Wan {
             Mode::Drain if self.fair => self.compete(now),
             Mode::Drain => {
                 self.queued_rounds = 0;
+                self.settled_since = Some(now);
                 self.mode = Mode::Cruise;
                 self.cycle = 2;
                 self.gain = 1.0;
@@ -738,6 +843,8 @@ impl Wan {
 
     /// The round's counters start afresh with the next ACK.
     fn next_round(&mut self) {
+        self.rounds += 1;
+        self.round_lost_settled = 0;
         self.agg_rounds += 1;
         if self.agg_rounds >= BW_ROUNDS as u32 {
             self.agg_rounds = 0;

@@ -17,6 +17,8 @@ const PKT: u64 = 9000;
 const MSS: f64 = 1448.0;
 
 struct Path {
+    /// Bytes per datagram (every flow's).
+    pkt: u64,
     /// Bytes per second, and from when (a rate change mid-run).
     rate: Vec<(Duration, f64)>,
     one_way: Duration,
@@ -127,6 +129,11 @@ struct Flow {
     last_acked: Option<u64>,
     /// Bytes acknowledged per 100 ms.
     bins: Vec<u64>,
+    /// The path's datagram size.
+    pkt: u64,
+    /// Datagrams sent, and of them dropped by a full queue.
+    sent: u64,
+    dropped: u64,
 }
 
 impl Flow {
@@ -142,6 +149,9 @@ impl Flow {
             srtt: None,
             last_acked: None,
             bins: Vec::new(),
+            pkt: PKT,
+            sent: 0,
+            dropped: 0,
         }
     }
     fn wan(w: Wan, start: f64) -> Flow {
@@ -155,7 +165,7 @@ impl Flow {
         self
     }
     fn window_full(&self) -> bool {
-        self.inflight + PKT > self.cc.window()
+        self.inflight + self.pkt > self.cc.window()
     }
     /// The first packet still expected to be acknowledged: ACKs of delivered
     /// packets arrive in the order they were sent (one FIFO bottleneck).
@@ -164,7 +174,7 @@ impl Flow {
     }
     fn on_loss(&mut self, now: Instant, sent: Instant) {
         match &mut self.cc {
-            Sender::Wan(w) => w.on_loss(now, sent, PKT),
+            Sender::Wan(w) => w.on_loss(now, sent, self.pkt),
             Sender::Tcp(t) => t.on_loss(now, sent),
         }
     }
@@ -221,6 +231,7 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
     for f in &mut flows {
         f.pacer = t0 + f.start;
         f.bins = vec![0; nbins];
+        f.pkt = path.pkt;
     }
     let rate_at = |t: Instant| {
         let d = t - t0;
@@ -242,7 +253,9 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
                 let rate = rate_at(now);
                 let backlog = link_free.saturating_duration_since(now).as_secs_f64() * rate;
                 let bin = ((now - t0).as_secs_f64() * 10.0) as usize;
-                let pkt = if backlog + PKT as f64 > path.queue_bytes {
+                f.sent += 1;
+                let pkt = if backlog + path.pkt as f64 > path.queue_bytes {
+                    f.dropped += 1;
                     Pkt {
                         seq: f.seq,
                         sent: now,
@@ -250,7 +263,8 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
                         delivered: false,
                     }
                 } else {
-                    let depart = link_free.max(now) + Duration::from_secs_f64(PKT as f64 / rate);
+                    let depart =
+                        link_free.max(now) + Duration::from_secs_f64(path.pkt as f64 / rate);
                     queue_ms[bin] = queue_ms[bin].min(backlog / rate * 1e3);
                     link_free = depart;
                     let lost = match path.loss {
@@ -273,13 +287,13 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
                 };
                 f.flight.push_back(pkt);
                 f.seq += 1;
-                f.inflight += PKT;
+                f.inflight += path.pkt;
                 f.pacer = match &f.cc {
                     Sender::Wan(w) => {
                         let rtt = f.srtt.unwrap_or(Duration::from_millis(100));
                         let pace = w.window() as f64 * 1.25 / rtt.as_secs_f64();
                         f.pacer.max(now - Duration::from_millis(2))
-                            + Duration::from_secs_f64(PKT as f64 / pace.max(1.0))
+                            + Duration::from_secs_f64(path.pkt as f64 / pace.max(1.0))
                     }
                     // Unpaced: the window alone clocks it.
                     Sender::Tcp(_) => now,
@@ -322,16 +336,16 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
                     break;
                 }
                 let p = f.flight.remove(i).expect("present");
-                f.inflight -= PKT;
+                f.inflight -= path.pkt;
                 let sample = p.ack_at - p.sent;
                 f.srtt = Some(f.srtt.map_or(sample, |r| (r * 7 + sample) / 8));
                 match &mut f.cc {
-                    Sender::Wan(w) => w.on_ack(p.ack_at, PKT, sample),
-                    Sender::Tcp(t) => t.on_ack(p.ack_at, PKT, sample),
+                    Sender::Wan(w) => w.on_ack(p.ack_at, path.pkt, sample),
+                    Sender::Tcp(t) => t.on_ack(p.ack_at, path.pkt, sample),
                 }
                 let bin = ((p.ack_at - t0).as_secs_f64() * 10.0) as usize;
                 if bin < f.bins.len() {
-                    f.bins[bin] += PKT;
+                    f.bins[bin] += path.pkt;
                 }
                 let last = f.last_acked.map_or(p.seq, |l| l.max(p.seq));
                 f.last_acked = Some(last);
@@ -341,7 +355,7 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
                     .is_some_and(|q| !q.delivered && q.seq + 3 <= last)
                 {
                     let q = f.flight.pop_front().expect("present");
-                    f.inflight -= PKT;
+                    f.inflight -= path.pkt;
                     f.on_loss(now, q.sent);
                 }
             }
@@ -358,7 +372,7 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
 fn run(path: &Path, hint: u64, secs: f64, seed: u64) -> Outcome {
     simulate(
         path,
-        vec![Flow::wan(Wan::new(PKT as u16, hint), 0.0)],
+        vec![Flow::wan(Wan::new(path.pkt as u16, hint), 0.0)],
         secs,
         seed,
     )
@@ -367,6 +381,7 @@ fn run(path: &Path, hint: u64, secs: f64, seed: u64) -> Outcome {
 fn gbit(rtt_ms: u64, loss: f64) -> Path {
     let rate = 125e6;
     Path {
+        pkt: PKT,
         rate: vec![(Duration::ZERO, rate)],
         one_way: Duration::from_millis(rtt_ms / 2),
         queue_bytes: rate * rtt_ms as f64 / 1e3,
@@ -532,14 +547,22 @@ fn fair_alone_on_a_lossy_path_ignores_losses_without_a_queue() {
     // losses with a queue, so it fills the path at 70 ms; at 700 ms a CUBIC
     // epoch (back to the window of the last cut) lasts about 40 s, and each
     // cut at a full queue costs most of one.
+    // One seeded run is one draw of a chaotic process (at 70 ms, seeds 0-7
+    // gave 624-835 Mbit/s): the median of five is what is asserted.
     for (rtt, floor) in [(70u64, 700e6), (700, 300e6)] {
-        let flows = vec![Flow::wan(Wan::fair(PKT as u16), 0.0)];
-        let o = simulate(&gbit(rtt, 1e-3), flows, 60.0, 7);
-        let r = o.rate(20.0, 60.0);
+        let mut rates: Vec<f64> = (0..5)
+            .map(|seed| {
+                let flows = vec![Flow::wan(Wan::fair(PKT as u16), 0.0)];
+                simulate(&gbit(rtt, 1e-3), flows, 60.0, seed).rate(20.0, 60.0)
+            })
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        let r = rates[2];
         assert!(
             r >= floor,
-            "fair alone, {rtt} ms, 1e-3: {:.0} Mbit/s",
-            r / 1e6
+            "fair alone, {rtt} ms, 1e-3: median {:.0} Mbit/s of {:.0?}",
+            r / 1e6,
+            rates.iter().map(|r| r / 1e6).collect::<Vec<_>>()
         );
     }
 }
@@ -573,4 +596,49 @@ fn a_rate_that_falls_to_a_fifth_is_followed() {
     // (The standing queue after the fall is 46.7 ms here, before the one
     // cut per overflow as after it: the repeated overflows make `wan`
     // compete as CUBIC does, whose queue that is. Not yet bounded.)
+}
+
+/// Seed 001's slow paths: `bps` bit/s, `rtt_ms`, a 50-packet queue of
+/// 1500-byte datagrams (the study's dummynet), random loss.
+fn slow(bps: f64, rtt_ms: u64, loss: f64) -> Path {
+    Path {
+        pkt: 1452,
+        rate: vec![(Duration::ZERO, bps / 8.0)],
+        one_way: Duration::from_millis(rtt_ms / 2),
+        queue_bytes: 50.0 * 1500.0,
+        loss: Loss::Random(loss),
+    }
+}
+
+#[test]
+fn slow_links_are_filled_without_overflowing_their_queue() {
+    // Path A (1 Mbit/s, 70 ms) and path B (256 kbit/s, 250 ms) of seed 001.
+    // A first flight above the queue, a startup that fills 600 ms of queue
+    // before it sees a loss, or random losses read as congestion on a path
+    // this slow cost the TCP tools' lead (issue 27).
+    for (bps, rtt) in [(1e6, 70u64), (256e3, 250)] {
+        // (the least share of the link delivered in the first 10 s and after)
+        for (loss, first, least) in [(0.0, 0.9, 0.93), (0.1, 0.75, 0.8)] {
+            for seed in 0..3 {
+                let o = run(&slow(bps, rtt, loss), 0, 60.0, seed);
+                let f = &o.flows[0];
+                let r0 = o.rate(0.0, 10.0) / bps;
+                let r = o.rate(10.0, 60.0) / bps;
+                let dropped = f.dropped as f64 / f.sent as f64;
+                assert!(
+                    r0 >= first,
+                    "{bps} bit/s, {rtt} ms, loss {loss} (seed {seed}): {r0:.3} of the link in 10 s"
+                );
+                assert!(
+                    r >= least,
+                    "{bps} bit/s, {rtt} ms, loss {loss} (seed {seed}): {r:.3} of the link"
+                );
+                assert!(
+                    dropped <= 0.01,
+                    "{bps} bit/s, {rtt} ms, loss {loss} (seed {seed}): {:.1} % dropped by the queue",
+                    dropped * 100.0
+                );
+            }
+        }
+    }
 }
