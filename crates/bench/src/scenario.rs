@@ -410,6 +410,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "sctp-multifile",
         include_str!("../suites/sctp-multifile.toml"),
     ),
+    ("slow", include_str!("../suites/slow.toml")),
     ("smoke", include_str!("../suites/smoke.toml")),
 ];
 

@@ -209,6 +209,8 @@ Suites:
   sctp-multifile
             seed 001: total time for 10 / 100 files of 10 kB-1 MB over 1 Mbit/s
             35 ms, 256 kbit/s 125 ms and 3 Mbit/s 1 ms paths, loss 0-10 %
+  slow      seed 001's 1 Mbit/s and 256 kbit/s paths (50-packet queues) and
+            10 Mbit/s at 300 ms, loss 0-10 %: small and medium files
   qos-ttp   seed 003: goodput and TTP of one 10 kB-10 MB file over 100 Mbit/s
             at RTT 0.8 and 60 ms, loss 0-25 %
   bigdata   seed 004: throughput against RTT 0-200 ms, background TCP flows

@@ -417,6 +417,13 @@ pub(crate) fn endpoint(
     let mut cfg = quinn::EndpointConfig::default();
     // Allow payloads past 1472 bytes: loopback and jumbo-frame paths gain much.
     cfg.max_udp_payload_size(MAX_UDP_PAYLOAD)?;
+    if server.is_none() {
+        // A client's endpoint holds one connection (to one server): its
+        // packets are told apart by address, and a connection ID of 0 bytes
+        // takes 8 bytes off every packet the server sends (a get's data:
+        // 0.6 % of a 256 kbit/s link's bytes, as much as its ACKs).
+        cfg.cid_generator(|| Box::new(quinn_proto::RandomConnectionIdGenerator::new(0)));
+    }
     quinn::Endpoint::new(cfg, server, socket, Arc::new(quinn::TokioRuntime))
         .context("creating the QUIC endpoint")
 }
