@@ -7,8 +7,11 @@
 //! - **Bandwidth**: the delivery rate over each round trip (bytes acknowledged /
 //!   time), the largest of the last [`BW_ROUNDS`] rounds.
 //! - **Path RTT**: the smallest RTT sample of the last [`MIN_RTT_WINDOW`].
-//! - **Window** = gain × bandwidth × path RTT + headroom (ACK aggregation); the
-//!   driver paces at about window / RTT.
+//! - **Window** = gain × bandwidth × path RTT / (1 − random loss) + headroom
+//!   (ACK aggregation, at least three datagrams); the driver paces at about
+//!   window / RTT. Random loss is the share lost in recent rounds without a
+//!   queue: a lost packet holds its place in the window until it is declared
+//!   lost, so without the factor the window sends only (1 − loss) of the rate.
 //! - **Random loss is not congestion.** A round with losses is read as
 //!   congestion only when the same round also saw a queue: its smallest RTT stood
 //!   above the path RTT by more than [`QUEUE_TARGET`] or 5 % of the path RTT,
@@ -26,9 +29,14 @@
 //! - **Start**: with a hint (a rate remembered for this peer, or `--max-rate`)
 //!   it begins at the hint and verifies it within a few rounds (the bandwidth
 //!   filter replaces the hint with measurements, and a queue or congested loss
-//!   cuts it); without one, it nearly triples the rate each round (gain 2.89)
-//!   until the bandwidth stops growing by a quarter for three rounds, then
-//!   drains. In startup the bandwidth is also sampled at every ACK, as the
+//!   cuts it); without one, its first window is what 1.5 Mbit/s carries over
+//!   the handshake's RTT (32-200 datagrams: it must fit a slow link's queue),
+//!   and it nearly triples the rate each round (gain 2.89) until the
+//!   bandwidth stops growing by a quarter for three rounds, or stops growing
+//!   over a standing queue (as HyStart), then drains.
+//! - **Slow links**: a round, and a rate sample, spans at least eight
+//!   datagrams; a queue counts only when it stands eight datagrams' time
+//!   above the path (at 1 Mbit/s one datagram is 11.6 ms). In startup the bandwidth is also sampled at every ACK, as the
 //!   delivery rate over the last quarter of a path RTT: a per-round sample
 //!   lags the window by a round, so the rate grew 1.7× a round instead of
 //!   2.89× (a sample over a whole RTT still averages the growth: 2.1×).
