@@ -29,6 +29,22 @@ pub(crate) fn background_bytes(
     background_total(after, f).saturating_sub(background_total(before, f))
 }
 
+/// Bytes the background's flows sent back (their ACKs, from its port)
+/// between two snapshots.
+pub(crate) fn background_back_bytes(
+    before: &longhaul_netem::Snapshot,
+    after: &longhaul_netem::Snapshot,
+) -> u64 {
+    let total = |s: &longhaul_netem::Snapshot| -> u64 {
+        s.flows
+            .iter()
+            .filter(|x| x.flow.sport == BACKGROUND_PORT)
+            .map(|x| x.counters.offered_bytes)
+            .sum()
+    };
+    total(after).saturating_sub(total(before))
+}
+
 /// A counter's value at `t_ms`, read linearly between (time, value) marks
 /// (flat before the first and after the last).
 pub(crate) fn interpolate(marks: &[(u64, u64)], t_ms: u64) -> f64 {

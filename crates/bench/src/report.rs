@@ -27,12 +27,12 @@ pub fn write_all(dir: &Path, r: &Results) -> Result<()> {
 /// and every number of [`crate::results::Run`].
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,steady_mbps,queue_ms,queue_max_ms,wire_bytes,client_cpu_s,server_cpu_s,verified,note,data\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,verified,note,data\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.2},{:.4},{:.4},{},{},{},{},{},{},{:.2},{:.2},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{:.2},{:.2},{},{},{}",
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
@@ -55,6 +55,7 @@ pub fn csv(r: &Results) -> String {
             opt(x.queue_ms, 1, ""),
             opt(x.queue_max_ms, 1, ""),
             x.wire_bytes,
+            x.wire_back_bytes,
             x.client_cpu_s,
             x.server_cpu_s,
             x.verified.map_or("", |v| if v { "yes" } else { "no" }),
@@ -344,6 +345,7 @@ mod tests {
             ttp: 0.5,
             goodput: 0.97,
             wire_bytes: 1_030_000,
+            wire_back_bytes: 31_000,
             ttfb_s: (status != "skipped").then_some(0.07),
             client_cpu_s: 0.1,
             server_cpu_s: 0.2,

@@ -104,6 +104,11 @@ pub struct Run {
     /// Bytes the server host offered to the emulator while the tool ran (IP bytes,
     /// background traffic taken out); the denominator of `goodput`.
     pub wire_bytes: u64,
+    /// Bytes the receiver hosts offered to the emulator while the tool ran
+    /// (requests, acknowledgements; background flows' taken out): with
+    /// `wire_bytes`, everything the transfer put on the wire.
+    #[serde(default)]
+    pub wire_back_bytes: u64,
     /// Seconds from the start until the first byte of a file landed at a receiver.
     #[serde(default)]
     pub ttfb_s: Option<f64>,

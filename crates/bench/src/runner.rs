@@ -261,6 +261,7 @@ fn run_tool(
         ttp: 0.0,
         goodput: 0.0,
         wire_bytes: 0,
+        wire_back_bytes: 0,
         ttfb_s: None,
         client_cpu_s: 0.0,
         server_cpu_s: 0.0,
@@ -436,6 +437,16 @@ fn run_tool(
     let (s0, s1) = (host(&before, SERVER), host(&after, SERVER));
     run.wire_bytes = (s1.up.counters.offered_bytes - s0.up.counters.offered_bytes)
         .saturating_sub(background_bytes(&before, &after, |c| c.offered_bytes));
+    run.wire_back_bytes = (0..n)
+        .map(|i| {
+            let (r0, r1) = (
+                host(&before, &receiver_name(i)),
+                host(&after, &receiver_name(i)),
+            );
+            r1.up.counters.offered_bytes - r0.up.counters.offered_bytes
+        })
+        .sum::<u64>()
+        .saturating_sub(background_back_bytes(&before, &after));
     bg_marks.push((after.uptime_ms, delivered(&after)));
     let (from, to) = (before.uptime_ms / 100, after.uptime_ms / 100);
     let mut series = vec![0.0; (to - from + 1) as usize];
