@@ -56,6 +56,7 @@ Examples:
   longhaul get --fingerprint SHA256:7vUb... src.example.org:run42 ./   # ./run42
   longhaul get src.example.org:9000:run42/ ./run42     # port 9000; contents of run42
   longhaul get --json src.example.org:run42 /data   # again: only what changed; a report
+  longhaul get --ssh ann@src.example.org:run42 ./      # no daemon: started over ssh
 
 HOST[:PORT]: the server (port 7878 unless given; IPv6 in brackets: [::1]:7878:run42).
 
@@ -80,6 +81,17 @@ Resume and sync:
 Symlinks are copied as links, their targets unchanged (also absolute ones);
 nothing is ever written through a link in the destination.
 
+Over ssh (--ssh, --ssh-command CMD):
+  No daemon, no fingerprint to copy: longhaul runs `longhaul serve --once` on
+  the far host with your ssh login (keys, agent, ~/.ssh/config as ssh has them),
+  learns its UDP port, fingerprint and a one-time token over ssh, and moves the
+  data over UDP. HOST is ssh's [USER@]HOST; REMOTE_PATH is relative to the remote
+  home, absolute paths and '..' allowed, as with scp. The remote server exits
+  with the transfer, or when ssh ends. UDP must reach the far host: the port is
+  any free one, or one of --port-range. Needs longhaul in the remote PATH (or
+  --longhaul-path).
+    longhaul get --ssh-command 'ssh -p 2222 -i ~/.ssh/lab' ann@srv:/data/run42 .
+
 Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O,
 6 verification, 1 other, 130 interrupted.";
 
@@ -87,6 +99,7 @@ const PUT_HELP: &str = "\
 Examples:
   longhaul put ./obs dst.example.org:incoming/        # stores incoming/obs
   longhaul put ./obs/ dst.example.org:mirror   # contents of obs; again: only what changed
+  longhaul put --ssh ./obs ann@dst.example.org:incoming/   # no daemon: over ssh
 
 HOST[:PORT]: the server (port 7878 unless given; IPv6 in brackets).
 
@@ -94,6 +107,9 @@ Paths:
   REMOTE_DEST is relative to the server's --root. 'put ./obs srv:in/' stores
   in/obs; 'put ./obs/ srv:in' stores the contents of obs in 'in'; a single file to a
   REMOTE_DEST that is not a directory is stored under that name.
+
+Over ssh: as for get (see `longhaul get --help`); REMOTE_DEST is relative to
+the remote home.
 
 Resume and sync: as for get, on the server's side: a rerun skips the files the
 server holds with the same size and mtime (--checksum: the same BLAKE3) and
@@ -111,9 +127,22 @@ pub struct ServeArgs {
         required_unless_present_any = ["print_fingerprint", "new_token"]
     )]
     pub root: Option<PathBuf>,
-    /// UDP address to listen on.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:7878")]
-    pub listen: SocketAddr,
+    /// UDP address to listen on [default: 0.0.0.0:7878; with --once, the
+    /// address the ssh session came in on (SSH_CONNECTION), any free port].
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Serve one session, then exit: what `get --ssh` and `put --ssh` start
+    /// on the far side. Makes a fresh key (in a temporary directory, unless
+    /// --state-dir) and a fresh token (unless --token-file), prints one line
+    /// of JSON for the client (port, fingerprint, token, working directory),
+    /// and exits when the session ends, when its standard input closes (the
+    /// ssh session ended), or when no client has come within 60 s.
+    #[arg(long)]
+    pub once: bool,
+    /// UDP ports to take the first free one of (LOW-HIGH), for firewalls
+    /// that open a range.
+    #[arg(long, value_name = "LOW-HIGH", conflicts_with = "listen")]
+    pub port_range: Option<String>,
     /// Refuse `put`.
     #[arg(long)]
     pub read_only: bool,
@@ -225,12 +254,46 @@ pub struct TransferArgs {
     pub fsync: bool,
     #[command(flatten)]
     pub net: NetArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
     /// Print one JSON document with per-file results and totals on stdout.
     #[arg(long)]
     pub json: bool,
     /// No progress bar and no summary (errors still go to stderr).
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// Starting the far side over ssh.
+#[derive(Args, Clone)]
+pub struct SshArgs {
+    /// Reach the far host over ssh: run `longhaul serve --once` there with
+    /// your ssh login, and move the data over QUIC (UDP) to the port it
+    /// reports. HOST is then ssh's [USER@]HOST, paths are relative to the
+    /// remote home (absolute allowed), and nothing needs to be trusted by
+    /// hand: the server's fingerprint and a one-time token come back over
+    /// ssh. The known-hosts file is not used.
+    #[arg(long)]
+    pub ssh: bool,
+    /// The ssh command to run, with its options (as rsync's -e; implies
+    /// --ssh) [default: ssh].
+    #[arg(long, value_name = "CMD")]
+    pub ssh_command: Option<String>,
+    /// The longhaul binary on the remote host [default: longhaul, in the
+    /// remote PATH].
+    #[arg(long, value_name = "PATH")]
+    pub longhaul_path: Option<String>,
+    /// UDP ports the remote server may listen on (LOW-HIGH), for firewalls
+    /// that open a range [default: any free port].
+    #[arg(long, value_name = "LOW-HIGH")]
+    pub port_range: Option<String>,
+}
+
+impl SshArgs {
+    /// Whether the far side is reached over ssh.
+    pub fn on(&self) -> bool {
+        self.ssh || self.ssh_command.is_some()
+    }
 }
 
 #[derive(Args)]

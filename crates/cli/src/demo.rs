@@ -75,6 +75,7 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
         streams: longhaul_quic::DEFAULT_STREAMS,
         max_sessions: longhaul_quic::DEFAULT_MAX_SESSIONS,
         send_buffer: longhaul_quic::DEFAULT_SEND_BUFFER,
+        once: false,
     })?;
     let addr = server.local_addr()?;
     let fp = server.fingerprint.clone();

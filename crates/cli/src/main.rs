@@ -6,8 +6,9 @@ mod lab;
 mod lab_args;
 mod multicast;
 mod progress;
+mod ssh;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use args::{Cli, Command, TransferArgs};
 use clap::Parser;
 use longhaul_quic::identity::{
@@ -25,6 +26,8 @@ use std::sync::Arc;
 
 /// Exit status for usage errors found after parsing (clap uses 2 as well).
 const EXIT_USAGE: i32 = 2;
+/// Exit status of connection, trust or access problems.
+pub(crate) const EXIT_CONNECTION: i32 = 3;
 /// Exit status after Ctrl-C (128 + SIGINT, as shells report it).
 pub(crate) const EXIT_INTERRUPTED: i32 = 130;
 
@@ -52,6 +55,8 @@ fn main() {
         c => Cli { command: c },
     };
     init_logging(match &cli.command {
+        // The one-shot server's stderr is its ssh client's.
+        Command::Serve(a) if a.once => "error",
         Command::Serve(_) => "info",
         _ => "warn",
     });
@@ -96,9 +101,9 @@ fn finish(r: Result<i32>) -> i32 {
     match r {
         Ok(code) => code,
         Err(e) => {
-            if let Some(u) = e.downcast_ref::<Usage>() {
-                eprintln!("error: {}", u.0);
-                return EXIT_USAGE;
+            if let Some(Fail(code, msg)) = e.downcast_ref::<Fail>() {
+                eprintln!("error: {msg}");
+                return *code;
             }
             eprintln!("error: {e:#}");
             1
@@ -106,18 +111,19 @@ fn finish(r: Result<i32>) -> i32 {
     }
 }
 
-/// A usage error discovered after parsing.
+/// An error found after parsing that ends the command with its own exit
+/// status: a usage error (2), or the far side over ssh not reached (3).
 #[derive(Debug)]
-pub(crate) struct Usage(pub(crate) String);
-impl std::fmt::Display for Usage {
+pub(crate) struct Fail(pub(crate) i32, pub(crate) String);
+impl std::fmt::Display for Fail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.1)
     }
 }
-impl std::error::Error for Usage {}
+impl std::error::Error for Fail {}
 
-fn usage(msg: impl Into<String>) -> anyhow::Error {
-    Usage(msg.into()).into()
+pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
+    Fail(EXIT_USAGE, msg.into()).into()
 }
 
 /// A token shorter than this (bytes) draws a warning from `serve`.
@@ -126,11 +132,8 @@ const MIN_TOKEN: usize = 16;
 /// `serve --new-token FILE`: 32 random bytes as 64 hex digits and a newline,
 /// mode 0600, never over an existing file.
 fn write_new_token(f: &std::path::Path) -> Result<()> {
-    use rand::RngCore;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut raw = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut raw);
-    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = random_token();
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -146,6 +149,14 @@ fn write_new_token(f: &std::path::Path) -> Result<()> {
     file.write_all(format!("{hex}\n").as_bytes())?;
     file.sync_all()?;
     Ok(())
+}
+
+/// 32 random bytes as 64 hex digits.
+pub(crate) fn random_token() -> String {
+    use rand::RngCore;
+    let mut raw = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut raw);
+    raw.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn read_token(file: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
@@ -185,7 +196,20 @@ fn net_opts(a: &args::NetArgs) -> Result<(NetOpts, Option<CcChoice>)> {
 }
 
 async fn serve(a: args::ServeArgs) -> Result<i32> {
-    let state_dir = a.state_dir.clone().unwrap_or_else(default_state_dir);
+    // `--once` keeps its fresh key in a directory removed when it exits.
+    let mut _fresh = None;
+    let state_dir = match (&a.state_dir, a.once) {
+        (Some(d), _) => d.clone(),
+        (None, true) => {
+            let t = tempfile::Builder::new()
+                .prefix("longhaul-once-")
+                .tempdir()?;
+            let d = t.path().to_path_buf();
+            _fresh = Some(t);
+            d
+        }
+        (None, false) => default_state_dir(),
+    };
     if a.print_fingerprint {
         println!("{}", Identity::load_or_create(&state_dir)?.fingerprint);
         return Ok(0);
@@ -204,7 +228,10 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         .clone()
         .ok_or_else(|| usage("serve needs --root DIR"))?;
     let (net, _) = net_opts(&a.net)?;
-    let token = read_token(&a.token_file)?;
+    let mut token = read_token(&a.token_file)?;
+    if a.once && token.is_none() {
+        token = Some(random_token().into_bytes());
+    }
     if let Some(t) = token.as_ref().filter(|t| t.len() < MIN_TOKEN) {
         eprintln!(
             "longhaul serve: warning: the token is only {} bytes and can be guessed; \
@@ -212,9 +239,21 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
             t.len()
         );
     }
-    let opts = ServeOpts {
+    let ssh_ip = ssh::ssh_connection_ip();
+    let ip = a
+        .listen
+        .map(|l| l.ip())
+        .or(if a.once { ssh_ip } else { None })
+        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+    let ports: Vec<u16> = match (&a.port_range, a.listen) {
+        (Some(r), _) => ssh::parse_port_range(r).map_err(usage)?,
+        (None, Some(l)) => vec![l.port()],
+        (None, None) if a.once => vec![0],
+        (None, None) => vec![7878],
+    };
+    let mut opts = ServeOpts {
         root: root.clone(),
-        listen: a.listen,
+        listen: std::net::SocketAddr::new(ip, ports[0]),
         read_only: a.read_only,
         token: token.clone(),
         state_dir,
@@ -229,8 +268,27 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
             Some(b) => args::parse_size(b).map_err(|e| usage(format!("--send-buffer: {e}")))?,
             None => longhaul_quic::DEFAULT_SEND_BUFFER,
         },
+        once: a.once,
     };
-    let server = Server::bind(opts)?;
+    if a.once {
+        opts.max_sessions = 1;
+    }
+    // The first port of the list that is free.
+    let mut bound = Err(anyhow::anyhow!("no port to listen on"));
+    for &p in &ports {
+        opts.listen.set_port(p);
+        bound = Server::bind(opts.clone());
+        if bound.is_ok() {
+            break;
+        }
+    }
+    let server = bound.with_context(|| match ports.len() {
+        1 => format!("listening on {}", opts.listen),
+        n => format!("no free UDP port among the {n} of --port-range"),
+    })?;
+    if a.once {
+        return ssh::serve_once(server, ssh_ip, &token.unwrap_or_default()).await;
+    }
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -295,7 +353,7 @@ fn parse_remote(s: &std::ffi::OsStr) -> Result<(String, String, u16, Vec<u8>)> {
     Ok((key, host, port, path))
 }
 
-fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
+pub(crate) fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
     if let Some(fp) = &a.fingerprint {
         check_fingerprint_syntax(fp).map_err(|e| usage(e.to_string()))?;
     }
@@ -303,7 +361,7 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
     Ok(ClientOpts {
         trust: TrustPolicy {
             host: host_key,
-            known_hosts: a.known_hosts.clone().unwrap_or_else(default_known_hosts),
+            known_hosts: Some(a.known_hosts.clone().unwrap_or_else(default_known_hosts)),
             pinned: a.fingerprint.clone(),
             accept_new: a.accept_new,
         },
@@ -323,12 +381,16 @@ fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOpts> {
         rates: (!a.no_rates).then(|| a.rates.clone().unwrap_or_else(default_rates)),
         durable: !a.no_fsync,
         interrupt: Default::default(),
+        connect_timeout: None,
     })
 }
 
 async fn get(a: args::GetArgs) -> Result<i32> {
     if a.paths.len() < 2 {
         return Err(usage("get needs HOST[:PORT]:REMOTE_PATH... LOCAL_DEST"));
+    }
+    if a.t.ssh.on() {
+        return ssh::get(a).await;
     }
     let (remotes, dest) = a.paths.split_at(a.paths.len() - 1);
     let mut key = None;
@@ -362,6 +424,9 @@ async fn put(a: args::PutArgs) -> Result<i32> {
     if a.paths.len() < 2 {
         return Err(usage("put needs LOCAL_PATH... HOST[:PORT]:REMOTE_DEST"));
     }
+    if a.t.ssh.on() {
+        return ssh::put(a).await;
+    }
     let (locals, dest) = a.paths.split_at(a.paths.len() - 1);
     let (key, host, port, rdest) = parse_remote(&dest[0])?;
     let opts = client_opts(&a.t, key)?;
@@ -380,7 +445,7 @@ async fn put(a: args::PutArgs) -> Result<i32> {
 /// Run a transfer under a progress bar; Ctrl-C ends it (partials are journaled as
 /// the session state drops, and the connection is closed so that the server
 /// ends its side at once) with exit status 130.
-async fn drive(
+pub(crate) async fn drive(
     t: &TransferArgs,
     op: &str,
     interrupt: &longhaul_quic::Interrupt,

@@ -201,7 +201,7 @@ fn read_key(path: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
 }
 
 fn usage(msg: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(crate::Usage(msg.into()))
+    crate::usage(msg)
 }
 
 fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {

@@ -50,6 +50,11 @@ pub struct ClientOpts {
     pub durable: bool,
     /// Closes the transfer's connection on Ctrl-C.
     pub interrupt: Interrupt,
+    /// How long the handshake may go unanswered before the server is taken
+    /// as unreachable over UDP (None: the idle timeout, 15 s). A one-shot
+    /// server started over ssh is known to be up, so silence there means
+    /// UDP is blocked, and the user hears it within seconds.
+    pub connect_timeout: Option<Duration>,
 }
 
 /// A handle on a transfer's connection for the user's Ctrl-C: dropping the
@@ -100,7 +105,7 @@ impl ClientOpts {
         ClientOpts {
             trust: TrustPolicy {
                 host,
-                known_hosts,
+                known_hosts: Some(known_hosts),
                 pinned: Some(fingerprint),
                 accept_new: false,
             },
@@ -108,6 +113,7 @@ impl ClientOpts {
             cc: None,
             net: NetOpts::default(),
             streams: 0,
+            connect_timeout: None,
             sync: SyncMode::SizeMtime,
             rates: None,
             durable: true,
@@ -305,10 +311,29 @@ async fn connect(
     .unwrap();
     let socket = udp_socket(bind).map_err(|e| conn_err(format!("{e:#}")))?;
     let endpoint = endpoint(socket, None).map_err(|e| conn_err(format!("{e:#}")))?;
-    let conn = endpoint
+    let connecting = endpoint
         .connect_with(cfg, addr, "longhaul")
-        .map_err(|e| conn_err(format!("connecting to {addr}: {e}")))?
-        .await;
+        .map_err(|e| conn_err(format!("connecting to {addr}: {e}")))?;
+    let conn = match opts.connect_timeout {
+        None => connecting.await,
+        Some(t) => match tokio::time::timeout(t, connecting).await {
+            Ok(c) => c,
+            Err(_) => {
+                let named = join_host_port(host, port);
+                let shown = if named == addr.to_string() {
+                    named
+                } else {
+                    format!("{named} ({addr})")
+                };
+                return Err(conn_err(format!(
+                    "no answer over UDP from {shown} within {} s: the server was started, \
+                     so UDP port {port} is likely blocked between the hosts (a firewall), \
+                     or the answers do not come back",
+                    t.as_secs()
+                )));
+            }
+        },
+    };
     let trust = outcome.lock().unwrap().clone();
     let conn = match conn {
         Ok(c) => {
@@ -318,7 +343,7 @@ async fn connect(
         Err(e) => {
             if let Some(msg) = trust
                 .as_ref()
-                .and_then(|t| t.refusal(&opts.trust.host, &opts.trust.known_hosts))
+                .and_then(|t| t.refusal(&opts.trust.host, opts.trust.known_hosts.as_deref()))
             {
                 return Err(conn_err(msg));
             }
@@ -336,15 +361,17 @@ async fn connect(
     };
     let fingerprint = match &trust {
         Some(TrustOutcome::New(fp)) => {
-            KnownHosts::new(opts.trust.known_hosts.clone())
-                .add(&opts.trust.host, fp)
-                .map_err(|e| Problem::new(Kind::LocalIo, format!("{e:#}")))?;
-            tracing::info!(
-                "added {} {fp} to {}",
-                opts.trust.host,
-                opts.trust.known_hosts.display()
-            );
-            Some(fp.clone())
+            match &opts.trust.known_hosts {
+                Some(kh) => {
+                    KnownHosts::new(kh.clone())
+                        .add(&opts.trust.host, fp)
+                        .map_err(|e| Problem::new(Kind::LocalIo, format!("{e:#}")))?;
+                    tracing::info!("added {} {fp} to {}", opts.trust.host, kh.display());
+                    Some(fp.clone())
+                }
+                // Pinned for this connection only (a one-shot server over ssh).
+                None => None,
+            }
         }
         _ => None,
     };

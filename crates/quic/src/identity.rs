@@ -195,8 +195,10 @@ pub struct TrustPolicy {
     /// `HOST:PORT` as the user named it; the known-hosts key.
     pub host: String,
     /// The known-hosts file: looked up at the handshake, and a newly trusted
-    /// server is added to it.
-    pub known_hosts: PathBuf,
+    /// server is added to it. None: neither read nor written, the pinned
+    /// fingerprint alone decides (a one-shot server started over ssh, whose
+    /// key is new every time).
+    pub known_hosts: Option<PathBuf>,
     /// `--fingerprint`: the only one accepted.
     pub pinned: Option<String>,
     /// `--accept-new`: trust (and remember) an unknown server.
@@ -237,7 +239,7 @@ pub enum TrustOutcome {
 
 impl TrustOutcome {
     /// A user-facing explanation of a refusal (None when trusted).
-    pub fn refusal(&self, host: &str, known_hosts: &Path) -> Option<String> {
+    pub fn refusal(&self, host: &str, known_hosts: Option<&Path>) -> Option<String> {
         Some(match self {
             TrustOutcome::Known | TrustOutcome::New(_) => return None,
             TrustOutcome::Unknown(fp) => format!(
@@ -252,7 +254,7 @@ impl TrustOutcome {
                  Someone may be intercepting this connection, or the server's key was \
                  replaced. Refusing to connect. If the change is expected, remove the \
                  line for {host} from the known-hosts file.",
-                known_hosts.display()
+                known_hosts.map_or("none".into(), |k| k.display().to_string())
             ),
             TrustOutcome::PinMismatch { expected, got } => format!(
                 "the server {host} presented {got}, not the --fingerprint {expected}; refusing to connect"
@@ -285,10 +287,12 @@ impl PinVerifier {
     }
 
     fn decide(&self, got: String) -> TrustOutcome {
-        let known = match KnownHosts::new(self.policy.known_hosts.clone()).lookup(&self.policy.host)
-        {
-            Ok(k) => k,
-            Err(e) => return TrustOutcome::KnownHostsError(format!("{e:#}")),
+        let known = match &self.policy.known_hosts {
+            None => None,
+            Some(f) => match KnownHosts::new(f.clone()).lookup(&self.policy.host) {
+                Ok(k) => k,
+                Err(e) => return TrustOutcome::KnownHostsError(format!("{e:#}")),
+            },
         };
         match (known, &self.policy.pinned) {
             (Some(k), _) if k != got => TrustOutcome::Changed { expected: k, got },
@@ -377,7 +381,7 @@ mod tests {
     fn policy(dir: &Path, pinned: Option<&str>, accept_new: bool) -> TrustPolicy {
         TrustPolicy {
             host: "srv:7878".into(),
-            known_hosts: dir.join("kh"),
+            known_hosts: Some(dir.join("kh")),
             pinned: pinned.map(Into::into),
             accept_new,
         }
@@ -421,7 +425,7 @@ mod tests {
             }
         );
         assert!(o
-            .refusal("srv:7878", t.path())
+            .refusal("srv:7878", Some(t.path()))
             .unwrap()
             .contains("HAS CHANGED"));
     }

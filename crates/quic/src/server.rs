@@ -55,6 +55,10 @@ pub struct ServeOpts {
     /// Bytes of sent, unacknowledged data all sessions together may hold
     /// ([`crate::net::SendBudget`]); 0: no limit but each one's `--window`.
     pub send_buffer: u64,
+    /// Serve one session and return (`serve --once`, started over ssh): the
+    /// first that passes the token check; sessions refused before it do
+    /// not count.
+    pub once: bool,
 }
 
 /// The server's send buffer unless told otherwise: a quarter of a
@@ -69,6 +73,9 @@ pub const DEFAULT_SEND_BUFFER: u64 = 256 << 20;
 /// when its client vanished (200 clients killed mid-get peaked the server
 /// at 578 MB, 396 MB with a 64 MiB send buffer).
 pub const DEFAULT_MAX_SESSIONS: usize = 64;
+
+/// How long a `once` server waits for its client.
+pub(crate) const ONCE_WAIT: Duration = Duration::from_secs(60);
 
 /// The application close code of connections a shutting-down server closes.
 pub(crate) const SHUTDOWN: u32 = 3;
@@ -143,8 +150,29 @@ impl Server {
             trimming: AtomicBool::new(false),
             trim_at: std::sync::Mutex::new(Instant::now()),
             budget: (self.opts.send_buffer > 0).then(|| SendBudget::new(self.opts.send_buffer)),
+            authed: AtomicBool::new(false),
+            done: tokio::sync::Notify::new(),
         });
-        while let Some(incoming) = self.endpoint.accept().await {
+        let once = self.opts.once;
+        // `once`: a client must pass the token check within this.
+        let deadline = tokio::time::Instant::now() + ONCE_WAIT;
+        let mut waiting = once;
+        loop {
+            let incoming = tokio::select! {
+                i = self.endpoint.accept() => i,
+                _ = ctx.done.notified(), if once => break,
+                _ = tokio::time::sleep_until(deadline), if waiting => {
+                    if ctx.authed.load(Ordering::Relaxed) {
+                        waiting = false;
+                        continue;
+                    }
+                    anyhow::bail!(
+                        "no client came within {} s; exiting",
+                        ONCE_WAIT.as_secs()
+                    );
+                }
+            };
+            let Some(incoming) = incoming else { break };
             let remote = incoming.remote_address();
             // accept() builds the connection and its controller synchronously, so the
             // factory's last handle is this connection's.
@@ -181,8 +209,16 @@ impl Server {
                     Err(e) => tracing::info!("{remote}: handshake failed: {e}"),
                 }
                 ctx.live.fetch_sub(1, Ordering::Relaxed);
+                if ctx.opts.once && ctx.authed.load(Ordering::Relaxed) {
+                    ctx.done.notify_one();
+                }
                 give_back_soon(ctx);
             });
+        }
+        if once {
+            // The session's last packets (its close, the ACKs of the
+            // client's) leave before the process does.
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
         }
         Ok(())
     }
@@ -212,6 +248,10 @@ struct Ctx {
     trim_at: std::sync::Mutex<Instant>,
     /// What the sessions' send windows share.
     budget: Option<Arc<SendBudget>>,
+    /// A session passed the token check (`once`: the one served).
+    authed: AtomicBool,
+    /// `once`: the session served has ended.
+    done: tokio::sync::Notify,
 }
 
 /// Hands the heap's free memory back to the system 2 s after sessions stop
@@ -352,6 +392,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
         }
         ctx.throttle.lock().unwrap().succeeded(ip);
     }
+    ctx.authed.store(true, Ordering::Relaxed);
     let rate = match (h.max_rate, ctx.opts.net.max_rate) {
         (0, s) => s,
         (c, 0) => c,

@@ -27,7 +27,7 @@ impl Raw {
     pub async fn connect(addr: SocketAddr, known_hosts: PathBuf) -> Raw {
         let verifier = Arc::new(PinVerifier::new(TrustPolicy {
             host: addr.to_string(),
-            known_hosts,
+            known_hosts: Some(known_hosts),
             pinned: None,
             accept_new: true,
         }));

@@ -17,6 +17,7 @@ mod put_fresh;
 mod rate;
 mod resume;
 mod slow_receiver;
+mod ssh;
 mod sync;
 mod tree;
 mod trust;

@@ -15,16 +15,16 @@ fn name(b: &[u8]) -> &Path {
 }
 
 /// What the tricky tree holds, for checking the report.
-struct Built {
-    tree: PathBuf,
-    secret: PathBuf,
+pub(crate) struct Built {
+    pub(crate) tree: PathBuf,
+    pub(crate) secret: PathBuf,
     files: Vec<PathBuf>,
     dirs: u64,
     symlinks: u64,
 }
 
 /// `base/root/tree`, plus `base/outside-secret.txt` outside the served root.
-fn tricky_tree(base: &Path) -> Built {
+pub(crate) fn tricky_tree(base: &Path) -> Built {
     let root = base.join("root");
     let tree = root.join("tree");
     std::fs::create_dir_all(&tree).unwrap();
@@ -167,7 +167,7 @@ fn check_report(out: &Out, b: &Built, prefix: &str, dirs_and_links: bool) {
     }
 }
 
-fn assert_secret_not_copied(dest: &Path, secret: &Path) {
+pub(crate) fn assert_secret_not_copied(dest: &Path, secret: &Path) {
     let s = std::fs::read(secret).unwrap();
     for p in list_tree(dest) {
         let m = std::fs::symlink_metadata(&p).unwrap();

@@ -44,6 +44,7 @@ pub fn serve(root: &Path, state: &Path, read_only: bool) -> Served {
         streams: 4,
         max_sessions: 0,
         send_buffer: longhaul_quic::DEFAULT_SEND_BUFFER,
+        once: false,
     })
     .unwrap();
     Served {

@@ -1,0 +1,340 @@
+//! `get --ssh` and `put --ssh` through a real sshd on loopback (key-only, a
+//! temporary configuration): an awkward tree both ways, relative and
+//! absolute paths, no known-hosts file written, no server left running, a
+//! resume after the client is killed; and UDP that does not get through,
+//! said within seconds.
+
+use crate::tree::{assert_secret_not_copied, tricky_tree};
+use longhaul_testkit::*;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One test at a time: each checks that no `serve --once` is left.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// sshd on 127.0.0.1, stopped on drop.
+struct Sshd {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Sshd {
+    /// None (skip) where sshd cannot run: not root, or not installed.
+    fn start(dir: &Path) -> Option<Sshd> {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let sshd = Path::new("/usr/sbin/sshd");
+        let keygen_ok = Command::new("ssh-keygen").arg("-?").output().is_ok();
+        if !(root && sshd.exists() && keygen_ok) {
+            if std::env::var_os("LONGHAUL_REQUIRE_LAB").is_some() {
+                panic!("the ssh tests need root and openssh-server (.ci/run installs it)");
+            }
+            eprintln!("SKIP: the ssh tests need root and openssh-server");
+            return None;
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        for k in ["hostkey", "id"] {
+            let st = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(dir.join(k))
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        std::fs::copy(dir.join("id.pub"), dir.join("authorized_keys")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cfg = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\n\
+             AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
+             StrictModes no\nUsePAM no\nPidFile {d}/sshd.pid\n",
+            d = dir.display()
+        );
+        std::fs::write(dir.join("sshd_config"), cfg).unwrap();
+        // Privilege separation wants this directory.
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(dir.join("sshd_config"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let s = Sshd {
+            child,
+            dir: dir.to_path_buf(),
+            port,
+        };
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "sshd did not listen: {}",
+                std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(s)
+    }
+
+    /// The `--ssh-command` that logs in with the test's key.
+    fn command(&self) -> String {
+        format!(
+            "ssh -p {} -i {} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+             -o BatchMode=yes -o LogLevel=ERROR",
+            self.port,
+            self.dir.join("id").display()
+        )
+    }
+
+    /// The remote home (where relative paths start).
+    fn home(&self) -> PathBuf {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} 127.0.0.1 pwd", self.command()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `target` relative to `from` (both absolute), with `..`.
+fn relative(from: &Path, target: &Path) -> PathBuf {
+    let mut p = PathBuf::new();
+    for _ in from.components().skip(1) {
+        p.push("..");
+    }
+    p.join(target.strip_prefix("/").unwrap())
+}
+
+/// `longhaul get|put --ssh-command ... --longhaul-path BIN ARGS`, with a
+/// config and state home of its own (to see that nothing is written there).
+fn over_ssh(sshd: &Sshd, home: &Path, op: &str, args: &[OsString]) -> Command {
+    let mut c = longhaul();
+    c.env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .arg(op)
+        .arg("--ssh-command")
+        .arg(sshd.command())
+        .arg("--longhaul-path")
+        .arg(bin())
+        .args(args);
+    c
+}
+
+/// PIDs of `longhaul serve --once` processes.
+fn once_servers() -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if cmd.windows(14).any(|w| w == b"serve\0--once\0-") {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+/// Waits (up to 10 s) until no `serve --once` runs.
+fn assert_no_server_left() {
+    let t0 = Instant::now();
+    loop {
+        let left = once_servers();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "longhaul serve --once still running: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// This test's turn, its directory and an sshd (None: skip).
+fn setup(tag: &str) -> Option<(std::sync::MutexGuard<'static, ()>, Tmp, Sshd)> {
+    let turn = turn();
+    let t = Tmp::new(tag);
+    let sshd = Sshd::start(&t.join("sshd"))?;
+    Some((turn, t, sshd))
+}
+
+#[test]
+fn get_and_put_over_ssh_copy_an_awkward_tree_and_leave_nothing_behind() {
+    let Some((_turn, t, sshd)) = setup("ssh-tree") else {
+        return;
+    };
+    let b = tricky_tree(t.path());
+    let home = t.join("home");
+    // A path relative to the remote home, through `..`: scp's rules.
+    let rel = relative(&sshd.home(), &b.tree);
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let mut remote = OsString::from("127.0.0.1:");
+    remote.push(&rel);
+    let out = run_timeout(
+        over_ssh(
+            &sshd,
+            &home,
+            "get",
+            &["--json".into(), remote, dest.clone().into()],
+        ),
+        Duration::from_secs(120),
+    );
+    out.expect_code(0);
+    assert_same_tree(&b.tree, &dest.join("tree"), Compare::ALL);
+    assert_secret_not_copied(&dest, &b.secret);
+    assert_eq!(out.json()["ok"], true);
+    assert_no_server_left();
+
+    // put, to an absolute path, into a directory (trailing slash).
+    let into = t.join("put-into");
+    std::fs::create_dir(&into).unwrap();
+    let mut remote = OsString::from("127.0.0.1:");
+    remote.push(&into);
+    remote.push("/");
+    let out = run_timeout(
+        over_ssh(&sshd, &home, "put", &[b.tree.clone().into(), remote]),
+        Duration::from_secs(120),
+    );
+    out.expect_code(0);
+    assert_same_tree(&b.tree, &into.join("tree"), Compare::ALL);
+    assert_no_server_left();
+
+    // Nothing to trust by hand and nothing remembered: no known-hosts file.
+    assert!(
+        !home.join("config/longhaul/known_hosts").exists(),
+        "--ssh wrote a known-hosts file"
+    );
+
+    // The remote side's errors come back: a path that is not there.
+    let out = run_timeout(
+        over_ssh(
+            &sshd,
+            &home,
+            "get",
+            &["127.0.0.1:/no/such/path".into(), dest.clone().into()],
+        ),
+        Duration::from_secs(60),
+    );
+    out.expect_code(4);
+    assert!(out.stderr.contains("No such file"), "{}", out.stderr);
+    assert_no_server_left();
+
+    // A remote longhaul that is not there: said, with the way out.
+    let mut c = longhaul();
+    c.args(["get", "--ssh-command", &sshd.command()])
+        .arg("--longhaul-path")
+        .arg("/no/such/longhaul")
+        .arg("127.0.0.1:x")
+        .arg(&dest);
+    let out = run_timeout(c, Duration::from_secs(60));
+    out.expect_code(3);
+    assert!(out.stderr.contains("--longhaul-path"), "{}", out.stderr);
+}
+
+#[test]
+fn a_get_over_ssh_killed_midway_resumes_and_its_server_exits() {
+    let Some((_turn, t, sshd)) = setup("ssh-resume") else {
+        return;
+    };
+    let src = t.join("src");
+    std::fs::create_dir(&src).unwrap();
+    gen_file(&src.join("big.bin"), 7, 64 * MIB);
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let home = t.join("home");
+    let mut remote = OsString::from("127.0.0.1:");
+    remote.push(&src);
+    remote.push("/");
+    // 100 Mbit/s: 5 s for the file; killed 2 s in.
+    let args: Vec<OsString> = vec![
+        "--json".into(),
+        "--max-rate".into(),
+        "100M".into(),
+        remote,
+        dest.clone().into(),
+    ];
+    let mut c = over_ssh(&sshd, &home, "get", &args);
+    c.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // ssh's end closed with the client: the remote server ends too.
+    assert_no_server_left();
+    assert!(
+        !dest.join("big.bin").exists(),
+        "the kill came before the end"
+    );
+
+    let out = run_timeout(
+        over_ssh(&sshd, &home, "get", &args),
+        Duration::from_secs(120),
+    );
+    out.expect_code(0);
+    let j = out.json();
+    assert!(totals(&j, "bytes_resumed") > 0, "nothing resumed: {j:#}");
+    assert_eq!(
+        hash_file(&dest.join("big.bin")),
+        hash_file(&src.join("big.bin"))
+    );
+    assert_no_server_left();
+}
+
+#[test]
+fn udp_that_does_not_get_through_is_said_within_seconds() {
+    // An "ssh" that runs the remote command here but reports a port no one
+    // listens on: as if a firewall dropped the UDP.
+    let _turn = turn();
+    let t = Tmp::new("ssh-noudp");
+    let fake = t.join("fake-ssh");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nshift\nsh -c \"$1\" | sed -u 's/\"port\":[0-9]*/\"port\":9/'\n",
+    )
+    .unwrap();
+    set_mode(&fake, 0o755);
+    let src = t.join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"x").unwrap();
+    let mut c = longhaul();
+    c.args(["get", "--ssh-command"])
+        .arg(&fake)
+        .arg("--longhaul-path")
+        .arg(bin())
+        .arg(format!("127.0.0.1:{}", src.display()))
+        .arg(t.join("dest"));
+    let out = run_timeout(c, Duration::from_secs(60));
+    out.expect_code(3);
+    assert!(out.stderr.contains("no answer over UDP"), "{}", out.stderr);
+    assert!(
+        out.elapsed < Duration::from_secs(20),
+        "took {:?}",
+        out.elapsed
+    );
+    assert_no_server_left();
+}
