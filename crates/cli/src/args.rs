@@ -49,6 +49,21 @@ pub enum Command {
     Lab(crate::lab_args::LabArgs),
     /// One-to-many: send files to many receivers at once over UDP multicast, RaptorQ repair.
     Multicast(crate::multicast::McArgs),
+    /// Print the completion script for a shell: `longhaul completions bash >
+    /// /etc/bash_completion.d/longhaul` (zsh: a `_longhaul` file in $fpath;
+    /// fish: ~/.config/fish/completions/longhaul.fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (longhaul.1, longhaul-get.1, ... one per command)
+    /// into DIR, e.g. /usr/local/share/man/man1.
+    Man {
+        /// Where to write them.
+        #[arg(value_name = "DIR")]
+        dir: std::path::PathBuf,
+    },
 }
 
 const GET_HELP: &str = "\

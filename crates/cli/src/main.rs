@@ -4,6 +4,7 @@ mod args;
 mod demo;
 mod lab;
 mod lab_args;
+mod manpages;
 mod multicast;
 mod progress;
 mod ssh;
@@ -48,6 +49,14 @@ fn main() {
     // before they block signals).
     let cli = match cli.command {
         Command::Lab(a) => std::process::exit(finish(lab::run(a.command))),
+        Command::Completions { shell } => {
+            manpages::completions(shell);
+            std::process::exit(0)
+        }
+        Command::Man { dir } => std::process::exit(finish(manpages::write_all(&dir).map(|n| {
+            println!("wrote {} man pages to {}", n.len(), dir.display());
+            0
+        }))),
         Command::Multicast(a) => {
             init_logging("warn");
             std::process::exit(finish(multicast::run(a.command)))
@@ -89,7 +98,10 @@ async fn run(cli: Cli) -> i32 {
         Command::Get(a) => get(a).await,
         Command::Put(a) => put(a).await,
         Command::Demo(a) => demo::run(a).await,
-        Command::Lab(_) | Command::Multicast(_) => {
+        Command::Lab(_)
+        | Command::Multicast(_)
+        | Command::Completions { .. }
+        | Command::Man { .. } => {
             unreachable!("dispatched before the runtime starts")
         }
     };
