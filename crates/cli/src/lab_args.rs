@@ -222,7 +222,8 @@ Suites:
             against kernel TCP bbr and cubic
   FILE      your own suite; the built-in ones are in crates/bench/suites/
 
-Tools: longhaul, longhaul-mc (longhaul multicast), rsync, ftp (vsftpd + lftp),
+Tools: longhaul, longhaul-mc (longhaul multicast), longhaul-ssh (get --ssh
+through sshd), rsync, ftp (vsftpd + lftp),
 gridftp (globus), tarnc (tar + nc), scp, uftp (multicast to several receivers),
 iperf3 (memory to memory).
 

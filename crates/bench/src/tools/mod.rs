@@ -12,6 +12,7 @@ mod gridftp;
 mod iperf3;
 mod longhaul;
 mod longhaul_mc;
+mod longhaul_ssh;
 mod rsync;
 mod scp;
 mod tarnc;
@@ -57,9 +58,10 @@ pub trait Adapter: Sync {
 }
 
 /// Every tool the lab knows, in the order `--tools` lists them.
-pub static ADAPTERS: [&dyn Adapter; 9] = [
+pub static ADAPTERS: [&dyn Adapter; 10] = [
     &longhaul::Longhaul,
     &longhaul_mc::LonghaulMc,
+    &longhaul_ssh::LonghaulSsh,
     &rsync::Rsync,
     &ftp::Ftp,
     &gridftp::Gridftp,
