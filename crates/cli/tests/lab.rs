@@ -949,3 +949,154 @@ fn wait_until(cond: impl Fn() -> bool) {
     }
     panic!("condition not reached in 10 s");
 }
+
+/// PIDs of `longhaul serve --once` processes (the far side of `--ssh`).
+fn once_servers() -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if cmd.windows(13).any(|w| w == b"serve\0--once\0") {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+#[test]
+fn get_and_put_over_ssh_between_lab_hosts_on_a_lossy_70ms_path() {
+    use longhaul_testkit::{assert_same_tree, gen_file, hash_file, Compare, MIB};
+    use std::os::unix::ffi::OsStrExt;
+    let Some(_turn) = take_turn() else { return };
+    if !["sshd", "ssh", "ssh-keygen"].into_iter().all(tool) {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    // sshd in `srv`, key-only, keys made here.
+    for k in ["hostkey", "id"] {
+        let st = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(d.join(k))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    std::fs::copy(d.join("id.pub"), d.join("authorized_keys")).unwrap();
+    std::fs::write(
+        d.join("sshd_config"),
+        format!(
+            "Port 22\nHostKey {0}/hostkey\nAuthorizedKeysFile {0}/authorized_keys\n\
+             PasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nUseDNS no\n\
+             PidFile none\n",
+            d.display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    let mut lab = Lab::up(
+        "sshlab",
+        "srv,cli",
+        &["--link", "rate=1G delay=35ms loss=1e-3 queue=5833pkts"],
+    );
+    let conf = d.join("sshd_config");
+    lab.spawn(
+        "srv",
+        &["/usr/sbin/sshd", "-D", "-e", "-f", conf.to_str().unwrap()],
+    );
+    let ssh = format!(
+        "ssh -i {}/id -o BatchMode=yes -o StrictHostKeyChecking=no \
+         -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=10",
+        d.display()
+    );
+
+    // An awkward tree: odd names, a link, an empty directory, a file of
+    // several chunks.
+    let tree = d.join("tree");
+    std::fs::create_dir_all(tree.join("empty dir")).unwrap();
+    std::fs::create_dir_all(tree.join("sub")).unwrap();
+    std::fs::write(tree.join("with space.txt"), b"spaces").unwrap();
+    std::fs::write(tree.join("\u{fc}n\u{ef}c\u{f8}d\u{e9}"), b"unicode").unwrap();
+    std::fs::write(
+        tree.join(std::ffi::OsStr::from_bytes(b"new\nline-\xff")),
+        b"bytes",
+    )
+    .unwrap();
+    gen_file(&tree.join("sub/three-mib+1"), 5, 3 * MIB + 1);
+    std::os::unix::fs::symlink("../with space.txt", tree.join("sub/link")).unwrap();
+    let config = d.join("config");
+    let client = |args: &[&str]| {
+        let mut c = lab.cmd("cli", args);
+        c.env("XDG_CONFIG_HOME", &config);
+        c
+    };
+    let lh_ssh = |op: &'static str| vec![BIN, op, "--ssh-command", &ssh, "--longhaul-path", BIN];
+
+    let dest = d.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let mut a = lh_ssh("get");
+    let remote = format!("srv:{}", tree.display());
+    a.extend([remote.as_str(), dest.to_str().unwrap()]);
+    let out = run_timeout(client(&a), Duration::from_secs(120));
+    assert_eq!(out.code, 0, "get --ssh: {}", out.stderr);
+    assert_same_tree(&tree, &dest.join("tree"), Compare::ALL);
+
+    let into = d.join("into");
+    std::fs::create_dir(&into).unwrap();
+    let mut a = lh_ssh("put");
+    let remote = format!("srv:{}/", into.display());
+    a.extend([tree.to_str().unwrap(), remote.as_str()]);
+    let out = run_timeout(client(&a), Duration::from_secs(120));
+    assert_eq!(out.code, 0, "put --ssh: {}", out.stderr);
+    assert_same_tree(&tree, &into.join("tree"), Compare::ALL);
+    wait_until(|| once_servers().is_empty());
+    assert!(
+        !config.join("longhaul/known_hosts").exists(),
+        "--ssh wrote a known-hosts file"
+    );
+
+    // Killed 3 s into 48 MiB at 100 Mbit/s: the far side ends with ssh, and
+    // the rerun resumes.
+    let big = d.join("big");
+    std::fs::create_dir(&big).unwrap();
+    gen_file(&big.join("f.bin"), 9, 48 * MIB);
+    let dest2 = d.join("dest2");
+    std::fs::create_dir(&dest2).unwrap();
+    let mut a = lh_ssh("get");
+    let remote = format!("srv:{}/", big.display());
+    a.extend([
+        "--json",
+        "--max-rate",
+        "100M",
+        remote.as_str(),
+        dest2.to_str().unwrap(),
+    ]);
+    let mut child = client(&a)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_until(|| once_servers().is_empty());
+    assert!(
+        !dest2.join("f.bin").exists(),
+        "the kill came before the end"
+    );
+    let out = run_timeout(client(&a), Duration::from_secs(120));
+    assert_eq!(out.code, 0, "rerun: {}", out.stderr);
+    let j: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(
+        j["totals"]["bytes_resumed"].as_u64().unwrap() > 0,
+        "nothing resumed: {j:#}"
+    );
+    assert_eq!(
+        hash_file(&dest2.join("f.bin")),
+        hash_file(&big.join("f.bin"))
+    );
+    wait_until(|| once_servers().is_empty());
+}
