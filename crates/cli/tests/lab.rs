@@ -787,7 +787,7 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     let r: Value = serde_json::from_str(&out.stdout).unwrap();
     let runs = r["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2 * 10, "two scenarios, ten tools");
+    assert_eq!(runs.len(), 2 * 11, "two scenarios, eleven tool variants");
     for x in runs {
         assert_eq!(x["status"], "ok", "{x}");
         let memory_only = x["tool"] == "iperf3";

@@ -43,10 +43,7 @@ impl Adapter for LonghaulSsh {
         let a = s.server.to_string();
         let (daemon, key) = super::scp::sshd(s)?;
         let exe = p(s.exe);
-        let ssh_command = std::iter::once("ssh".to_string())
-            .chain(super::scp::ssh_options(&key))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let ssh_command = super::scp::ssh_command(&key);
         Ok(Commands {
             daemons: vec![daemon],
             actors: s.per_receiver(&|_, r| {

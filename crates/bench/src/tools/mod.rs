@@ -538,7 +538,8 @@ mod tests {
         let err = |s: &str| s.parse::<ToolSpec>().unwrap_err().to_string();
         assert!(err("gridftp:p=0").contains("p=0: a whole number from 1 to 64"));
         assert!(err("gridftp:q=1").contains("no setting 'q' (it has p, cc, pp, fast, tcp-bs)"));
-        assert!(err("rsync:p=1").contains("it has none"));
+        assert!(err("rsync:p=1").contains("no setting 'p' (it has ssh)"));
+        assert!(err("tarnc:p=1").contains("it has none"));
         assert!(err("gridftp:p=2,p=3").contains("given twice"));
         assert!(err("uftp:rate=fast").contains("rate=fast"));
         let setup = |settings: &Settings| first_client(spec.tool, settings);

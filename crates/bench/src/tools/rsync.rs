@@ -1,4 +1,6 @@
-//! The `rsync` tool of the lab: rsync daemon, rsync -a.
+//! The `rsync` tool of the lab: rsync daemon, rsync -a; or, with
+//! `rsync:ssh=yes`, rsync over ssh (sshd in the server host), as most
+//! people run it.
 
 use super::*;
 
@@ -12,6 +14,14 @@ impl Adapter for Rsync {
 
     fn describe(&self) -> &'static str {
         "rsync daemon, rsync -a"
+    }
+
+    fn settings(&self) -> &'static [Setting] {
+        &[(
+            "ssh",
+            "yes: rsync -a -e ssh through sshd in the server host (keys made per run), instead of the rsync daemon",
+            yes_no,
+        )]
     }
 
     fn programs(&self) -> &'static [&'static str] {
@@ -28,6 +38,23 @@ impl Adapter for Rsync {
 
     fn commands(&self, s: &Setup) -> Result<Commands> {
         let a = s.server.to_string();
+        if get(s.settings, "ssh", "no") == "yes" {
+            let (daemon, key) = super::scp::sshd(s)?;
+            let ssh = super::scp::ssh_command(&key);
+            return Ok(Commands {
+                daemons: vec![daemon],
+                actors: s.per_receiver(&|_, r| {
+                    v(&[
+                        "rsync",
+                        "-a",
+                        "-e",
+                        &ssh,
+                        &format!("root@{a}:{}/", p(s.src)),
+                        &format!("{}/", p(&r.dst)),
+                    ])
+                }),
+            });
+        }
         Ok({
             let conf = s.run.join("rsyncd.conf");
             std::fs::write(

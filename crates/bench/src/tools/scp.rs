@@ -94,6 +94,15 @@ pub(super) fn sshd(s: &Setup) -> Result<(Daemon, PathBuf)> {
     Ok((daemon, client_key))
 }
 
+/// The ssh command line (as `rsync -e` and `--ssh-command` take it) with
+/// [`ssh_options`].
+pub(super) fn ssh_command(key: &Path) -> String {
+    std::iter::once("ssh".to_string())
+        .chain(ssh_options(key))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// ssh's options for the lab: the run's key, no prompts, no host-key checks
 /// (the host key is new every run).
 pub(super) fn ssh_options(key: &Path) -> Vec<String> {
