@@ -294,12 +294,12 @@ pub struct SshArgs {
     /// --ssh) [default: ssh].
     #[arg(long, value_name = "CMD")]
     pub ssh_command: Option<String>,
-    /// The longhaul binary on the remote host [default: longhaul, in the
-    /// remote PATH].
+    /// The longhaul binary on the remote host (implies --ssh) [default:
+    /// longhaul, in the remote PATH].
     #[arg(long, value_name = "PATH")]
     pub longhaul_path: Option<String>,
     /// UDP ports the remote server may listen on (LOW-HIGH), for firewalls
-    /// that open a range [default: any free port].
+    /// that open a range (implies --ssh) [default: any free port].
     #[arg(long, value_name = "LOW-HIGH")]
     pub port_range: Option<String>,
 }
@@ -307,7 +307,10 @@ pub struct SshArgs {
 impl SshArgs {
     /// Whether the far side is reached over ssh.
     pub fn on(&self) -> bool {
-        self.ssh || self.ssh_command.is_some()
+        self.ssh
+            || self.ssh_command.is_some()
+            || self.longhaul_path.is_some()
+            || self.port_range.is_some()
     }
 }
 

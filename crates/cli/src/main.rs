@@ -244,6 +244,15 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
     if a.once && token.is_none() {
         token = Some(random_token().into_bytes());
     }
+    if a.once
+        && token
+            .as_ref()
+            .is_some_and(|t| std::str::from_utf8(t).is_err())
+    {
+        return Err(usage(
+            "serve --once sends its token as text: the token is not UTF-8",
+        ));
+    }
     if let Some(t) = token.as_ref().filter(|t| t.len() < MIN_TOKEN) {
         eprintln!(
             "longhaul serve: warning: the token is only {} bytes and can be guessed; \
@@ -252,11 +261,13 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         );
     }
     let ssh_ip = ssh::ssh_connection_ip();
-    let ip = a
-        .listen
-        .map(|l| l.ip())
-        .or(if a.once { ssh_ip } else { None })
-        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+    // Every address, also with --once: behind NAT the address the ssh
+    // session came in on is not the one the client reaches.
+    let ip = match (a.listen, ssh_ip) {
+        (Some(l), _) => l.ip(),
+        (None, Some(std::net::IpAddr::V6(_))) if a.once => std::net::Ipv6Addr::UNSPECIFIED.into(),
+        _ => std::net::Ipv4Addr::UNSPECIFIED.into(),
+    };
     let ports: Vec<u16> = match (&a.port_range, a.listen) {
         (Some(r), _) => ssh::parse_port_range(r).map_err(usage)?,
         (None, Some(l)) => vec![l.port()],
@@ -282,9 +293,6 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         },
         once: a.once,
     };
-    if a.once {
-        opts.max_sessions = 1;
-    }
     // The first port of the list that is free.
     let mut bound = Err(anyhow::anyhow!("no port to listen on"));
     for &p in &ports {

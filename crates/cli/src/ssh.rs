@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::ffi::OsStr;
 use std::net::IpAddr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,6 +139,10 @@ fn parse_ssh_remote(s: &OsStr) -> Result<(String, Vec<u8>)> {
     if dest.is_empty() || dest.ends_with('@') {
         return Err(bad());
     }
+    if dest.starts_with('-') {
+        // ssh would take it for an option (-oProxyCommand=...).
+        return Err(usage(format!("{dest:?}: a host may not begin with '-'")));
+    }
     Ok((dest.to_string(), b[colon + 1..].to_vec()))
 }
 
@@ -150,11 +154,24 @@ fn host_of(dest: &str) -> &str {
         .unwrap_or(h)
 }
 
+/// The destination as ssh takes it: an IPv6 host without its brackets.
+fn for_ssh(dest: &str) -> String {
+    match dest.rsplit_once('@') {
+        Some((u, _)) => format!("{u}@{}", host_of(dest)),
+        None => host_of(dest).to_string(),
+    }
+}
+
 /// A remote path as the one-shot server (root `/`) wants it: absolute with
 /// `cwd` if relative, `.` and `..` resolved in the text, then without its
 /// leading `/`; a trailing `/` (or an empty path: the home itself) means
 /// "the contents", as for any get or put.
 pub(crate) fn remote_path(cwd: &[u8], p: &[u8]) -> Vec<u8> {
+    // `~` and `~/...` are the home, as a remote shell would expand them.
+    let p = match p {
+        b"~" => b"",
+        _ => p.strip_prefix(b"~/").unwrap_or(p),
+    };
     let full: Vec<u8> = if p.starts_with(b"/") {
         p.to_vec()
     } else {
@@ -248,9 +265,9 @@ impl Far {
         // The command is the user's, with its options: the shell splits it.
         let mut child = tokio::process::Command::new("sh")
             .arg("-c")
-            .arg(format!("{cmd} \"$@\""))
+            .arg(format!("exec {cmd} \"$@\""))
             .arg("sh")
-            .arg(dest)
+            .arg(for_ssh(dest))
             .arg(&remote)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -258,28 +275,36 @@ impl Far {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| conn_problem(format!("cannot run {cmd}: {e}")))?;
-        let stdin = child.stdin.take();
+        let mut stdin = child.stdin.take();
         let mut out = BufReader::new(child.stdout.take().expect("piped"));
         let read = async {
-            // A remote shell may print something first; the server's line is
-            // the first that parses.
-            let mut line = String::new();
-            for _ in 0..100 {
+            // A remote shell may print something first (any bytes); the
+            // server's line is the first that parses.
+            let mut line = Vec::new();
+            for _ in 0..1000 {
                 line.clear();
-                if out.read_line(&mut line).await? == 0 {
+                if out.read_until(b'\n', &mut line).await? == 0 {
                     return Ok(None);
                 }
-                if let Ok(h) = serde_json::from_str::<Hello>(line.trim()) {
+                if let Ok(h) = serde_json::from_slice::<Hello>(line.trim_ascii()) {
                     return Ok(Some(h));
                 }
-                tracing::debug!("remote said: {}", line.trim_end());
+                tracing::debug!("remote said: {}", String::from_utf8_lossy(&line));
             }
             Ok::<_, std::io::Error>(None)
         };
         let hello = match tokio::time::timeout(HELLO_WAIT, read).await {
             Ok(Ok(Some(h))) => h,
             Ok(r) => {
-                let status = child.wait().await.ok();
+                // Whatever runs there is told to end, and given a moment.
+                drop(stdin.take());
+                let status = match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
+                    Ok(s) => s.ok(),
+                    Err(_) => {
+                        let _ = child.kill().await;
+                        None
+                    }
+                };
                 let code = status.and_then(|s| s.code());
                 let hint = match code {
                     Some(127) => format!(
@@ -329,14 +354,23 @@ impl Far {
             .ok_or_else(|| conn_problem("the remote longhaul sent a bad cwd_hex".into()))
     }
 
-    /// (HOST, PORT) to reach the server at.
-    fn target(&self, dest: &str) -> (String, u16) {
-        let host = self
-            .hello
-            .addr
-            .clone()
+    /// (HOST, PORT) to reach the server at: the host ssh connected to (as
+    /// `ssh -G` names it, through ~/.ssh/config), if it resolves here; else
+    /// the address the server saw the ssh session come in on. (Behind NAT
+    /// the latter is a private address; through a jump host the former
+    /// may not resolve.)
+    async fn target(&self, s: &SshArgs, dest: &str) -> (String, u16) {
+        let port = self.hello.port;
+        let name = ssh_hostname(s, dest)
+            .await
             .unwrap_or_else(|| host_of(dest).to_string());
-        (host, self.hello.port)
+        let resolves = tokio::net::lookup_host((name.as_str(), port))
+            .await
+            .is_ok_and(|mut a| a.next().is_some());
+        match (&self.hello.addr, resolves) {
+            (Some(a), false) => (a.clone(), port),
+            _ => (name, port),
+        }
     }
 
     /// Runs the transfer as any get or put ([`drive`]), then ends the far
@@ -367,6 +401,33 @@ impl Far {
             }
         }
     }
+}
+
+/// The host name ssh would connect to for `dest` (`ssh -G`: its config
+/// applied), when the command is OpenSSH's ssh and says so within 3 s.
+async fn ssh_hostname(s: &SshArgs, dest: &str) -> Option<String> {
+    let cmd = s.ssh_command.clone().unwrap_or_else(|| "ssh".into());
+    let program = cmd.split_whitespace().next()?;
+    if Path::new(program).file_name()? != "ssh" {
+        return None;
+    }
+    let run = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec {cmd} -G \"$@\""))
+        .arg("sh")
+        .arg(for_ssh(dest))
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(3), run)
+        .await
+        .ok()?
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("hostname ").map(|h| h.trim().to_string()))
+        .filter(|h| !h.is_empty())
 }
 
 /// Options the far side cannot take from the client's Hello.
@@ -433,7 +494,7 @@ pub(crate) async fn get(a: GetArgs) -> Result<i32> {
     let far = Far::start(&a.t.ssh, &ssh_dest, &args).await?;
     let cwd = far.cwd()?;
     let paths: Vec<Vec<u8>> = paths.iter().map(|p| remote_path(&cwd, p)).collect();
-    let (host, port) = far.target(&ssh_dest);
+    let (host, port) = far.target(&a.t.ssh, &ssh_dest).await;
     let opts = opts_for(&a.t, &far, &host, port)?;
     let dest = PathBuf::from(&dest[0]);
     let progress = Arc::new(Progress::default());
@@ -448,7 +509,7 @@ pub(crate) async fn put(a: PutArgs) -> Result<i32> {
     let (ssh_dest, rdest) = parse_ssh_remote(&dest[0])?;
     let far = Far::start(&a.t.ssh, &ssh_dest, &serve_args(&a.t)).await?;
     let rdest = remote_path(&far.cwd()?, &rdest);
-    let (host, port) = far.target(&ssh_dest);
+    let (host, port) = far.target(&a.t.ssh, &ssh_dest).await;
     let opts = opts_for(&a.t, &far, &host, port)?;
     let locals: Vec<PathBuf> = locals.iter().map(PathBuf::from).collect();
     let progress = Arc::new(Progress::default());
@@ -473,6 +534,9 @@ mod tests {
         assert_eq!(t("a/./b/../c"), "home/ann/a/c");
         assert_eq!(t("/../../etc"), "etc");
         assert_eq!(t("/"), "");
+        assert_eq!(t("~"), "home/ann/");
+        assert_eq!(t("~/x"), "home/ann/x");
+        assert_eq!(t("~bob/x"), "home/ann/~bob/x");
         // Any bytes pass through.
         assert_eq!(remote_path(home, b"\xff/x"), b"home/ann/\xff/x");
     }
@@ -493,6 +557,10 @@ mod tests {
         assert!(p("nocolon").is_err());
         assert!(p(":x").is_err());
         assert!(p("ann@:x").is_err());
+        assert!(p("-oProxyCommand=evil:x").is_err());
+        assert_eq!(for_ssh("ann@[::1]"), "ann@::1");
+        assert_eq!(for_ssh("[::1]"), "::1");
+        assert_eq!(for_ssh("srv"), "srv");
         assert_eq!(host_of("ann@[::1]"), "::1");
         assert_eq!(host_of("ann@srv"), "srv");
         assert_eq!(host_of("srv"), "srv");

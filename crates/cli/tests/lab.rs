@@ -1058,8 +1058,8 @@ fn get_and_put_over_ssh_between_lab_hosts_on_a_lossy_70ms_path() {
         "--ssh wrote a known-hosts file"
     );
 
-    // Killed 3 s into 48 MiB at 100 Mbit/s: the far side ends with ssh, and
-    // the rerun resumes.
+    // Killed 1 s after its part file has data, 48 MiB at 100 Mbit/s: the
+    // far side ends with ssh, and the rerun resumes.
     let big = d.join("big");
     std::fs::create_dir(&big).unwrap();
     gen_file(&big.join("f.bin"), 9, 48 * MIB);
@@ -1079,7 +1079,14 @@ fn get_and_put_over_ssh_between_lab_hosts_on_a_lossy_70ms_path() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    let part = dest2.join(".f.bin.lh-part");
+    for _ in 0..600 {
+        if std::fs::metadata(&part).map_or(0, |m| m.len()) > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(1));
     child.kill().unwrap();
     child.wait().unwrap();
     wait_until(|| once_servers().is_empty());

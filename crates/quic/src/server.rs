@@ -15,7 +15,7 @@ use cap_std::fs::Dir;
 use longhaul_transfer::landing::{dest_is_dir as lands_in_dir, Landing};
 use longhaul_transfer::RelPath;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -204,12 +204,13 @@ impl Server {
             let ctx = ctx.clone();
             ctx.live.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(async move {
+                let served = Arc::new(AtomicBool::new(false));
                 match connecting.await {
-                    Ok(conn) => session(ctx.clone(), conn, cc).await,
+                    Ok(conn) => session(ctx.clone(), conn, cc, served.clone()).await,
                     Err(e) => tracing::info!("{remote}: handshake failed: {e}"),
                 }
                 ctx.live.fetch_sub(1, Ordering::Relaxed);
-                if ctx.opts.once && ctx.authed.load(Ordering::Relaxed) {
+                if ctx.opts.once && served.load(Ordering::Relaxed) {
                     ctx.done.notify_one();
                 }
                 give_back_soon(ctx);
@@ -248,7 +249,8 @@ struct Ctx {
     trim_at: std::sync::Mutex<Instant>,
     /// What the sessions' send windows share.
     budget: Option<Arc<SendBudget>>,
-    /// A session passed the token check (`once`: the one served).
+    /// A session passed the token check (`once`: the one served; later
+    /// ones are refused).
     authed: AtomicBool,
     /// `once`: the session served has ended.
     done: tokio::sync::Notify,
@@ -289,6 +291,50 @@ fn trim() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// `once` (started over ssh, root `/`): the request path with the symlinks
+/// of its directories resolved, as the ssh user's shell would follow them.
+/// Beneath a root every absolute link is an escape (cap-std refuses it:
+/// `~/data -> /scratch/data` could not be named), but the root `/` holds
+/// everything and the ssh user's own permissions confine it. The last
+/// component stays as named (a link named in a get is sent as a link),
+/// unless a trailing `/` asks for what it holds. Elsewhere: unchanged.
+fn follow_dir_links(opts: &ServeOpts, p: &[u8]) -> Vec<u8> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    if !opts.once || opts.root != Path::new("/") {
+        return p.to_vec();
+    }
+    let slash = p.ends_with(b"/");
+    let parts: Vec<&[u8]> = p.split(|&c| c == b'/').filter(|c| !c.is_empty()).collect();
+    let (dirs, last) = match parts.split_last() {
+        None => return p.to_vec(),
+        Some(_) if slash => (&parts[..], None),
+        Some((last, dirs)) => (dirs, Some(*last)),
+    };
+    // The longest leading run of directories that exists, made canonical.
+    let mut k = dirs.len();
+    let base = loop {
+        if k == 0 {
+            break Vec::new();
+        }
+        let path = Path::new("/").join(std::ffi::OsStr::from_bytes(&dirs[..k].join(&b'/')));
+        if let Ok(c) = std::fs::canonicalize(&path) {
+            break c.into_os_string().into_vec();
+        }
+        k -= 1;
+    };
+    let mut out: Vec<u8> = base.strip_prefix(b"/").unwrap_or(&base).to_vec();
+    for c in dirs[k..].iter().chain(last.as_slice()) {
+        if !out.is_empty() {
+            out.push(b'/');
+        }
+        out.extend_from_slice(c);
+    }
+    if slash && !out.is_empty() {
+        out.push(b'/');
+    }
+    out
 }
 
 async fn fatal(ctl: &CtlTx, conn: &quinn::Connection, code: ErrorCode, message: String) {
@@ -347,7 +393,14 @@ fn token_ok(expected: &Option<Vec<u8>>, got: &[u8]) -> bool {
     }
 }
 
-async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle>>) {
+/// One client's session. `served` is set once it passed the token check
+/// (for `once`: as the session the server exists for).
+async fn session(
+    ctx: Arc<Ctx>,
+    conn: quinn::Connection,
+    cc: Option<Arc<CcHandle>>,
+    served: Arc<AtomicBool>,
+) {
     let remote = conn.remote_address();
     let (send, recv) = match tokio::time::timeout(Duration::from_secs(10), conn.accept_bi()).await {
         Ok(Ok(s)) => s,
@@ -392,7 +445,12 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
         }
         ctx.throttle.lock().unwrap().succeeded(ip);
     }
-    ctx.authed.store(true, Ordering::Relaxed);
+    // `once`: the first session past the token check is the one served.
+    if ctx.authed.swap(true, Ordering::Relaxed) && ctx.opts.once {
+        let m = "this one-shot server already serves its session".to_string();
+        return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
+    }
+    served.store(true, Ordering::Relaxed);
     let rate = match (h.max_rate, ctx.opts.net.max_rate) {
         (0, s) => s,
         (c, 0) => c,
@@ -420,6 +478,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
             let sources: Vec<SendRootResult> = paths
                 .iter()
                 .map(|p| {
+                    let p = &follow_dir_links(&ctx.opts, p);
                     RelPath::from_request(p)
                         .map(|start| SendRoot {
                             dir: ctx.root.clone(),
@@ -470,7 +529,7 @@ async fn session(ctx: Arc<Ctx>, conn: quinn::Connection, cc: Option<Arc<CcHandle
                 let m = "this server is read-only (--read-only): put refused".to_string();
                 return fatal(&ctl, &conn, ErrorCode::ReadOnly, m).await;
             }
-            let prefix = match RelPath::from_request(&dest) {
+            let prefix = match RelPath::from_request(&follow_dir_links(&ctx.opts, &dest)) {
                 Ok(p) => p,
                 Err(e) => return fatal(&ctl, &conn, ErrorCode::BadPath, e.to_string()).await,
             };

@@ -156,6 +156,20 @@ fn once_servers() -> Vec<u32> {
     v
 }
 
+/// Waits (up to 60 s) until `part` holds some data, then a moment more.
+fn wait_for_part(part: &Path) {
+    let t0 = Instant::now();
+    while std::fs::metadata(part).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no {}",
+            part.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+}
+
 /// Waits (up to 10 s) until no `serve --once` runs.
 fn assert_no_server_left() {
     let t0 = Instant::now();
@@ -206,6 +220,22 @@ fn get_and_put_over_ssh_copy_an_awkward_tree_and_leave_nothing_behind() {
     assert_same_tree(&b.tree, &dest.join("tree"), Compare::ALL);
     assert_secret_not_copied(&dest, &b.secret);
     assert_eq!(out.json()["ok"], true);
+    assert_no_server_left();
+
+    // A directory on the way that is an absolute link (~/data -> /scratch
+    // as people have it): followed, as scp would.
+    let via = t.join("via-link");
+    std::os::unix::fs::symlink(b.tree.parent().unwrap(), &via).unwrap();
+    let dest3 = t.join("dest3");
+    std::fs::create_dir(&dest3).unwrap();
+    let mut remote = OsString::from("127.0.0.1:");
+    remote.push(via.join("tree"));
+    let out = run_timeout(
+        over_ssh(&sshd, &home, "get", &[remote, dest3.clone().into()]),
+        Duration::from_secs(120),
+    );
+    out.expect_code(0);
+    assert_same_tree(&b.tree, &dest3.join("tree"), Compare::ALL);
     assert_no_server_left();
 
     // put, to an absolute path, into a directory (trailing slash).
@@ -268,7 +298,8 @@ fn a_get_over_ssh_killed_midway_resumes_and_its_server_exits() {
     let mut remote = OsString::from("127.0.0.1:");
     remote.push(&src);
     remote.push("/");
-    // 100 Mbit/s: 5 s for the file; killed 2 s in.
+    // 100 Mbit/s: 5 s for the file; killed once its part file holds data
+    // (the ssh login and the handshake before it may take a while here).
     let args: Vec<OsString> = vec![
         "--json".into(),
         "--max-rate".into(),
@@ -281,7 +312,7 @@ fn a_get_over_ssh_killed_midway_resumes_and_its_server_exits() {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut child = c.spawn().unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    wait_for_part(&dest.join(".big.bin.lh-part"));
     child.kill().unwrap();
     child.wait().unwrap();
     // ssh's end closed with the client: the remote server ends too.
