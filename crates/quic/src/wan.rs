@@ -440,7 +440,7 @@ impl Wan {
 
     /// The share of bytes the path loses with no queue (random loss), over
     /// the last [`BW_ROUNDS`] rounds that saw none, at most
-    /// [`MAX_RANDOM_LOSS`]. The bandwidth is what was delivered; a lost
+    /// 30 %. The bandwidth is what was delivered; a lost
     /// packet holds its place in the window until it is declared lost, a
     /// round later, so a window of the delivered rate's BDP sends only
     /// (1 - loss) of it: at 10 Mbit/s, 300 ms and 10 % loss each probe
