@@ -825,7 +825,7 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
         serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
     assert_eq!(saved["runs"], r["runs"]);
     let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 1 + 2 * 9);
+    assert_eq!(csv.lines().count(), 1 + 2 * 11);
     let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
     assert!(
         md.contains("| small-files-10ms |") && md.contains("| one-file-two-receivers |"),
