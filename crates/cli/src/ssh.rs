@@ -238,6 +238,39 @@ struct Far {
     stdin: Option<tokio::process::ChildStdin>,
 }
 
+/// The user's ssh command (`--ssh-command`, else `ssh`).
+fn ssh_command(s: &SshArgs) -> String {
+    s.ssh_command.clone().unwrap_or_else(|| "ssh".into())
+}
+
+/// `CMD [OPTION] DEST`, the rest of its arguments for the caller to add:
+/// the command is the user's, with its options, so a shell splits it.
+fn ssh_to(cmd: &str, option: &str, dest: &str) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new("sh");
+    c.arg("-c")
+        .arg(format!("exec {cmd} {option} \"$@\""))
+        .arg("sh")
+        .arg(for_ssh(dest))
+        .kill_on_drop(true);
+    c
+}
+
+/// Closes ssh's standard input (the remote server exits with it) and waits
+/// [`EXIT_WAIT`] for ssh to end, then kills it; its status, if it ended.
+async fn end_ssh(
+    child: &mut tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+) -> Option<std::process::ExitStatus> {
+    drop(stdin);
+    match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
+        Ok(s) => s.ok(),
+        Err(_) => {
+            let _ = child.kill().await;
+            None
+        }
+    }
+}
+
 /// The far side could not be started or reached: exit status 3.
 fn conn_problem(msg: String) -> anyhow::Error {
     crate::Fail(crate::EXIT_CONNECTION, msg).into()
@@ -247,7 +280,7 @@ impl Far {
     /// Runs `CMD DEST 'exec longhaul serve --once --root / ...'` and waits
     /// for the server's line.
     async fn start(s: &SshArgs, dest: &str, serve_args: &[String]) -> Result<Far> {
-        let cmd = s.ssh_command.clone().unwrap_or_else(|| "ssh".into());
+        let cmd = ssh_command(s);
         let exe = s.longhaul_path.clone().unwrap_or_else(|| "longhaul".into());
         let mut words = vec![
             quote(&exe),
@@ -262,17 +295,11 @@ impl Far {
         words.extend(serve_args.iter().map(|a| quote(a)));
         let remote = format!("exec {}", words.join(" "));
         tracing::debug!("running {cmd} {dest} {remote}");
-        // The command is the user's, with its options: the shell splits it.
-        let mut child = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("exec {cmd} \"$@\""))
-            .arg("sh")
-            .arg(for_ssh(dest))
+        let mut child = ssh_to(&cmd, "", dest)
             .arg(&remote)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .kill_on_drop(true)
             .spawn()
             .map_err(|e| conn_problem(format!("cannot run {cmd}: {e}")))?;
         let mut stdin = child.stdin.take();
@@ -297,14 +324,7 @@ impl Far {
             Ok(Ok(Some(h))) => h,
             Ok(r) => {
                 // Whatever runs there is told to end, and given a moment.
-                drop(stdin.take());
-                let status = match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
-                    Ok(s) => s.ok(),
-                    Err(_) => {
-                        let _ = child.kill().await;
-                        None
-                    }
-                };
+                let status = end_ssh(&mut child, stdin.take()).await;
                 let code = status.and_then(|s| s.code());
                 let hint = match code {
                     Some(127) => format!(
@@ -392,12 +412,9 @@ impl Far {
 
     /// Close ssh's standard input (the remote server exits) and wait for ssh.
     async fn finish(mut self) {
-        drop(self.stdin.take());
-        match tokio::time::timeout(EXIT_WAIT, self.child.wait()).await {
-            Ok(Ok(s)) if !s.success() => tracing::debug!("ssh ended: {s}"),
-            Ok(_) => {}
-            Err(_) => {
-                let _ = self.child.kill().await;
+        if let Some(s) = end_ssh(&mut self.child, self.stdin.take()).await {
+            if !s.success() {
+                tracing::debug!("ssh ended: {s}");
             }
         }
     }
@@ -406,19 +423,14 @@ impl Far {
 /// The host name ssh would connect to for `dest` (`ssh -G`: its config
 /// applied), when the command is OpenSSH's ssh and says so within 3 s.
 async fn ssh_hostname(s: &SshArgs, dest: &str) -> Option<String> {
-    let cmd = s.ssh_command.clone().unwrap_or_else(|| "ssh".into());
+    let cmd = ssh_command(s);
     let program = cmd.split_whitespace().next()?;
     if Path::new(program).file_name()? != "ssh" {
         return None;
     }
-    let run = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("exec {cmd} -G \"$@\""))
-        .arg("sh")
-        .arg(for_ssh(dest))
+    let run = ssh_to(&cmd, "-G", dest)
         .stdin(Stdio::null())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(3), run)
         .await

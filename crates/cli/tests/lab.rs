@@ -950,23 +950,9 @@ fn wait_until(cond: impl Fn() -> bool) {
     panic!("condition not reached in 10 s");
 }
 
-/// PIDs of `longhaul serve --once` processes (the far side of `--ssh`).
-fn once_servers() -> Vec<u32> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if cmd.windows(13).any(|w| w == b"serve\0--once\0") {
-            v.push(pid);
-        }
-    }
-    v
-}
-
 #[test]
 fn get_and_put_over_ssh_between_lab_hosts_on_a_lossy_70ms_path() {
+    use longhaul_testkit::ssh::{self, once_servers};
     use longhaul_testkit::{assert_same_tree, gen_file, hash_file, Compare, MIB};
     use std::os::unix::ffi::OsStrExt;
     let Some(_turn) = take_turn() else { return };
@@ -976,42 +962,18 @@ fn get_and_put_over_ssh_between_lab_hosts_on_a_lossy_70ms_path() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path();
     // sshd in `srv`, key-only, keys made here.
-    for k in ["hostkey", "id"] {
-        let st = Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(d.join(k))
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-    std::fs::copy(d.join("id.pub"), d.join("authorized_keys")).unwrap();
-    std::fs::write(
-        d.join("sshd_config"),
-        format!(
-            "Port 22\nHostKey {0}/hostkey\nAuthorizedKeysFile {0}/authorized_keys\n\
-             PasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-             PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nUseDNS no\n\
-             PidFile none\n",
-            d.display()
-        ),
-    )
-    .unwrap();
-    std::fs::create_dir_all("/run/sshd").unwrap();
+    ssh::keys(d);
+    let conf = ssh::config(d, "Port 22\nUseDNS no\nPidFile none\n");
     let mut lab = Lab::up(
         "sshlab",
         "srv,cli",
         &["--link", "rate=1G delay=35ms loss=1e-3 queue=5833pkts"],
     );
-    let conf = d.join("sshd_config");
     lab.spawn(
         "srv",
         &["/usr/sbin/sshd", "-D", "-e", "-f", conf.to_str().unwrap()],
     );
-    let ssh = format!(
-        "ssh -i {}/id -o BatchMode=yes -o StrictHostKeyChecking=no \
-         -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=10",
-        d.display()
-    );
+    let ssh = format!("ssh {} -o ConnectTimeout=10", ssh::options(d));
 
     // An awkward tree: odd names, a link, an empty directory, a file of
     // several chunks.

@@ -5,6 +5,7 @@
 //! speaks the control protocol frame by frame for hostile tests.
 
 pub mod raw;
+pub mod ssh;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};

@@ -39,34 +39,22 @@ impl Sshd {
             eprintln!("SKIP: the ssh tests need root and openssh-server");
             return None;
         }
-        std::fs::create_dir_all(dir).unwrap();
-        for k in ["hostkey", "id"] {
-            let st = Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-                .arg(dir.join(k))
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
-        std::fs::copy(dir.join("id.pub"), dir.join("authorized_keys")).unwrap();
+        ssh::keys(dir);
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let cfg = format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\n\
-             AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n\
-             KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
-             StrictModes no\nUsePAM no\nPidFile {d}/sshd.pid\n",
-            d = dir.display()
+        let cfg = ssh::config(
+            dir,
+            &format!(
+                "Port {port}\nListenAddress 127.0.0.1\nPidFile {}/sshd.pid\n",
+                dir.display()
+            ),
         );
-        std::fs::write(dir.join("sshd_config"), cfg).unwrap();
-        // Privilege separation wants this directory.
-        std::fs::create_dir_all("/run/sshd").unwrap();
         let child = Command::new(sshd)
             .args(["-D", "-e", "-f"])
-            .arg(dir.join("sshd_config"))
+            .arg(cfg)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
             .spawn()
@@ -90,12 +78,7 @@ impl Sshd {
 
     /// The `--ssh-command` that logs in with the test's key.
     fn command(&self) -> String {
-        format!(
-            "ssh -p {} -i {} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-             -o BatchMode=yes -o LogLevel=ERROR",
-            self.port,
-            self.dir.join("id").display()
-        )
+        format!("ssh -p {} {}", self.port, ssh::options(&self.dir))
     }
 
     /// The remote home (where relative paths start).
@@ -141,21 +124,6 @@ fn over_ssh(sshd: &Sshd, home: &Path, op: &str, args: &[OsString]) -> Command {
     c
 }
 
-/// PIDs of `longhaul serve --once` processes.
-fn once_servers() -> Vec<u32> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if cmd.windows(14).any(|w| w == b"serve\0--once\0-") {
-            v.push(pid);
-        }
-    }
-    v
-}
-
 /// Waits (up to 60 s) until `part` holds some data, then a moment more.
 fn wait_for_part(part: &Path) {
     let t0 = Instant::now();
@@ -174,7 +142,7 @@ fn wait_for_part(part: &Path) {
 fn assert_no_server_left() {
     let t0 = Instant::now();
     loop {
-        let left = once_servers();
+        let left = ssh::once_servers();
         if left.is_empty() {
             return;
         }
