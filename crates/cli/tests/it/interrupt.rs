@@ -238,7 +238,14 @@ fn ctrl_c_of_a_put_ends_the_servers_session_at_once() {
     // The close is one datagram: on a loaded machine it can be lost, and
     // the server then ends the session at its idle timeout; the rerun waits
     // for that and still resumes (above). When the close arrived, the
-    // session ended at once and the rerun did not wait.
+    // session ended at once and the rerun did not wait. (Without the close
+    // the first session may still be waiting for its idle timeout, 15 s,
+    // when the rerun is done: wait for its line.)
+    let waited = Instant::now();
+    let ended = |l: &str| l.contains("interrupted by the user") || l.contains("timed out");
+    while !ended(&srv.log_text()) && waited.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let log = srv.log_text();
     if log.contains("interrupted by the user") {
         assert!(
