@@ -25,6 +25,29 @@ pub struct Suite {
     /// The `[[scenario]]`s, in the order they run.
     #[serde(rename = "scenario")]
     pub scenarios: Vec<Scenario>,
+    /// The replayed study's own figures (`[[published]]`): the report draws
+    /// them beside the measured ones, with the ratio.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub published: Vec<Published>,
+}
+
+/// One number the replayed study published for one of the suite's scenarios.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Published {
+    /// The suite's scenario it corresponds to.
+    pub scenario: String,
+    /// What the study measured, in its words ("FTP over TCP (New-Reno)").
+    pub series: String,
+    /// The lab tool that replays that series, if one does (`ftp`).
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// The measure: seconds, mbps, ttp or goodput.
+    pub metric: Metric,
+    /// Its value, in the metric's unit.
+    pub value: f64,
+    /// Where the study gives it ("Table 5.2", "Sect. 6.2.2, stated in the text").
+    pub source: String,
 }
 
 /// How a profile scales the suite as written (which is the full study).
@@ -221,6 +244,11 @@ pub struct SuiteInfo {
     /// Where receivers write (disk or tmpfs) in every scenario that does not say.
     #[serde(default)]
     pub dest: Storage,
+    /// What the report's overview and bars show: mbps (default), or seconds
+    /// where every tool moves the same data and time separates them (seed
+    /// 001's figures).
+    #[serde(default)]
+    pub measure: Metric,
 }
 
 /// One `[[scenario]]` as written: links, data set and tools; what it leaves out
@@ -446,6 +474,28 @@ impl Suite {
         }
         for p in PROFILES {
             s.plans_for(p)?;
+        }
+        for p in &s.published {
+            if !s.scenarios.iter().any(|x| x.name == p.scenario) {
+                bail!(
+                    "published figure '{}' ({}): no scenario of that name",
+                    p.series,
+                    p.scenario
+                );
+            }
+            if !(p.value.is_finite() && p.value > 0.0) {
+                bail!(
+                    "published figure '{}' ({}): the value must be a positive number",
+                    p.series,
+                    p.scenario
+                );
+            }
+            if p.metric == Metric::Share {
+                bail!("published figure '{}': share is not a published measure (seconds, mbps, ttp or goodput)", p.series);
+            }
+        }
+        if s.suite.measure != Metric::Mbps && s.suite.measure != Metric::Seconds {
+            bail!("[suite] measure: mbps or seconds");
         }
         Ok(s)
     }
@@ -708,6 +758,36 @@ mod tests {
             assert_eq!(&s.suite.name, name);
             assert!(!s.plans().unwrap().is_empty());
         }
+    }
+
+    #[test]
+    fn published_figures_name_a_scenario_of_their_suite_and_a_measure() {
+        let s = Suite::load("sctp-multifile").unwrap();
+        assert_eq!(s.suite.measure, Metric::Seconds);
+        let p = s
+            .published
+            .iter()
+            .find(|p| p.scenario == "A-100x1MB-loss03" && p.tool.is_some())
+            .expect("seed 001's FTP over TCP at 3 %");
+        assert_eq!((p.metric, p.value), (Metric::Seconds, 2210.0));
+        assert_eq!(Suite::load("eumetsat").unwrap().suite.measure, Metric::Mbps);
+        let base = BUILTIN.iter().find(|(n, _)| *n == "demo").unwrap().1;
+        let with = |extra: &str| Suite::parse(&format!("{base}\n{extra}"));
+        let figure = |sc: &str, metric: &str, value: &str| {
+            format!("[[published]]\nscenario = \"{sc}\"\nseries = \"FTP\"\nmetric = \"{metric}\"\nvalue = {value}\nsource = \"Table 1\"\n")
+        };
+        let sc = &Suite::load("demo").unwrap().scenarios[0].name.clone();
+        assert!(with(&figure(sc, "mbps", "840")).is_ok());
+        let e = with(&figure("no-such", "mbps", "840")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "published figure 'FTP' (no-such): no scenario of that name"
+        );
+        let e = with(&figure(sc, "mbps", "-1")).unwrap_err();
+        assert!(e.to_string().contains("a positive number"), "{e}");
+        let e = with(&figure(sc, "share", "0.5")).unwrap_err();
+        assert!(e.to_string().contains("share is not a published measure"), "{e}");
+        assert!(with(&figure(sc, "speed", "1")).is_err());
     }
 
     /// The suites docs/PERFORMANCE.md gives commands for (docs/lab/*.toml)
