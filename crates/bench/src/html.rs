@@ -1,18 +1,30 @@
 //! report.html: one self-contained page (inline CSS and SVG, no scripts, no
 //! external files) rendered from results.json. Per scenario: a bar per tool
-//! (mean Mbit/s of its verified runs, the suite's target as a line), the
-//! emulator's throughput over time for each tool's first run (like the
-//! studies' histograms), and every run's numbers.
+//! (the suite's measure: mean Mbit/s, or seconds where time separates the
+//! tools) beside the study's own figures, what each receiver's link delivered
+//! over time (the whole run, and its first seconds drawn large), and every
+//! run's numbers.
+//!
+//! Layout: every text of free length (tool, scenario and series names,
+//! titles, legends, values) is HTML, which the browser flows and wraps;
+//! the SVG plots hold only marks and numeric tick labels, whose widths are
+//! bounded and allowed for. So nothing clips or overlaps however long a name
+//! is; `tests/report_browser.rs` checks that in Chromium.
 
-use crate::results::{axes, cell, cell_of, rate_text, runs_of, share_text, Results, Run, Status};
-use crate::scenario::{down_rate_bps, Metric, Sweep};
+use crate::results::{axes, cell_of, rate_text, runs_of, share_text, Results, Run, Status};
+use crate::scenario::{down_rate_bps, Metric, Published, Sweep};
 use std::fmt::Write as _;
 
-const COLORS: [&str; 8] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
+/// Tableau 10: a tool keeps its colour in every chart of the page.
+const COLORS: [&str; 10] = [
+    "#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948", "#9c755f",
+    "#ff9da7", "#bab0ac",
 ];
+/// Study series that no lab tool replays.
+const STUDY_GREY: &str = "#555555";
+/// Line styles that tell one receiver of a tool from another.
+const DASHES: [&str; 4] = ["", "7 3", "2 3", "10 3 2 3"];
 
-/// Escapes text for HTML and SVG.
 /// HTML-escaped text. The reports' time-cap mark (an emoji, fine in markdown)
 /// becomes a dagger: a browser without an emoji font draws the emoji as a box.
 fn esc(s: &str) -> String {
@@ -28,177 +40,554 @@ fn color(tools: &[String], tool: &str) -> &'static str {
     COLORS[i % COLORS.len()]
 }
 
-/// A "nice" axis maximum at or above `v` (1, 2 or 5 × a power of ten).
-fn nice_max(v: f64) -> f64 {
-    if v <= 0.0 {
+/// The smallest 1-2-5 step that cuts `span` into at most `max_n` parts.
+fn nice_step(span: f64, max_n: usize) -> f64 {
+    if span <= 0.0 || !span.is_finite() {
         return 1.0;
     }
-    let p = 10f64.powf(v.log10().floor());
+    let raw = span / max_n.max(1) as f64;
+    let p = 10f64.powf(raw.log10().floor());
     [1.0, 2.0, 5.0, 10.0]
         .iter()
         .map(|m| m * p)
-        .find(|&m| m >= v)
+        .find(|&m| m >= raw * (1.0 - 1e-9))
         .unwrap_or(10.0 * p)
 }
 
-/// Horizontal bars: one per tool, its mean Mbit/s or why it has none.
-fn bars(r: &Results, scenario: &str, tools: &[String]) -> String {
-    let rows: Vec<(String, Option<f64>, String)> = tools
+/// A value axis from 0: its top (a multiple of the step, at or above `hi`)
+/// and its ticks.
+fn value_ticks(hi: f64, max_n: usize) -> (f64, Vec<f64>) {
+    let step = nice_step(hi, max_n);
+    let n = (hi / step - 1e-9).ceil().max(1.0) as usize;
+    (step * n as f64, (0..=n).map(|k| step * k as f64).collect())
+}
+
+/// Ticks of a time axis that ends exactly at `end`: multiples of a 1-2-5
+/// step up to `end`.
+fn time_ticks(end: f64, max_n: usize) -> Vec<f64> {
+    let step = nice_step(end, max_n);
+    let n = (end / step + 1e-9).floor() as usize;
+    (0..=n).map(|k| step * k as f64).collect()
+}
+
+/// A log axis covering `lo..hi`: whole decades, with 2 and 5 between them
+/// when it spans fewer than two, every other decade when more than six.
+fn log_ticks(lo: f64, hi: f64) -> (f64, f64, Vec<f64>) {
+    let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    let b = b.max(a + 1);
+    let mut t: Vec<f64> = (a..=b).map(|k| 10f64.powi(k)).collect();
+    if b - a <= 2 {
+        t = (a..b)
+            .flat_map(|k| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(k)))
+            .chain([10f64.powi(b)])
+            .collect();
+    } else if b - a > 6 {
+        t = (a..=b)
+            .filter(|k| (k - a) % 2 == 0 || *k == b)
+            .map(|k| 10f64.powi(k))
+            .collect();
+    }
+    (10f64.powi(a), 10f64.powi(b), t)
+}
+
+/// A tick label: as many decimals as the step needs, no more.
+fn tick_text(v: f64, step: f64) -> String {
+    let decimals = if step >= 1.0 {
+        0
+    } else {
+        (-step.log10().floor()) as usize
+    };
+    format!("{v:.decimals$}")
+}
+
+/// A number for a label: whole from 100 up, else a few significant digits.
+fn fmt_num(v: f64) -> String {
+    if v >= 100.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    } else {
+        let t = format!("{v:.3}");
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// Where `v` falls on an axis from `a` to `b` (0 to 1), linear or log; None
+/// for an empty axis.
+fn frac(v: f64, a: f64, b: f64, log: bool) -> Option<f64> {
+    if b <= a {
+        None
+    } else if log {
+        Some((v.max(a) / a).log10() / (b / a).log10())
+    } else {
+        Some((v - a) / (b - a))
+    }
+}
+
+/// Width in px of a tick label at the charts' 11 px: digits and points of a
+/// sans-serif face are under 0.6 em; 0.64 leaves room for wider faces.
+fn text_w(s: &str) -> f64 {
+    s.chars().count() as f64 * 11.0 * 0.64
+}
+
+/// A value with its unit, as a bar or a table shows it.
+fn metric_text(metric: Metric, v: f64) -> String {
+    match metric {
+        Metric::Mbps => {
+            let t = rate_text(v);
+            if t.ends_with("kbit/s") {
+                t
+            } else {
+                format!("{t} Mbit/s")
+            }
+        }
+        Metric::Seconds => format!("{} s", secs_text(v)),
+        Metric::Ttp | Metric::Goodput | Metric::Share => format!("{v:.3}"),
+    }
+}
+
+/// Seconds to three significant digits (17.1, 1.04, 2210).
+fn secs_text(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// A rate axis's unit: kbit/s where the rates stay below 1 Mbit/s.
+#[derive(Clone, Copy)]
+struct RateUnit {
+    per_mbps: f64,
+    name: &'static str,
+}
+
+fn rate_unit(peak_mbps: f64) -> RateUnit {
+    if peak_mbps > 0.0 && peak_mbps < 1.0 {
+        RateUnit {
+            per_mbps: 1e3,
+            name: "kbit/s",
+        }
+    } else {
+        RateUnit {
+            per_mbps: 1.0,
+            name: "Mbit/s",
+        }
+    }
+}
+
+/// One line of a chart.
+struct Line {
+    label: String,
+    color: &'static str,
+    dash: &'static str,
+    points: Vec<(f64, f64)>,
+    /// A dot per point (sweeps); hollow for the study's figures.
+    markers: bool,
+    hollow: bool,
+}
+
+/// How a line chart's x axis runs.
+enum XAxis {
+    /// Time from 0, ending exactly at the longest run (or the window shown).
+    Time { end: f64 },
+    /// The sweep's x, linear or log.
+    Values { lo: f64, hi: f64, log: bool },
+}
+
+/// A line chart: the SVG plot (marks and numeric ticks only), its caption,
+/// x title and legend in HTML.
+struct LineChart<'a> {
+    kind: &'static str,
+    scenario: &'a str,
+    caption: String,
+    x_title: String,
+    x: XAxis,
+    y_log: bool,
+    lines: Vec<Line>,
+}
+
+const W: f64 = 640.0;
+const PH: f64 = 200.0;
+
+fn line_chart(c: &LineChart) -> String {
+    let ys: Vec<f64> = c
+        .lines
         .iter()
-        .filter_map(|t| {
-            let runs = runs_of(r, scenario, t);
-            (!runs.is_empty()).then(|| {
-                let (m, note) = cell(&runs);
-                (t.clone(), m, note)
-            })
-        })
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .filter(|v| v.is_finite())
         .collect();
-    // This scenario's link rate (the suite's only where its links have none).
-    let link = r.runs.iter().find(|x| x.scenario == scenario);
-    let line = link
-        .and_then(|x| down_rate_bps(x.link.split(" | ")))
-        .unwrap_or(r.line_rate_bps) as f64
-        / 1e6;
-    let target = r.suite.suite.target_mbps;
-    let top = rows.iter().filter_map(|x| x.1).fold(0.0, f64::max);
-    let low = rows
+    let hi = ys.iter().copied().fold(0.0, f64::max);
+    let lo_pos = ys
         .iter()
-        .filter_map(|x| x.1)
+        .copied()
         .filter(|v| *v > 0.0)
         .fold(f64::INFINITY, f64::min);
-    // The fastest bar or the target, but at least a tenth of the link's rate,
-    // so that a few Mbit/s do not fill the chart.
-    let (left, width, bar_h, gap) = (90.0, 460.0, 22.0, 8.0);
-    let height = 30.0 + rows.len() as f64 * (bar_h + gap) + 24.0;
-    let hi = top.max(target.unwrap_or(0.0)).max(line / 10.0);
-    // Values that differ by more than 50× (as in seed 000's histograms) get
-    // a log axis, so that the slow tools' bars do not vanish.
-    let log = low.is_finite() && hi / low > 50.0;
-    let (xmin, xmax) = if log {
-        (
-            10f64.powf(low.log10().floor()).max(0.001),
-            10f64.powf(hi.log10().ceil()),
-        )
+    // y: from 0, or log over the decades the values span.
+    let (y0, y1, yt, y_step) = if c.y_log && lo_pos.is_finite() && hi > 0.0 {
+        let (a, b, t) = log_ticks(lo_pos, hi);
+        (a, b, t, 0.0)
     } else {
-        (0.0, nice_max(hi))
+        let (top, t) = value_ticks(if hi > 0.0 { hi } else { 1.0 }, 5);
+        let step = t.get(1).copied().unwrap_or(top);
+        (0.0, top, t, step)
     };
-    let x = |v: f64| {
-        if log {
-            left + (v.max(xmin) / xmin).log10() / (xmax / xmin).log10() * width
-        } else {
-            left + v / xmax * width
-        }
-    };
-    let mut s = format!(
-        r#"<svg class="chart" viewBox="0 0 640 {height}" width="640" height="{height}" role="img" aria-label="Mbit/s per tool">"#
-    );
-    // Grid and axis labels.
-    let ticks: Vec<f64> = if log {
-        let decades = (xmax / xmin).log10().round() as i32;
-        (0..=decades).map(|k| xmin * 10f64.powi(k)).collect()
-    } else {
-        (0..=5).map(|k| xmax * k as f64 / 5.0).collect()
-    };
-    for v in ticks {
-        let _ = write!(
-            s,
-            r##"<line x1="{0:.1}" y1="20" x2="{0:.1}" y2="{1:.1}" stroke="#ddd"/><text x="{0:.1}" y="{2:.1}" class="tick" text-anchor="middle">{3}</text>"##,
-            x(v),
-            height - 24.0,
-            height - 8.0,
-            fmt_num(v)
-        );
-    }
-    for (i, (tool, mean, note)) in rows.iter().enumerate() {
-        let y = 24.0 + i as f64 * (bar_h + gap);
-        let _ = write!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" class="label" text-anchor="end">{}</text>"#,
-            left - 8.0,
-            y + bar_h * 0.7,
-            esc(tool)
-        );
-        match mean {
-            Some(m) => {
-                let value = rate_text(*m);
-                let unit = if value.ends_with("kbit/s") {
-                    ""
+    let y_log = c.y_log && y0 > 0.0;
+    let y_labels: Vec<String> = yt
+        .iter()
+        .map(|v| {
+            if y_log {
+                fmt_num(*v)
+            } else {
+                tick_text(*v, y_step)
+            }
+        })
+        .collect();
+    let left = 10.0 + y_labels.iter().map(|s| text_w(s)).fold(0.0, f64::max);
+    let top = 10.0;
+    // x: ticks that fit the width with room between their labels.
+    let x_ticks = |pw: f64| -> (Vec<f64>, Vec<String>, f64, f64) {
+        match c.x {
+            XAxis::Time { end } => {
+                let end = if end > 0.0 { end } else { 1.0 };
+                let w = text_w(&tick_text(end, nice_step(end, 8))) + 16.0;
+                let n = ((pw / w).floor() as usize).clamp(2, 10);
+                let t = time_ticks(end, n);
+                let step = t.get(1).copied().unwrap_or(end);
+                let l = t.iter().map(|v| tick_text(*v, step)).collect();
+                (t, l, 0.0, end)
+            }
+            XAxis::Values { lo, hi, log } if log => {
+                let (a, b, t) = log_ticks(lo, hi);
+                let l = t.iter().map(|v| fmt_num(*v)).collect();
+                (t, l, a, b)
+            }
+            XAxis::Values { lo, hi, .. } => {
+                let (lo, hi) = if hi > lo {
+                    (lo, hi)
                 } else {
-                    " Mbit/s"
+                    (lo - 1.0, lo + 1.0)
                 };
-                let _ = write!(
-                    s,
-                    r#"<rect x="{left}" y="{y:.1}" width="{:.1}" height="{bar_h}" fill="{}"><title>{} {value}{unit}{}</title></rect><text x="{:.1}" y="{:.1}" class="value">{value}{}</text>"#,
-                    (x(*m) - left).max(1.0),
-                    color(tools, tool),
-                    esc(tool),
-                    esc(note),
-                    x(*m) + 4.0,
-                    y + bar_h * 0.7,
-                    esc(note)
-                );
-            }
-            None => {
-                let _ = write!(
-                    s,
-                    r#"<text x="{:.1}" y="{:.1}" class="missing">{}</text>"#,
-                    left + 4.0,
-                    y + bar_h * 0.7,
-                    esc(note)
-                );
+                let w = text_w(&fmt_num(hi)) + 16.0;
+                let n = ((pw / w).floor() as usize).clamp(2, 10);
+                let step = nice_step(hi - lo, n);
+                let first = (lo / step).floor() * step;
+                let last = (hi / step).ceil() * step;
+                let k = ((last - first) / step).round() as usize;
+                let t: Vec<f64> = (0..=k).map(|i| first + step * i as f64).collect();
+                let l = t.iter().map(|v| tick_text(*v, step)).collect();
+                (t, l, first, last)
             }
         }
-    }
-    if let Some(t) = target {
-        if t <= xmax && t >= xmin {
-            let _ = write!(
-                s,
-                r##"<line x1="{0:.1}" y1="16" x2="{0:.1}" y2="{1:.1}" stroke="#000" stroke-dasharray="5,3"/><text x="{0:.1}" y="12" class="tick" text-anchor="middle">target {2}</text>"##,
-                x(t),
-                height - 24.0,
-                fmt_num(t)
-            );
-        }
-    }
-    let _ = write!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" class="tick">Mbit/s{}</text></svg>"#,
-        left + width + 16.0,
-        height - 8.0,
-        if log { " (log)" } else { "" }
+    };
+    let (_, labels0, _, _) = x_ticks(W - left - 40.0);
+    let right = labels0
+        .last()
+        .map_or(8.0, |s| text_w(s) / 2.0 + 6.0)
+        .max(8.0);
+    let pw = W - left - right;
+    let (xt, x_labels, x0, x1) = x_ticks(pw);
+    let x_log = matches!(c.x, XAxis::Values { log: true, .. });
+    let px = |v: f64| left + frac(v, x0, x1, x_log).unwrap_or(0.5) * pw;
+    let py = |v: f64| top + PH - frac(v, y0, y1, y_log).unwrap_or(0.0) * PH;
+    // The x labels' baseline: far enough below the axis that the lowest y
+    // label (centred on it) and the first x label never touch.
+    let x_base = top + PH + 18.0;
+    let h = x_base + 6.0;
+    let id = format!(
+        "clip-{}-{}",
+        c.kind,
+        c.scenario
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     );
+    let mut s = format!(
+        r##"<figure class="chart {kind}" data-scenario="{sc}"><figcaption>{cap}</figcaption><svg viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="{cap_plain}"><defs><clipPath id="{id}"><rect x="{left:.1}" y="{top}" width="{pw:.1}" height="{PH}"/></clipPath></defs><rect class="plot-area" x="{left:.1}" y="{top}" width="{pw:.1}" height="{PH}" fill="none" stroke="#bbb"/>"##,
+        kind = c.kind,
+        sc = esc(c.scenario),
+        cap = c.caption,
+        cap_plain = c.caption.replace(['<', '>', '"'], ""),
+    );
+    for (v, label) in yt.iter().zip(&y_labels) {
+        let _ = write!(
+            s,
+            r##"<line x1="{left:.1}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#e6e6e6"/><text class="tick y" x="{2:.1}" y="{3:.1}" text-anchor="end">{label}</text>"##,
+            py(*v),
+            left + pw,
+            left - 5.0,
+            py(*v) + 4.0,
+        );
+    }
+    for (v, label) in xt.iter().zip(&x_labels) {
+        let _ = write!(
+            s,
+            r##"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{1:.1}" stroke="#f0f0f0"/><text class="tick x" x="{0:.1}" y="{2:.1}" text-anchor="middle">{label}</text>"##,
+            px(*v),
+            top + PH,
+            x_base,
+        );
+    }
+    let _ = write!(s, r#"<g clip-path="url(#{id})">"#);
+    for l in &c.lines {
+        let pts: String = l
+            .points
+            .iter()
+            .map(|(x, y)| format!("{:.1},{:.1} ", px(*x), py(*y)))
+            .collect();
+        let dash = if l.dash.is_empty() {
+            String::new()
+        } else {
+            format!(r#" stroke-dasharray="{}""#, l.dash)
+        };
+        let _ = write!(
+            s,
+            r#"<polyline points="{pts}" fill="none" stroke="{}" stroke-width="1.8"{dash}><title>{}</title></polyline>"#,
+            l.color,
+            esc(&l.label)
+        );
+        if l.markers {
+            for (x, y) in &l.points {
+                let fill = if l.hollow { "#fff" } else { l.color };
+                let _ = write!(
+                    s,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{fill}" stroke="{}" stroke-width="1.5"><title>{}: {} at {}</title></circle>"#,
+                    px(*x),
+                    py(*y),
+                    l.color,
+                    esc(&l.label),
+                    fmt_num(*y),
+                    fmt_num(*x)
+                );
+            }
+        }
+    }
+    s.push_str("</g></svg>");
+    let _ = write!(s, r#"<div class="xtitle">{}</div>"#, esc(&c.x_title));
+    legend(&mut s, &c.lines);
+    s.push_str("</figure>");
     s
 }
 
-/// Horizontal grid lines at fifths of `ymax`, with their values.
-fn y_grid(s: &mut String, left: f64, w: f64, ymax: f64, py: impl Fn(f64) -> f64) {
-    for k in 0..=4 {
-        let v = ymax * k as f64 / 4.0;
+/// The legend under a chart: HTML, so that it wraps.
+fn legend(s: &mut String, lines: &[Line]) {
+    s.push_str(r#"<ul class="legend">"#);
+    for l in lines {
+        let dash = if l.dash.is_empty() {
+            String::new()
+        } else {
+            format!(r#" stroke-dasharray="{}""#, l.dash)
+        };
         let _ = write!(
             s,
-            r##"<line x1="{left}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{2:.1}" y="{3:.1}" class="tick" text-anchor="end">{4}</text>"##,
-            py(v),
-            left + w,
-            left - 6.0,
-            py(v) + 4.0,
-            fmt_num(v)
+            r#"<li><svg width="26" height="10" aria-hidden="true"><line x1="1" y1="5" x2="25" y2="5" stroke="{}" stroke-width="2.5"{dash}/></svg><span class="name">{}</span></li>"#,
+            l.color,
+            esc(&l.label)
         );
+    }
+    s.push_str("</ul>");
+}
+
+/// One row of a bar chart.
+struct Bar {
+    name: String,
+    value: Option<f64>,
+    /// The value's text, or why there is none.
+    text: String,
+    color: &'static str,
+    study: bool,
+}
+
+/// Horizontal bars in HTML (a CSS grid: name, bar, value), on a linear or a
+/// log scale; `target` draws a dashed line.
+fn bar_chart(
+    scenario: &str,
+    caption: &str,
+    bars: &[Bar],
+    floor: f64,
+    target: Option<f64>,
+) -> String {
+    let vals: Vec<f64> = bars.iter().filter_map(|b| b.value).collect();
+    let top = vals
+        .iter()
+        .copied()
+        .fold(0.0, f64::max)
+        .max(target.unwrap_or(0.0))
+        .max(floor);
+    let low = vals
+        .iter()
+        .copied()
+        .filter(|v| *v > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    // Values more than 50x apart (as in seed 000's histograms) get a log
+    // axis, so that the small bars do not vanish.
+    let log = low.is_finite() && top / low > 50.0;
+    let (x0, x1, ticks, step) = if log {
+        let (a, b, t) = log_ticks(low, top);
+        (a, b, t, 0.0)
+    } else {
+        let (m, t) = value_ticks(if top > 0.0 { top } else { 1.0 }, 4);
+        let step = t.get(1).copied().unwrap_or(m);
+        (0.0, m, t, step)
+    };
+    let pct = |v: f64| (frac(v, x0, x1, log).unwrap_or(0.0) * 100.0).clamp(0.0, 100.0);
+    let mut s = format!(
+        r#"<figure class="chart bars" data-scenario="{}"><figcaption>{caption}{}</figcaption><div class="grid">"#,
+        esc(scenario),
+        if log { " (log scale)" } else { "" }
+    );
+    let target_mark = target
+        .filter(|t| *t >= x0 && *t <= x1)
+        .map_or(String::new(), |t| {
+            format!(
+                r#"<span class="target" style="left:{:.2}%"></span>"#,
+                pct(t)
+            )
+        });
+    for b in bars {
+        let row = if b.study { " study" } else { "" };
+        let _ = write!(
+            s,
+            r#"<span class="name{row}">{}</span><span class="track{row}">"#,
+            esc(&b.name)
+        );
+        if let Some(v) = b.value {
+            let _ = write!(
+                s,
+                r#"<span class="bar" style="width:{:.2}%;--c:{}" title="{}: {}"></span>"#,
+                pct(v).max(0.3),
+                b.color,
+                esc(&b.name),
+                esc(&b.text)
+            );
+        }
+        s.push_str(&target_mark);
+        let class = if b.value.is_some() {
+            "val"
+        } else {
+            "val missing"
+        };
+        let _ = write!(s, r#"</span><span class="{class}">{}</span>"#, esc(&b.text));
+    }
+    s.push_str(r#"<span></span><span class="track axis">"#);
+    for v in &ticks {
+        let label = if log {
+            fmt_num(*v)
+        } else {
+            tick_text(*v, step)
+        };
+        let _ = write!(
+            s,
+            r#"<span class="tk" style="left:{:.2}%">{label}</span>"#,
+            pct(*v)
+        );
+    }
+    s.push_str("</span><span></span></div></figure>");
+    s
+}
+
+/// The suite's measure: what the overview and the bars show.
+fn measure(r: &Results) -> Metric {
+    r.suite.suite.measure
+}
+
+/// A scenario's link rate, Mbit/s (the receivers' down direction, the
+/// slowest; the suite's line rate where its links set none).
+fn link_mbps(r: &Results, first: &Run) -> f64 {
+    down_rate_bps(first.link.split(" | ")).unwrap_or(r.line_rate_bps) as f64 / 1e6
+}
+
+/// The largest round-trip time of a run's receivers' links.
+fn rtt_s(first: &Run) -> f64 {
+    first
+        .link
+        .split(" | ")
+        .filter_map(|l| l.parse::<longhaul_netem::LinkSpec>().ok())
+        .map(|l| (l.up.delay_ns + l.down.delay_ns) as f64 / 1e9)
+        .fold(0.0, f64::max)
+}
+
+/// The published figures for a scenario.
+fn published_for<'a>(r: &'a Results, scenario: &str) -> Vec<&'a Published> {
+    r.suite
+        .published
+        .iter()
+        .filter(|p| p.scenario == scenario)
+        .collect()
+}
+
+/// The colour of a study's series: its lab tool's, else grey.
+fn study_color(tools: &[String], p: &Published) -> &'static str {
+    match &p.tool {
+        Some(t) if tools.contains(t) => color(tools, t),
+        _ => STUDY_GREY,
     }
 }
 
-/// One legend entry: a colour swatch and a name.
-fn legend(s: &mut String, x: f64, y: f64, color: &str, name: &str) {
-    let _ = write!(
-        s,
-        r#"<rect x="{x:.1}" y="{:.1}" width="14" height="4" fill="{color}"/><text x="{:.1}" y="{y:.1}" class="label">{}</text>"#,
-        y - 4.0,
-        x + 18.0,
-        esc(name)
-    );
+/// The bars of one scenario: each tool's measure, then the study's figures
+/// in the same measure.
+fn scenario_bars(r: &Results, sc: &str, tools: &[String], first: &Run) -> String {
+    let m = measure(r);
+    let mut bars: Vec<Bar> = tools
+        .iter()
+        .filter_map(|t| {
+            let runs = runs_of(r, sc, t);
+            (!runs.is_empty()).then(|| {
+                let (v, note) = cell_of(&runs, m);
+                Bar {
+                    name: t.clone(),
+                    value: v,
+                    text: v.map_or(note.trim().to_string(), |v| {
+                        format!("{}{note}", metric_text(m, v))
+                    }),
+                    color: color(tools, t),
+                    study: false,
+                }
+            })
+        })
+        .collect();
+    for p in published_for(r, sc).into_iter().filter(|p| p.metric == m) {
+        bars.push(Bar {
+            name: format!("study: {}", p.series),
+            value: Some(p.value),
+            text: metric_text(m, p.value),
+            color: study_color(tools, p),
+            study: true,
+        });
+    }
+    let link = link_mbps(r, first);
+    let caption = match m {
+        Metric::Seconds => {
+            "Seconds to move the data set, per tool (mean of its measured runs; shorter is better)"
+                .to_string()
+        }
+        _ => {
+            let mut c = "Mbit/s per tool (mean of its measured runs)".to_string();
+            if let Some(t) = r.suite.suite.target_mbps {
+                let _ = write!(c, "; dashed: the target, {} Mbit/s", fmt_num(t));
+            }
+            c
+        }
+    };
+    let (floor, target) = match m {
+        // At least a tenth of the link's rate, so that a few Mbit/s do not
+        // fill the chart.
+        Metric::Mbps => (link / 10.0, r.suite.suite.target_mbps),
+        _ => (0.0, None),
+    };
+    bar_chart(sc, &esc(&caption), &bars, floor, target)
 }
 
-/// A sweep: Mbit/s against the scenarios' x, a line per tool (mean of its
-/// measured runs; a point is left out where a tool has none).
+/// A sweep: the metric against the scenarios' x, a line per tool (mean of
+/// its measured runs; a point is left out where a tool has none), and the
+/// study's published figures as hollow dashed lines.
 fn sweep_chart(r: &Results, name: &str, sw: &Sweep, metric: Metric, tools: &[String]) -> String {
     let mut xs: Vec<(String, f64)> = Vec::new();
     for x in r.runs.iter().filter(|x| x.sweep.as_deref() == Some(name)) {
@@ -212,205 +601,387 @@ fn sweep_chart(r: &Results, name: &str, sw: &Sweep, metric: Metric, tools: &[Str
         return String::new();
     }
     xs.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let lines: Vec<(&String, Vec<(f64, f64)>)> = tools
-        .iter()
-        .map(|t| {
-            let pts = xs
-                .iter()
-                .filter_map(|(sc, xv)| cell_of(&runs_of(r, sc, t), metric).0.map(|m| (*xv, m)))
-                .collect();
-            (t, pts)
-        })
-        .filter(|(_, pts): &(&String, Vec<(f64, f64)>)| !pts.is_empty())
-        .collect();
-    let (x0, x1) = (xs[0].1, xs[xs.len() - 1].1);
-    let log = sw.log_x && x0 > 0.0;
-    let peak = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|q| q.1))
-        .fold(0.0, f64::max);
-    let ymax = nice_max(match metric {
-        Metric::Mbps => peak.max(r.suite.suite.target_mbps.unwrap_or(0.0)),
-        _ => peak,
-    });
-    let (left, top, w, h) = (60.0, 14.0, 540.0, 220.0);
-    let px = |v: f64| {
-        let f = if x1 <= x0 {
-            0.5
-        } else if log {
-            (v / x0).log10() / (x1 / x0).log10()
-        } else {
-            (v - x0) / (x1 - x0)
-        };
-        left + f * w
-    };
-    let py = |v: f64| top + h - v / ymax * h;
-    let rows = lines.len().div_ceil(4).max(1);
-    let mut s = format!(
-        r#"<svg class="chart" viewBox="0 0 640 {0}" width="640" height="{0}" role="img" aria-label="sweep {1}">"#,
-        top + h + 44.0 + rows as f64 * 16.0,
-        esc(name)
-    );
-    y_grid(&mut s, left, w, ymax, py);
-    for (_, v) in &xs {
-        let _ = write!(
-            s,
-            r##"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{1:.1}" stroke="#f0f0f0"/><text x="{0:.1}" y="{2:.1}" class="tick" text-anchor="middle">{3}</text>"##,
-            px(*v),
-            top + h,
-            top + h + 16.0,
-            fmt_num(*v)
-        );
-    }
-    let _ = write!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">{}</text><text x="12" y="{:.1}" class="tick" transform="rotate(-90 12 {:.1})" text-anchor="middle">{}</text>"#,
-        left + w,
-        top + h + 32.0,
-        esc(&sw.x),
-        top + h / 2.0,
-        top + h / 2.0,
-        metric.label()
-    );
-    for (i, (t, pts)) in lines.iter().enumerate() {
-        let c = color(tools, t);
-        let path: String = pts
+    let unit = rate_unit(
+        r.runs
             .iter()
-            .map(|(xv, m)| format!("{:.1},{:.1} ", px(*xv), py(*m)))
-            .collect();
-        let _ = write!(
-            s,
-            r#"<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2"><title>{}</title></polyline>"#,
-            esc(t)
-        );
-        for (xv, m) in pts {
-            let _ = write!(
-                s,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"><title>{} at {}: {} {}</title></circle>"#,
-                px(*xv),
-                py(*m),
-                esc(t),
-                fmt_num(*xv),
-                fmt_num(*m),
-                metric.label()
-            );
+            .filter(|x| x.sweep.as_deref() == Some(name))
+            .map(|x| x.mbps)
+            .fold(0.0, f64::max),
+    );
+    let scale = if metric == Metric::Mbps {
+        unit.per_mbps
+    } else {
+        1.0
+    };
+    let mut lines: Vec<Line> = tools
+        .iter()
+        .map(|t| Line {
+            label: t.clone(),
+            color: color(tools, t),
+            dash: "",
+            points: xs
+                .iter()
+                .filter_map(|(sc, xv)| {
+                    cell_of(&runs_of(r, sc, t), metric)
+                        .0
+                        .map(|m| (*xv, m * scale))
+                })
+                .collect(),
+            markers: true,
+            hollow: false,
+        })
+        .filter(|l| !l.points.is_empty())
+        .collect();
+    let mut study: Vec<Line> = Vec::new();
+    for (sc, xv) in &xs {
+        for p in published_for(r, sc)
+            .into_iter()
+            .filter(|p| p.metric == metric)
+        {
+            let label = format!("study: {}", p.series);
+            let pt = (*xv, p.value * scale);
+            match study.iter_mut().find(|l| l.label == label) {
+                Some(l) => l.points.push(pt),
+                None => study.push(Line {
+                    label,
+                    color: study_color(tools, p),
+                    dash: "5 4",
+                    points: vec![pt],
+                    markers: true,
+                    hollow: true,
+                }),
+            }
         }
-        legend(
-            &mut s,
-            left + (i % 4) as f64 * 140.0,
-            top + h + 52.0 + (i / 4) as f64 * 16.0,
-            c,
-            t,
-        );
     }
-    s.push_str("</svg>");
-    s
+    lines.extend(study);
+    let (x0, x1) = (xs[0].1, xs[xs.len() - 1].1);
+    let ys: Vec<f64> = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .filter(|v| *v > 0.0)
+        .collect();
+    let spread =
+        ys.iter().copied().fold(0.0, f64::max) / ys.iter().copied().fold(f64::INFINITY, f64::min);
+    let y_log = matches!(metric, Metric::Mbps | Metric::Seconds) && spread > 30.0;
+    let what = match metric {
+        Metric::Mbps => unit.name,
+        m => m.label(),
+    };
+    line_chart(&LineChart {
+        kind: "sweep",
+        scenario: name,
+        caption: format!("{}{}", esc(what), if y_log { " (log scale)" } else { "" }),
+        x_title: sw.x.clone(),
+        x: XAxis::Values {
+            lo: x0,
+            hi: x1,
+            log: sw.log_x && x0 > 0.0,
+        },
+        y_log,
+        lines,
+    })
 }
 
-/// Throughput over time: the emulator's 100 ms series of each tool's first run.
-fn series(r: &Results, scenario: &str, tools: &[String]) -> String {
+/// Mean of every `k` values (the last group may be shorter).
+fn smooth(v: &[f64], k: usize) -> Vec<f64> {
+    v.chunks(k.max(1))
+        .map(|c| c.iter().sum::<f64>() / c.len() as f64)
+        .collect()
+}
+
+/// The short label of each receiver: what its link has that the others'
+/// do not ("loss=1e-2"), else its number.
+fn receiver_labels(link: &str, n: usize) -> Vec<String> {
+    let links: Vec<Vec<&str>> = link
+        .split(" | ")
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    (0..n)
+        .map(|i| {
+            let own: Vec<&str> = links.get(i).map_or(Vec::new(), |l| {
+                l.iter()
+                    .filter(|t| !links.iter().all(|o| o.contains(t)))
+                    .copied()
+                    .collect()
+            });
+            if own.is_empty() {
+                format!("receiver {}", i + 1)
+            } else {
+                format!("receiver {} ({})", i + 1, own.join(" "))
+            }
+        })
+        .collect()
+}
+
+/// What the receivers' links delivered over time, for each tool's first run:
+/// the whole run (time axis to the longest), then its first seconds large.
+fn series(r: &Results, sc: &str, tools: &[String], first: &Run) -> String {
     let runs: Vec<&Run> = tools
         .iter()
         .filter_map(|t| {
             r.runs
                 .iter()
-                .find(|x| x.scenario == scenario && &x.tool == t && !x.series_mbps.is_empty())
+                .find(|x| x.scenario == sc && &x.tool == t && !x.series_mbps.is_empty())
         })
         .collect();
     if runs.is_empty() {
         return String::new();
     }
-    let secs = runs
-        .iter()
-        .map(|x| x.series_mbps.len() as f64 * 0.1)
-        .fold(0.0, f64::max);
+    let link = link_mbps(r, first);
     let peak = runs
         .iter()
         .flat_map(|x| x.series_mbps.iter().copied())
         .fold(0.0, f64::max);
-    let ymax = nice_max(peak);
-    let xmax = nice_max(secs);
-    let (left, top, w, h) = (60.0, 14.0, 540.0, 180.0);
-    let px = |t: f64| left + t / xmax * w;
-    let py = |v: f64| top + h - v / ymax * h;
-    let mut s = format!(
-        r#"<svg class="chart" viewBox="0 0 640 {0}" width="640" height="{0}" role="img" aria-label="throughput over time">"#,
-        top + h + 60.0 + (runs.len().saturating_sub(1) / 5) as f64 * 16.0
-    );
-    y_grid(&mut s, left, w, ymax, py);
-    for k in 0..=5 {
-        let t = xmax * k as f64 / 5.0;
-        let _ = write!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="middle">{}</text>"#,
-            px(t),
-            top + h + 16.0,
-            fmt_num(t)
-        );
+    let unit = rate_unit(link.min(peak.max(link / 10.0)));
+    // At low rates a 100 ms bin holds a few packets: average over a window
+    // that holds about 30 full-size packets at the link's rate.
+    let pkt_s = 30.0 * 1500.0 * 8.0 / (link * 1e6);
+    let window = [0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .find(|w| *w >= pkt_s)
+        .unwrap_or(10.0);
+    let longest = runs
+        .iter()
+        .map(|x| x.series_mbps.len() as f64 * 0.1)
+        .fold(0.0, f64::max);
+    // No more than ~900 points a line.
+    let mut k = (window / 0.1).round() as usize;
+    k = k.max((longest / 0.1 / 900.0).ceil() as usize);
+    let lines_of = |k: usize, upto: f64| -> Vec<Line> {
+        let mut lines = Vec::new();
+        for x in &runs {
+            let c = color(tools, &x.tool);
+            let own: Vec<(String, &Vec<f64>, &'static str)> = if x.receiver_series_mbps.len() > 1 {
+                let labels = receiver_labels(&x.link, x.receiver_series_mbps.len());
+                x.receiver_series_mbps
+                    .iter()
+                    .zip(labels)
+                    .enumerate()
+                    .map(|(i, (s, l))| (format!("{}, {l}", x.tool), s, DASHES[i % DASHES.len()]))
+                    .collect()
+            } else {
+                vec![(x.tool.clone(), &x.series_mbps, "")]
+            };
+            for (label, s, dash) in own {
+                let n = ((upto / 0.1).round() as usize).min(s.len());
+                let pts = smooth(&s[..n], k)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(j, v)| {
+                        let t = ((j * k) as f64 + (k.min(n - j * k)) as f64 / 2.0) * 0.1;
+                        (t, v * unit.per_mbps)
+                    })
+                    .collect();
+                lines.push(Line {
+                    label,
+                    color: c,
+                    dash,
+                    points: pts,
+                    markers: false,
+                    hollow: false,
+                });
+            }
+        }
+        lines
+    };
+    let per = |k: usize| {
+        let w = k as f64 * 0.1;
+        if k == 1 {
+            "100 ms".to_string()
+        } else if w < 1.0 {
+            format!("{:.0} ms (mean of the 100 ms series)", w * 1e3)
+        } else {
+            format!("{} s (mean of the 100 ms series)", fmt_num(w))
+        }
+    };
+    let many = runs.iter().any(|x| x.receiver_series_mbps.len() > 1);
+    let whom = if many {
+        "each receiver's link delivered"
+    } else {
+        "the receiver's link delivered"
+    };
+    let mut s = line_chart(&LineChart {
+        kind: "series",
+        scenario: sc,
+        caption: format!(
+            "{}, per {}: what {whom}, over the whole run (each tool's first run)",
+            unit.name,
+            per(k)
+        ),
+        x_title: "seconds".into(),
+        x: XAxis::Time { end: longest },
+        y_log: false,
+        lines: lines_of(k, longest),
+    });
+    // Start-up: the first ten round trips (at least 2 s), where they are a
+    // small part of the run.
+    let rtt = rtt_s(first);
+    let span = [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0]
+        .into_iter()
+        .find(|w| *w >= (10.0 * rtt).max(2.0))
+        .unwrap_or(60.0);
+    if span <= longest * 0.5 {
+        let ks =
+            ((window / 0.1).round() as usize).min(((span / 0.1) / 20.0).floor().max(1.0) as usize);
+        s.push_str(&line_chart(&LineChart {
+            kind: "startup",
+            scenario: sc,
+            caption: format!(
+                "The first {} s drawn large ({} round trips of {} ms): {}, per {}",
+                fmt_num(span),
+                fmt_num((span / rtt.max(1e-3)).round()),
+                fmt_num(rtt * 1e3),
+                unit.name,
+                per(ks)
+            ),
+            x_title: "seconds".into(),
+            x: XAxis::Time { end: span },
+            y_log: false,
+            lines: lines_of(ks, span),
+        }));
     }
-    let _ = write!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">seconds</text><text x="12" y="{:.1}" class="tick" transform="rotate(-90 12 {:.1})" text-anchor="middle">Mbit/s per 100 ms</text>"#,
-        left + w,
-        top + h + 30.0,
-        top + h / 2.0,
-        top + h / 2.0
-    );
-    for (i, x) in runs.iter().enumerate() {
-        let pts: String = x
-            .series_mbps
-            .iter()
-            .enumerate()
-            .map(|(k, v)| format!("{:.1},{:.1} ", px((k as f64 + 0.5) * 0.1), py(*v)))
-            .collect();
-        let c = color(tools, &x.tool);
-        let _ = write!(
-            s,
-            r#"<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="1.6"><title>{}</title></polyline>"#,
-            esc(&x.tool)
-        );
-        // Legend: five to a row.
-        legend(
-            &mut s,
-            left + (i % 5) as f64 * 110.0,
-            top + h + 46.0 + (i / 5) as f64 * 16.0,
-            c,
-            &x.tool,
-        );
-    }
-    s.push_str("</svg>");
     s
 }
 
-fn fmt_num(v: f64) -> String {
-    if v >= 100.0 || v == v.trunc() {
-        format!("{v:.0}")
-    } else if v >= 1.0 {
-        format!("{v:.1}")
-    } else {
-        // 0.5, 0.25, 0.01, 0.001: no trailing zeros.
-        let t = format!("{v:.3}");
-        t.trim_end_matches('0').trim_end_matches('.').to_string()
+/// With several receivers: when each held the whole data set, per run.
+fn receivers_done(r: &Results, sc: &str) -> String {
+    let runs: Vec<&Run> = r
+        .runs
+        .iter()
+        .filter(|x| x.scenario == sc && !x.receiver_done_s.is_empty())
+        .collect();
+    let Some(first) = runs.first() else {
+        return String::new();
+    };
+    let labels = receiver_labels(&first.link, first.receiver_done_s.len());
+    let mut s = String::from(
+        "<p class=meta>When each receiver held the whole data set (every file, every byte; seconds from the start, looked at four times a second):</p><div class=scroll><table><tr><th class=l>tool</th><th>run</th>",
+    );
+    for l in &labels {
+        let _ = write!(s, "<th>{}</th>", esc(l));
     }
+    s.push_str("<th>all done</th></tr>");
+    for x in runs {
+        let _ = write!(s, "<tr><td>{}</td><td>{}</td>", esc(&x.tool), x.rep);
+        for d in &x.receiver_done_s {
+            match d {
+                Some(t) => {
+                    let _ = write!(s, "<td>{t:.2}</td>");
+                }
+                None => s.push_str("<td class=bad>not complete</td>"),
+            }
+        }
+        let _ = write!(s, "<td>{:.2}</td></tr>", x.wall_s);
+    }
+    s.push_str("</table></div>");
+    s
 }
+
+/// The study's figures beside this lab's: per figure, the replaying tool's
+/// and longhaul's measure and their ratio to it.
+fn study_table(r: &Results, scenarios: &[String], tools: &[String]) -> String {
+    let rows: Vec<&Published> = r
+        .suite
+        .published
+        .iter()
+        .filter(|p| scenarios.contains(&p.scenario))
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let value = |sc: &str, tool: &str, m: Metric| cell_of(&runs_of(r, sc, tool), m).0;
+    let ratio = |v: Option<f64>, p: &Published| {
+        v.map_or("-".to_string(), |v| format!("{:.2}", v / p.value))
+    };
+    let mut s = String::from(
+        "<h2 id=\"study\">The study's figures beside this lab's</h2><p class=meta>Numbers the study itself prints (its tables, or values stated in its text), for the scenario that replays its setting. Ratio = this lab ÷ the study: for seconds below 1 is faster than the study's; for Mbit/s, TTP and G above 1 is better. A scaled profile moves less data than the study did, which shortens times.</p><div class=scroll><table><tr><th class=l>scenario</th><th class=l>the study's series</th><th>study</th><th class=l>source</th><th class=l>replayed by</th><th>lab</th><th>ratio</th><th class=l>longhaul</th><th>lab</th><th>ratio</th></tr>",
+    );
+    for p in rows {
+        let rep = p
+            .tool
+            .as_ref()
+            .filter(|t| tools.contains(t))
+            .map(|t| (t.clone(), value(&p.scenario, t, p.metric)));
+        let lh = tools
+            .iter()
+            .filter(|t| t.starts_with("longhaul"))
+            .find_map(|t| value(&p.scenario, t, p.metric).map(|v| (t.clone(), v)));
+        let _ = write!(
+            s,
+            "<tr><td class=l><a href=\"#{0}\">{0}</a></td><td class=l>{1}</td><td>{2}</td><td class=l>{3}</td>",
+            esc(&p.scenario),
+            esc(&p.series),
+            esc(&metric_text(p.metric, p.value)),
+            esc(&p.source)
+        );
+        match rep {
+            Some((t, v)) => {
+                let _ = write!(
+                    s,
+                    "<td class=l>{}</td><td>{}</td><td>{}</td>",
+                    esc(&t),
+                    v.map_or("-".into(), |v| esc(&metric_text(p.metric, v))),
+                    ratio(v, p)
+                );
+            }
+            None => s.push_str("<td class=l>-</td><td>-</td><td>-</td>"),
+        }
+        match lh {
+            Some((t, v)) => {
+                let _ = write!(
+                    s,
+                    "<td class=l>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(&t),
+                    esc(&metric_text(p.metric, v)),
+                    ratio(Some(v), p)
+                );
+            }
+            None => s.push_str("<td class=l>-</td><td>-</td><td>-</td></tr>"),
+        }
+    }
+    s.push_str("</table></div>");
+    s
+}
+
+const STYLE: &str = r#"
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#222;max-width:980px;margin:2em auto;padding:0 1em}
+h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+.meta{color:#555} code{background:#f3f3f3;padding:0 .3em;border-radius:3px;overflow-wrap:anywhere}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;margin:.8em 0;font-size:.92em} th,td{border-bottom:1px solid #e4e4e4;padding:.3em .6em;text-align:right}
+th:first-child,td:first-child,td.l,th.l{text-align:left} th{background:#fafafa}
+.ok{color:#1a7f37} .bad{color:#b42318}
+figure.chart{margin:1em 0 1.4em;max-width:680px}
+figure.chart figcaption{font-size:13px;color:#444;margin-bottom:.3em}
+figure.chart svg{display:block;max-width:100%;height:auto}
+.chart svg text{font:11px system-ui,sans-serif;fill:#666}
+.chart .xtitle{font-size:12px;color:#666;text-align:right}
+.chart .legend{list-style:none;margin:.3em 0 0;padding:0;display:flex;flex-wrap:wrap;gap:.2em 1.2em;font-size:13px}
+.chart .legend li{display:flex;align-items:center;gap:.4em;min-width:0}
+.chart .legend .name{overflow-wrap:anywhere}
+.chart .legend svg{flex:none}
+.bars .grid{display:grid;grid-template-columns:minmax(3em,max-content) minmax(9em,1fr) minmax(4em,max-content);gap:5px 10px;align-items:center;font-size:13px}
+.bars .name{text-align:right;overflow-wrap:anywhere;max-width:16em}
+.bars .name.study{font-style:italic;color:#555}
+.bars .track{position:relative;height:18px;background:#f4f4f4}
+.bars .bar{position:absolute;left:0;top:0;bottom:0;background:var(--c)}
+.bars .track.study .bar{background:repeating-linear-gradient(135deg,var(--c) 0 4px,#fff 4px 7px);outline:1px solid var(--c)}
+.bars .target{position:absolute;top:-3px;bottom:-3px;border-left:2px dashed #000}
+.bars .track.axis{height:15px;background:none}
+.bars .tk{position:absolute;top:0;transform:translateX(-50%);font-size:11px;color:#666;white-space:nowrap;line-height:15px}
+.bars .val{font-weight:600;overflow-wrap:anywhere;max-width:16em}
+.bars .val.missing{color:#b42318;font-weight:normal}
+"#;
 
 /// The whole page.
 pub(crate) fn render(r: &Results) -> String {
     let info = &r.suite.suite;
     let (scenarios, tools) = axes(r);
+    let m = measure(r);
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>longhaul lab: {name}</title>
-<style>
-body{{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#222;max-width:980px;margin:2em auto;padding:0 1em}}
-h1{{font-size:1.6em;margin-bottom:.2em}} h2{{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:.2em}}
-.meta{{color:#555}} code{{background:#f3f3f3;padding:0 .3em;border-radius:3px}}
-table{{border-collapse:collapse;margin:.8em 0;font-size:.92em}} th,td{{border-bottom:1px solid #e4e4e4;padding:.3em .6em;text-align:right}}
-th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafafa}}
-.ok{{color:#1a7f37}} .bad{{color:#b42318}} .chart{{display:block;margin:.6em 0;max-width:100%;height:auto}}
-.chart text{{font:12px system-ui,sans-serif;fill:#333}} .chart .value{{font-weight:600}} .chart .missing{{fill:#b42318}} .chart .tick{{fill:#666;font-size:11px}}
-</style></head><body>
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>longhaul lab: {name}</title><style>{STYLE}</style></head><body>
 <h1>{name}</h1><p>{desc}</p>"#,
         name = esc(&info.name),
         desc = esc(&info.description)
@@ -435,32 +1006,49 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
         let _ = write!(s, "<p class=meta>Scaled: {}.</p>", esc(&r.profile_note));
     }
     // Overview table.
-    s.push_str("<h2>Overview: Mbit/s</h2><table><tr><th>scenario</th>");
+    let _ = write!(
+        s,
+        "<h2>Overview: {}</h2><div class=scroll><table><tr><th>scenario</th>",
+        match m {
+            Metric::Seconds => "seconds to move the data set (shorter is better)",
+            _ => "Mbit/s",
+        }
+    );
     for t in &tools {
         let _ = write!(s, "<th>{}</th>", esc(t));
     }
     s.push_str("</tr>");
     for sc in &scenarios {
         let _ = write!(s, "<tr><td><a href=\"#{0}\">{0}</a></td>", esc(sc));
+        let best = tools
+            .iter()
+            .filter_map(|t| cell_of(&runs_of(r, sc, t), m).0)
+            .reduce(|a, b| {
+                if m == Metric::Seconds {
+                    a.min(b)
+                } else {
+                    a.max(b)
+                }
+            });
         for t in &tools {
             let runs = runs_of(r, sc, t);
             if runs.is_empty() {
                 s.push_str("<td></td>");
                 continue;
             }
-            match cell(&runs) {
-                (Some(m), note) => {
-                    let class = match info.target_mbps {
-                        Some(tg) if m >= tg => "ok",
-                        Some(_) => "bad",
-                        None => "",
+            match cell_of(&runs, m) {
+                (Some(v), note) => {
+                    let class = match (m, info.target_mbps) {
+                        (Metric::Mbps, Some(tg)) if v >= tg => "ok",
+                        (Metric::Mbps, Some(_)) => "bad",
+                        (Metric::Seconds, _) if Some(v) == best => "ok",
+                        _ => "",
                     };
-                    let _ = write!(
-                        s,
-                        "<td class=\"{class}\">{}{}</td>",
-                        rate_text(m),
-                        esc(&note)
-                    );
+                    let text = match m {
+                        Metric::Seconds => secs_text(v),
+                        _ => rate_text(v),
+                    };
+                    let _ = write!(s, "<td class=\"{class}\">{text}{}</td>", esc(&note));
                 }
                 (None, why) => {
                     let _ = write!(s, "<td class=bad>{}</td>", esc(&why));
@@ -469,12 +1057,15 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
         }
         s.push_str("</tr>");
     }
-    s.push_str("</table>");
-    if info.target_mbps.is_some() {
+    s.push_str("</table></div>");
+    if m == Metric::Seconds {
+        s.push_str("<p class=meta>Green: the fastest in its row; red: no measured run. †: stopped at the time cap (its time is the cap).</p>");
+    } else if info.target_mbps.is_some() {
         s.push_str(
             "<p class=meta>Green: at or above the target; red: below it, or no verified run. †: stopped at the time cap; the rate of what it had delivered by then.</p>",
         );
     }
+    s.push_str(&study_table(r, &scenarios, &tools));
     for (name, sw) in &r.suite.sweep {
         let charts: String = sw
             .metrics
@@ -512,9 +1103,10 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
                 String::new()
             }
         );
-        s.push_str(&bars(r, sc, &tools));
-        s.push_str(&series(r, sc, &tools));
-        s.push_str("<table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>s</th><th>first byte s</th><th>Mbit/s</th><th>TTP</th><th>G</th><th>share</th><th>client CPU s</th><th>server CPU s</th><th class=l>note</th></tr>");
+        s.push_str(&scenario_bars(r, sc, &tools, first));
+        s.push_str(&series(r, sc, &tools, first));
+        s.push_str(&receivers_done(r, sc));
+        s.push_str("<div class=scroll><table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>s</th><th>first byte s</th><th>Mbit/s</th><th>TTP</th><th>G</th><th>share</th><th>client CPU s</th><th>server CPU s</th><th class=l>note</th></tr>");
         for x in r.runs.iter().filter(|x| &x.scenario == sc) {
             let class = if x.status == Status::Ok { "ok" } else { "bad" };
             let _ = write!(
@@ -534,13 +1126,13 @@ th:first-child,td:first-child,td.l,th.l{{text-align:left}} th{{background:#fafaf
                 esc(&x.note)
             );
         }
-        s.push_str("</table>");
+        s.push_str("</table></div>");
     }
     s.push_str("<h2>Tools</h2><ul>");
     for (t, v) in &r.versions {
         let _ = write!(s, "<li>{}: {}</li>", esc(t), esc(v));
     }
-    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background's bytes, counted once a second and spread evenly). Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included.</p></body></html>\n");
+    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background's bytes, counted once a second and spread evenly), averaged over longer windows on slow links. Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included.</p></body></html>\n");
     s
 }
 
@@ -549,16 +1141,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn axis_maxima_are_round() {
-        assert_eq!(nice_max(0.0), 1.0);
-        assert_eq!(nice_max(7.0), 10.0);
-        assert_eq!(nice_max(217.6), 500.0);
-        assert_eq!(nice_max(1000.0), 1000.0);
-        assert_eq!(nice_max(0.03), 0.05);
+    fn axes_are_round_and_fit_the_data() {
+        assert_eq!(nice_step(10.0, 5), 2.0);
+        assert_eq!(nice_step(7.0, 4), 2.0);
+        assert_eq!(nice_step(0.03, 3), 0.01);
+        assert_eq!(value_ticks(217.6, 4).0, 300.0);
+        assert_eq!(
+            value_ticks(217.6, 5),
+            (250.0, vec![0.0, 50.0, 100.0, 150.0, 200.0, 250.0])
+        );
+        assert_eq!(value_ticks(1000.0, 4).0, 1000.0);
+        // A 5.3 s run ends its axis at 5.3 s, not 10 or 100.
+        assert_eq!(time_ticks(5.3, 6), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        let (a, b, t) = log_ticks(14.0, 900.0);
+        assert_eq!((a, b), (10.0, 1000.0));
+        assert_eq!(t.len(), 7, "{t:?}");
+        let (a, b, t) = log_ticks(0.002, 3000.0);
+        assert_eq!((a, b), (0.001, 10000.0));
+        assert_eq!(t, vec![0.001, 0.1, 10.0, 1000.0, 10000.0]);
+        assert_eq!(tick_text(0.2, 0.2), "0.2");
+        assert_eq!(tick_text(150.0, 50.0), "150");
         assert_eq!(fmt_num(0.001), "0.001");
-        assert_eq!(fmt_num(0.1 * 10f64.powi(-1)), "0.01");
-        assert_eq!(fmt_num(0.25), "0.25");
         assert_eq!(fmt_num(2.5), "2.5");
+        assert_eq!(fmt_num(17.1), "17.1");
+    }
+
+    #[test]
+    fn values_carry_units_that_fit_their_size() {
+        assert_eq!(metric_text(Metric::Mbps, 0.2134), "213 kbit/s");
+        assert_eq!(metric_text(Metric::Mbps, 217.6), "217.6 Mbit/s");
+        assert_eq!(metric_text(Metric::Seconds, 17.104), "17.1 s");
+        assert_eq!(metric_text(Metric::Seconds, 1.043), "1.04 s");
+        assert_eq!(metric_text(Metric::Seconds, 2210.0), "2210 s");
+        assert_eq!(rate_unit(0.25).name, "kbit/s");
+        assert_eq!(rate_unit(12.0).name, "Mbit/s");
+    }
+
+    #[test]
+    fn receivers_are_told_apart_by_what_their_links_do_not_share() {
+        assert_eq!(
+            receiver_labels("rate=1G loss=1e-3 | rate=1G loss=1e-2", 2),
+            vec!["receiver 1 (loss=1e-3)", "receiver 2 (loss=1e-2)"]
+        );
+        assert_eq!(
+            receiver_labels("rate=1G | rate=1G", 2),
+            vec!["receiver 1", "receiver 2"]
+        );
     }
 
     #[test]

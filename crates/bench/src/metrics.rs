@@ -103,6 +103,24 @@ pub(crate) fn tree_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// The regular files under `dir` that are not hidden (longhaul's part files
+/// are `.NAME.lh-part`), and the bytes present in them (as [`tree_bytes`]):
+/// a receiver holds the whole data set once both reach the set's.
+pub(crate) fn visible_files(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    rd.flatten()
+        .filter(|e| !e.file_name().as_encoded_bytes().starts_with(b"."))
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => visible_files(&e.path()),
+            Ok(t) if t.is_file() => (1, e.metadata().map_or(0, |m| m.len().min(m.blocks() * 512))),
+            _ => (0, 0),
+        })
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
 /// A run once at speed: its mean rate, and the standing queue it kept.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Steady {

@@ -120,6 +120,15 @@ pub struct Run {
     pub verified: Option<bool>,
     /// Mbit/s the receivers' links delivered (mean over receivers), per 100 ms.
     pub series_mbps: Vec<f64>,
+    /// With several receivers: each one's own 100 ms series, in receiver
+    /// order (a slow receiver is not averaged away).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub receiver_series_mbps: Vec<Vec<f64>>,
+    /// With several receivers of files: seconds from the start until each one
+    /// held the whole data set (every file, every byte; looked at four times a
+    /// second), None if it never did within the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub receiver_done_s: Vec<Option<f64>>,
     /// Once at speed (`metrics::steady`): the mean Mbit/s the emulator delivered
     /// (IP bytes, retransmissions included) ...
     #[serde(default)]

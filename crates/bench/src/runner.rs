@@ -267,6 +267,8 @@ fn run_tool(
         server_cpu_s: 0.0,
         verified: None,
         series_mbps: Vec::new(),
+        receiver_series_mbps: Vec::new(),
+        receiver_done_s: Vec::new(),
         steady_mbps: None,
         queue_ms: None,
         queue_max_ms: None,
@@ -374,6 +376,10 @@ fn run_tool(
     let mut pending: Vec<usize> = (0..actors.len()).collect();
     let mut failure: Option<String> = None;
     let mut first_byte: Vec<Option<f64>> = vec![None; n];
+    // Several receivers of files: when each held the whole set.
+    let watch_done = n > 1 && tool.moves_files();
+    let mut done: Vec<Option<f64>> = vec![None; if watch_done { n } else { 0 }];
+    let mut next_look = t0;
     // With background traffic: what it had been delivered, once a second,
     // so that the tool's own series can be told from the link's.
     let delivered = |s: &longhaul_netem::Snapshot| background_total(s, |c| c.delivered_bytes);
@@ -409,9 +415,21 @@ fn run_tool(
                 }
             }
         }
+        if watch_done && Instant::now() >= next_look {
+            next_look += Duration::from_millis(250);
+            for (i, r) in receivers.iter().enumerate() {
+                if done[i].is_none() {
+                    let (files, bytes) = visible_files(&r.dst);
+                    if files >= data.files && bytes >= data.bytes {
+                        done[i] = Some(t0.elapsed().as_secs_f64());
+                    }
+                }
+            }
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
     let wall = t0.elapsed().as_secs_f64();
+    run.receiver_done_s = done;
     let timed_out = !pending.is_empty();
     for &k in &pending {
         cpu.add(actors[k].host, stop(actors[k].pid));
@@ -450,17 +468,24 @@ fn run_tool(
     bg_marks.push((after.uptime_ms, delivered(&after)));
     let (from, to) = (before.uptime_ms / 100, after.uptime_ms / 100);
     let mut series = vec![0.0; (to - from + 1) as usize];
+    let mut each = Vec::new();
     for i in 0..n {
         let s = &host(&after, &receiver_name(i)).down.series;
-        for (k, slot) in series.iter_mut().enumerate() {
-            let bin = from + k as u64;
-            if let Some(b) = bin
-                .checked_sub(s.first)
-                .and_then(|x| s.bytes.get(x as usize))
-            {
-                *slot += *b as f64 * 8.0 / 0.1 / 1e6 / n as f64;
-            }
+        let own: Vec<f64> = (0..series.len() as u64)
+            .map(|k| {
+                (from + k)
+                    .checked_sub(s.first)
+                    .and_then(|x| s.bytes.get(x as usize))
+                    .map_or(0.0, |b| *b as f64 * 8.0 / 0.1 / 1e6)
+            })
+            .collect();
+        for (slot, v) in series.iter_mut().zip(&own) {
+            *slot += v / n as f64;
         }
+        each.push(own);
+    }
+    if n > 1 {
+        run.receiver_series_mbps = each;
     }
     if !background.is_empty() {
         // The background goes to the first receiver: take it out of the mean.
@@ -468,6 +493,9 @@ fn run_tool(
             let t = (from + k as u64) * 100;
             let bg = interpolate(&bg_marks, t + 100) - interpolate(&bg_marks, t);
             *slot = (*slot - bg * 8.0 / 0.1 / 1e6 / n as f64).max(0.0);
+            if let Some(own) = run.receiver_series_mbps.first_mut() {
+                own[k] = (own[k] - bg * 8.0 / 0.1 / 1e6).max(0.0);
+            }
         }
         // Over the span its counters cover (from the snapshot before the tool
         // started to the one after it ended).
