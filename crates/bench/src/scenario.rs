@@ -786,7 +786,10 @@ mod tests {
         let e = with(&figure(sc, "mbps", "-1")).unwrap_err();
         assert!(e.to_string().contains("a positive number"), "{e}");
         let e = with(&figure(sc, "share", "0.5")).unwrap_err();
-        assert!(e.to_string().contains("share is not a published measure"), "{e}");
+        assert!(
+            e.to_string().contains("share is not a published measure"),
+            "{e}"
+        );
         assert!(with(&figure(sc, "speed", "1")).is_err());
     }
 

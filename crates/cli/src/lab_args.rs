@@ -241,6 +241,8 @@ A suite file (TOML):
   time_cap = \"300s\"
   cc = \"cubic\"                # kernel congestion control of the TCP tools
   dest = \"disk\"               # or tmpfs: receivers write to memory
+  measure = \"mbps\"            # or seconds: what report.html's overview and
+                               # bars show (time, where all move the same data)
   # A tool may carry settings, which then label its runs:
   #   ftp:parallel=N  gridftp:p=N,cc=N,pp=yes|no,fast=yes|no,tcp-bs=SIZE
   #   uftp:rate=RATE  longhaul-mc:rate=RATE  iperf3:streams=N,cc=cubic|bbr|reno
@@ -276,6 +278,13 @@ A suite file (TOML):
   tcp_max = \"4MiB\"             # largest TCP buffer in the hosts (default 128 MiB)
   link = \"rate=1G delay=10ms\"
   files = [{ size = \"1GB\", count = 1 }]
+  [[published]]                  # a replayed study's own number, drawn beside
+  scenario = \"lat-10ms\"        # the measured ones with the ratio
+  series = \"GridFTP, 1 stream\" # what the study measured
+  tool = \"gridftp\"             # optional: the tool that replays it
+  metric = \"mbps\"              # seconds, mbps, ttp or goodput
+  value = 286.4
+  source = \"Table 5.1\"
 
 Each scenario gets a lab (host srv at the hub, receivers cli, cli2, ... behind
 their links) and a generated data set (cached in OUT/data) or its tree (hashed
