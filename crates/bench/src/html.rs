@@ -949,7 +949,7 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;margin-top:2em;border
 .meta{color:#555} code{background:#f3f3f3;padding:0 .3em;border-radius:3px;overflow-wrap:anywhere}
 .scroll{overflow-x:auto}
 table{border-collapse:collapse;margin:.8em 0;font-size:.92em} th,td{border-bottom:1px solid #e4e4e4;padding:.3em .6em;text-align:right}
-th:first-child,td:first-child,td.l,th.l{text-align:left} th{background:#fafafa}
+th:first-child,td:first-child,td.l,th.l{text-align:left} th{background:#fafafa} td{white-space:nowrap} td.l{white-space:normal}
 .ok{color:#1a7f37} .bad{color:#b42318}
 figure.chart{margin:1em 0 1.4em;max-width:680px}
 figure.chart figcaption{font-size:13px;color:#444;margin-bottom:.3em}
