@@ -111,10 +111,22 @@ fn fmt_num(v: f64) -> String {
             .trim_end_matches('0')
             .trim_end_matches('.')
             .to_string()
-    } else {
+    } else if v >= 0.001 {
         let t = format!("{v:.3}");
         t.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        // 1e-4, 2e-5: not "0".
+        format!("{v:.0e}")
     }
+}
+
+/// Three significant digits (0.937, 0.0141, 0.00290).
+fn sig3(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let d = (2 - v.abs().log10().floor() as i32).max(0) as usize;
+    format!("{v:.d$}")
 }
 
 /// Where `v` falls on an axis from `a` to `b` (0 to 1), linear or log; None
@@ -147,7 +159,7 @@ fn metric_text(metric: Metric, v: f64) -> String {
             }
         }
         Metric::Seconds => format!("{} s", secs_text(v)),
-        Metric::Ttp | Metric::Goodput | Metric::Share => format!("{v:.3}"),
+        Metric::Ttp | Metric::Goodput | Metric::Share => sig3(v),
     }
 }
 
@@ -301,13 +313,11 @@ fn line_chart(c: &LineChart) -> String {
     // label (centred on it) and the first x label never touch.
     let x_base = top + PH + 18.0;
     let h = x_base + 6.0;
+    // Unique in the page: a sweep draws a chart per metric.
+    static CHARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let id = format!(
-        "clip-{}-{}",
-        c.kind,
-        c.scenario
-            .bytes()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
+        "clip-{}",
+        CHARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
     let mut s = format!(
         r##"<figure class="chart {kind}" data-scenario="{sc}"><figcaption>{cap}</figcaption><svg viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="{cap_plain}"><defs><clipPath id="{id}"><rect x="{left:.1}" y="{top}" width="{pw:.1}" height="{PH}"/></clipPath></defs><rect class="plot-area" x="{left:.1}" y="{top}" width="{pw:.1}" height="{PH}" fill="none" stroke="#bbb"/>"##,
@@ -415,12 +425,8 @@ fn bar_chart(
     target: Option<f64>,
 ) -> String {
     let vals: Vec<f64> = bars.iter().filter_map(|b| b.value).collect();
-    let top = vals
-        .iter()
-        .copied()
-        .fold(0.0, f64::max)
-        .max(target.unwrap_or(0.0))
-        .max(floor);
+    let data_top = vals.iter().copied().fold(0.0, f64::max);
+    let top = data_top.max(target.unwrap_or(0.0)).max(floor);
     let low = vals
         .iter()
         .copied()
@@ -428,7 +434,7 @@ fn bar_chart(
         .fold(f64::INFINITY, f64::min);
     // Values more than 50x apart (as in seed 000's histograms) get a log
     // axis, so that the small bars do not vanish.
-    let log = low.is_finite() && top / low > 50.0;
+    let log = low.is_finite() && data_top / low > 50.0;
     let (x0, x1, ticks, step) = if log {
         let (a, b, t) = log_ticks(low, top);
         (a, b, t, 0.0)
@@ -563,13 +569,20 @@ fn scenario_bars(r: &Results, sc: &str, tools: &[String], first: &Run) -> String
         });
     }
     let link = link_mbps(r, first);
+    // Rates below 1 Mbit/s: the axis in kbit/s, as the values read.
+    let unit = rate_unit(
+        bars.iter()
+            .filter_map(|b| b.value)
+            .fold(0.0, f64::max)
+            .max(r.suite.suite.target_mbps.unwrap_or(0.0)),
+    );
     let caption = match m {
         Metric::Seconds => {
             "Seconds to move the data set, per tool (mean of its measured runs; shorter is better)"
                 .to_string()
         }
         _ => {
-            let mut c = "Mbit/s per tool (mean of its measured runs)".to_string();
+            let mut c = format!("{} per tool (mean of its measured runs)", unit.name);
             if let Some(t) = r.suite.suite.target_mbps {
                 let _ = write!(c, "; dashed: the target, {} Mbit/s", fmt_num(t));
             }
@@ -579,7 +592,15 @@ fn scenario_bars(r: &Results, sc: &str, tools: &[String], first: &Run) -> String
     let (floor, target) = match m {
         // At least a tenth of the link's rate, so that a few Mbit/s do not
         // fill the chart.
-        Metric::Mbps => (link / 10.0, r.suite.suite.target_mbps),
+        Metric::Mbps => {
+            for b in &mut bars {
+                b.value = b.value.map(|v| v * unit.per_mbps);
+            }
+            (
+                link / 10.0 * unit.per_mbps,
+                r.suite.suite.target_mbps.map(|t| t * unit.per_mbps),
+            )
+        }
         _ => (0.0, None),
     };
     bar_chart(sc, &esc(&caption), &bars, floor, target)
@@ -740,9 +761,17 @@ fn series(r: &Results, sc: &str, tools: &[String], first: &Run) -> String {
         .into_iter()
         .find(|w| *w >= pkt_s)
         .unwrap_or(10.0);
+    // The time axis ends at the longest run (its wall time; the series may
+    // hold a bin or two from before the start and after the end).
     let longest = runs
         .iter()
-        .map(|x| x.series_mbps.len() as f64 * 0.1)
+        .map(|x| {
+            if x.wall_s > 0.0 {
+                x.wall_s
+            } else {
+                x.series_mbps.len() as f64 * 0.1
+            }
+        })
         .fold(0.0, f64::max);
     // No more than ~900 points a line.
     let mut k = (window / 0.1).round() as usize;
@@ -763,7 +792,7 @@ fn series(r: &Results, sc: &str, tools: &[String], first: &Run) -> String {
                 vec![(x.tool.clone(), &x.series_mbps, "")]
             };
             for (label, s, dash) in own {
-                let n = ((upto / 0.1).round() as usize).min(s.len());
+                let n = ((upto / 0.1 - 1e-9).ceil() as usize).min(s.len());
                 let pts = smooth(&s[..n], k)
                     .into_iter()
                     .enumerate()
@@ -827,10 +856,17 @@ fn series(r: &Results, sc: &str, tools: &[String], first: &Run) -> String {
             kind: "startup",
             scenario: sc,
             caption: format!(
-                "The first {} s drawn large ({} round trips of {} ms): {}, per {}",
+                "The first {} s drawn large{}: {}, per {}",
                 fmt_num(span),
-                fmt_num((span / rtt.max(1e-3)).round()),
-                fmt_num(rtt * 1e3),
+                if rtt >= 1e-3 {
+                    format!(
+                        " ({} round trips of {} ms)",
+                        fmt_num((span / rtt).round()),
+                        fmt_num(rtt * 1e3)
+                    )
+                } else {
+                    String::new()
+                },
                 unit.name,
                 per(ks)
             ),
@@ -871,7 +907,11 @@ fn receivers_done(r: &Results, sc: &str) -> String {
                 None => s.push_str("<td class=bad>not complete</td>"),
             }
         }
-        let _ = write!(s, "<td>{:.2}</td></tr>", x.wall_s);
+        if x.status == Status::Ok {
+            let _ = write!(s, "<td>{:.2}</td></tr>", x.wall_s);
+        } else {
+            let _ = write!(s, "<td class=bad>{}</td></tr>", esc(x.status.as_str()));
+        }
     }
     s.push_str("</table></div>");
     s
@@ -889,12 +929,38 @@ fn study_table(r: &Results, scenarios: &[String], tools: &[String]) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let value = |sc: &str, tool: &str, m: Metric| cell_of(&runs_of(r, sc, tool), m).0;
-    let ratio = |v: Option<f64>, p: &Published| {
-        v.map_or("-".to_string(), |v| format!("{:.2}", v / p.value))
+    // A measured value, and whether a run of it stopped at its time cap
+    // (then a time is a lower bound, and so is its ratio to the study's).
+    let value = |sc: &str, tool: &str, m: Metric| {
+        let (v, note) = cell_of(&runs_of(r, sc, tool), m);
+        v.map(|v| (v, note.contains('\u{23f1}')))
+    };
+    let cells = |t: Option<(String, Option<(f64, bool)>)>, p: &Published| match t {
+        Some((t, Some((v, capped)))) => {
+            let bound = if capped && p.metric == Metric::Seconds {
+                "≥ "
+            } else {
+                ""
+            };
+            format!(
+                "<td class=l>{}</td><td>{bound}{}{}</td><td>{bound}{:.2}</td>",
+                esc(&t),
+                esc(&metric_text(p.metric, v)),
+                if capped { " †" } else { "" },
+                v / p.value
+            )
+        }
+        Some((t, None)) => format!("<td class=l>{}</td><td>-</td><td>-</td>", esc(&t)),
+        None => "<td class=l>-</td><td>-</td><td>-</td>".to_string(),
+    };
+    let multicasts = |label: &str| {
+        crate::tools::Tool::all()
+            .into_iter()
+            .find(|t| t.name() == label.split(':').next().unwrap_or(label))
+            .is_some_and(|t| t.multicasts())
     };
     let mut s = String::from(
-        "<h2 id=\"study\">The study's figures beside this lab's</h2><p class=meta>Numbers the study itself prints (its tables, or values stated in its text), for the scenario that replays its setting. Ratio = this lab ÷ the study: for seconds below 1 is faster than the study's; for Mbit/s, TTP and G above 1 is better. A scaled profile moves less data than the study did, which shortens times.</p><div class=scroll><table><tr><th class=l>scenario</th><th class=l>the study's series</th><th>study</th><th class=l>source</th><th class=l>replayed by</th><th>lab</th><th>ratio</th><th class=l>longhaul</th><th>lab</th><th>ratio</th></tr>",
+        "<h2 id=\"study\">The study's figures beside this lab's</h2><p class=meta>Numbers the study itself prints (its tables, or values stated in its text), for the scenario that replays its setting. Ratio = this lab ÷ the study: for seconds below 1 is faster than the study's; for Mbit/s, TTP and G above 1 is better. †: a run stopped at its time cap (a time is then at least the cap). A scaled profile moves less data than the study did, which shortens times.</p><div class=scroll><table><tr><th class=l>scenario</th><th class=l>the study's series</th><th>study</th><th class=l>source</th><th class=l>replayed by</th><th>lab</th><th>ratio</th><th class=l>longhaul</th><th>lab</th><th>ratio</th></tr>",
     );
     for p in rows {
         let rep = p
@@ -902,42 +968,24 @@ fn study_table(r: &Results, scenarios: &[String], tools: &[String]) -> String {
             .as_ref()
             .filter(|t| tools.contains(t))
             .map(|t| (t.clone(), value(&p.scenario, t, p.metric)));
+        // longhaul's own variant of what the study measured: multicast
+        // beside a multicast tool.
+        let want_mc = p.tool.as_deref().is_some_and(multicasts);
         let lh = tools
             .iter()
             .filter(|t| t.starts_with("longhaul"))
-            .find_map(|t| value(&p.scenario, t, p.metric).map(|v| (t.clone(), v)));
+            .filter_map(|t| value(&p.scenario, t, p.metric).map(|v| (t.clone(), Some(v))))
+            .min_by_key(|(t, _)| multicasts(t) != want_mc);
         let _ = write!(
             s,
-            "<tr><td class=l><a href=\"#{0}\">{0}</a></td><td class=l>{1}</td><td>{2}</td><td class=l>{3}</td>",
+            "<tr><td class=l><a href=\"#{0}\">{0}</a></td><td class=l>{1}</td><td>{2}</td><td class=l>{3}</td>{4}{5}</tr>",
             esc(&p.scenario),
             esc(&p.series),
             esc(&metric_text(p.metric, p.value)),
-            esc(&p.source)
+            esc(&p.source),
+            cells(rep, p),
+            cells(lh, p),
         );
-        match rep {
-            Some((t, v)) => {
-                let _ = write!(
-                    s,
-                    "<td class=l>{}</td><td>{}</td><td>{}</td>",
-                    esc(&t),
-                    v.map_or("-".into(), |v| esc(&metric_text(p.metric, v))),
-                    ratio(v, p)
-                );
-            }
-            None => s.push_str("<td class=l>-</td><td>-</td><td>-</td>"),
-        }
-        match lh {
-            Some((t, v)) => {
-                let _ = write!(
-                    s,
-                    "<td class=l>{}</td><td>{}</td><td>{}</td></tr>",
-                    esc(&t),
-                    esc(&metric_text(p.metric, v)),
-                    ratio(Some(v), p)
-                );
-            }
-            None => s.push_str("<td class=l>-</td><td>-</td><td>-</td></tr>"),
-        }
     }
     s.push_str("</table></div>");
     s
@@ -1164,6 +1212,11 @@ mod tests {
         assert_eq!(fmt_num(0.001), "0.001");
         assert_eq!(fmt_num(2.5), "2.5");
         assert_eq!(fmt_num(17.1), "17.1");
+        assert_eq!(fmt_num(0.0001), "1e-4");
+        assert_eq!(sig3(0.0029), "0.00290");
+        assert_eq!(sig3(0.937), "0.937");
+        assert_eq!(sig3(0.0141), "0.0141");
+        assert_eq!(metric_text(Metric::Ttp, 0.0029), "0.00290");
     }
 
     #[test]

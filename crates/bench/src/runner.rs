@@ -379,7 +379,15 @@ fn run_tool(
     // Several receivers of files: when each held the whole set.
     let watch_done = n > 1 && tool.moves_files();
     let mut done: Vec<Option<f64>> = vec![None; if watch_done { n } else { 0 }];
+    // When a receiver's own client exited (pull tools run one per receiver).
+    let mut actor_exit: Vec<Option<f64>> = vec![None; n];
     let mut next_look = t0;
+    let complete = |i: usize, dst: &Path| {
+        let (files, bytes) = visible_files(dst);
+        files >= data.files
+            && bytes >= data.bytes
+            && tool.receiver_says_done(&dir, i, data.files).unwrap_or(true)
+    };
     // With background traffic: what it had been delivered, once a second,
     // so that the tool's own series can be told from the link's.
     let delivered = |s: &longhaul_netem::Snapshot| background_total(s, |c| c.delivered_bytes);
@@ -398,6 +406,11 @@ fn run_tool(
             };
             forget_group(actors[k].pid);
             cpu.add(actors[k].host, c);
+            if let Host::Receiver(i) = actors[k].host {
+                if let Some(t) = actor_exit.get_mut(i) {
+                    *t = Some(t0.elapsed().as_secs_f64());
+                }
+            }
             let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
             if code != Some(0) && failure.is_none() {
                 failure = Some(format!(
@@ -416,19 +429,31 @@ fn run_tool(
             }
         }
         if watch_done && Instant::now() >= next_look {
-            next_look += Duration::from_millis(250);
             for (i, r) in receivers.iter().enumerate() {
-                if done[i].is_none() {
-                    let (files, bytes) = visible_files(&r.dst);
-                    if files >= data.files && bytes >= data.bytes {
-                        done[i] = Some(t0.elapsed().as_secs_f64());
-                    }
+                // A receiver whose own client is still running is not done;
+                // one whose client exited is timed by that exit (below).
+                let client_left = actors
+                    .iter()
+                    .any(|a| a.host == Host::Receiver(i))
+                    .then_some(actor_exit[i]);
+                if done[i].is_none() && client_left.is_none() && complete(i, &r.dst) {
+                    done[i] = Some(t0.elapsed().as_secs_f64());
                 }
             }
+            next_look = Instant::now() + Duration::from_millis(250);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
     let wall = t0.elapsed().as_secs_f64();
+    if watch_done {
+        // Pull tools: a receiver is done when its own client exited with
+        // everything there; the rest get a last look now.
+        for (i, r) in receivers.iter().enumerate() {
+            if done[i].is_none() && complete(i, &r.dst) {
+                done[i] = Some(actor_exit[i].unwrap_or(wall));
+            }
+        }
+    }
     run.receiver_done_s = done;
     let timed_out = !pending.is_empty();
     for &k in &pending {
@@ -574,6 +599,14 @@ fn run_tool(
             }
         }
         run.verified = Some(bad.is_empty());
+        if bad.is_empty() {
+            // Verified: every receiver was done by the end at the latest
+            // (a tree with hidden files of its own is never "complete" to
+            // the look above, which skips hidden names).
+            for (d, exit) in run.receiver_done_s.iter_mut().zip(&actor_exit) {
+                d.get_or_insert(exit.unwrap_or(wall));
+            }
+        }
         run.status = if bad.is_empty() {
             Status::Ok
         } else {

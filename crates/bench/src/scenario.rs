@@ -475,10 +475,30 @@ impl Suite {
         for p in PROFILES {
             s.plans_for(p)?;
         }
-        for p in &s.published {
-            if !s.scenarios.iter().any(|x| x.name == p.scenario) {
+        let plans = s.plans_for("full")?;
+        for (k, p) in s.published.iter().enumerate() {
+            let Some(plan) = plans.iter().find(|x| x.name == p.scenario) else {
                 bail!(
                     "published figure '{}' ({}): no scenario of that name",
+                    p.series,
+                    p.scenario
+                );
+            };
+            if let Some(t) = &p.tool {
+                if !plan.tools.iter().any(|x| &x.label == t) {
+                    bail!(
+                        "published figure '{}' ({}): tool '{t}' does not run in that scenario",
+                        p.series,
+                        p.scenario
+                    );
+                }
+            }
+            if s.published[..k]
+                .iter()
+                .any(|q| (&q.scenario, &q.series, q.metric) == (&p.scenario, &p.series, p.metric))
+            {
+                bail!(
+                    "published figure '{}' ({}): given twice for the same metric",
                     p.series,
                     p.scenario
                 );
@@ -791,6 +811,16 @@ mod tests {
             "{e}"
         );
         assert!(with(&figure(sc, "speed", "1")).is_err());
+        let twice = format!("{0}{0}", figure(sc, "mbps", "840"));
+        let e = with(&twice).unwrap_err();
+        assert!(e.to_string().contains("given twice"), "{e}");
+        let tooled = figure(sc, "mbps", "840").replace("series", "tool = \"lftp\"\nseries");
+        let e = with(&tooled).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("tool 'lftp' does not run in that scenario"),
+            "{e}"
+        );
     }
 
     /// The suites docs/PERFORMANCE.md gives commands for (docs/lab/*.toml)

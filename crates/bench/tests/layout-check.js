@@ -33,7 +33,11 @@
     }
     const problems = [];
     for (const t of texts) {
-      if (!inside(t.r, f)) problems.push(`"${t.s}" ${box(t.r)} outside its chart ${box(f)}`);
+      // A text in a plot must stay inside that plot's SVG (which would clip
+      // it), every other text inside the chart.
+      const svg = t.node.ownerSVGElement || (t.node.parentElement && t.node.parentElement.closest("svg"));
+      const outer = svg ? svg.getBoundingClientRect() : f;
+      if (!inside(t.r, outer)) problems.push(`"${t.s}" ${box(t.r)} outside its ${svg ? "plot" : "chart"} ${box(outer)}`);
     }
     for (let i = 0; i < texts.length; i++) {
       for (let j = i + 1; j < texts.length; j++) {
@@ -60,6 +64,8 @@
       texts: texts.length,
       legend: [...fig.querySelectorAll(".legend .name")].map((e) => e.textContent),
       bars: [...fig.querySelectorAll(".grid > .name")].map((e) => e.textContent),
+      drawn_bars: fig.querySelectorAll(".grid .bar").length,
+      lines: fig.querySelectorAll("svg polyline").length,
       x_end: xEnd,
       problems,
     });

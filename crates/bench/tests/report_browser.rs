@@ -168,7 +168,7 @@ fn chromium() -> Option<PathBuf> {
 
 /// The page as Chromium lays it out at `width` px: the check script's JSON.
 fn layout(browser: &Path, html: &Path, width: u32, profile: &Path) -> serde_json::Value {
-    let out = Command::new(browser)
+    let child = Command::new(browser)
         .args([
             "--headless",
             "--no-sandbox",
@@ -185,8 +185,26 @@ fn layout(browser: &Path, html: &Path, width: u32, profile: &Path) -> serde_json
         .arg(format!("--window-size={width},900"))
         .arg("--dump-dom")
         .arg(format!("file://{}", html.display()))
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("start chromium");
+    // A hung browser must not hang the test suite: killed after 120 s.
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .is_err()
+        {
+            // SAFETY: kill(2) on the PID of our own child, which has not
+            // been waited for (wait_with_output is still blocked on it).
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    });
+    let out = child.wait_with_output().expect("chromium's output");
+    let _ = tx.send(());
+    watchdog.join().unwrap();
     let dom = String::from_utf8_lossy(&out.stdout);
     let json = dom
         .split("<pre id=\"layout-check\">")
@@ -220,19 +238,29 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
     let mut with_series: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut longest: BTreeMap<&str, f64> = BTreeMap::new();
     let mut with_runs: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    // Per sweep, the tools with a measured point.
+    let mut in_sweep: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for x in &r.runs {
         let tools = with_runs.entry(&x.scenario).or_default();
         if !tools.contains(&x.tool.as_str()) {
             tools.push(&x.tool);
-            // The chart draws each tool's first run with a series.
         }
+        // The chart draws each tool's first run with a series, to the end
+        // of the longest of them.
         let drawn = with_series.entry(&x.scenario).or_default();
         if !x.series_mbps.is_empty() && !drawn.contains(&x.tool.as_str()) {
             drawn.push(&x.tool);
             let l = longest.entry(&x.scenario).or_default();
-            *l = l.max(x.series_mbps.len() as f64 * 0.1);
+            *l = l.max(x.wall_s);
+        }
+        if let (Some(sw), true) = (&x.sweep, x.status.measured()) {
+            let tools = in_sweep.entry(sw).or_default();
+            if !tools.contains(&x.tool.as_str()) {
+                tools.push(&x.tool);
+            }
         }
     }
+    let measure = r.suite.suite.measure;
     let mut charts = 0;
     for width in [1280, 420] {
         let got = layout(browser, &html, width, &dir.join("chromium-profile"));
@@ -240,6 +268,7 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
         assert!(!figures.is_empty(), "{name}: no chart at all");
         let mut problems = Vec::new();
         let mut series_seen = 0;
+        let mut studies = 0;
         for f in figures {
             let kind = f["kind"].as_str().unwrap();
             let sc = f["scenario"].as_str().unwrap();
@@ -270,6 +299,14 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
                         "{name}: the time axis of {sc} ends at {end:.2} s, its longest run is {long:.2} s"
                     );
                 }
+                "startup" => {
+                    let end = f["x_end"].as_f64().expect("a time axis");
+                    assert!(
+                        end > 0.0 && end <= longest[sc] * 0.5 + 1e-6,
+                        "{name}: the start-up chart of {sc} shows {end:.2} s of a {:.2} s run",
+                        longest[sc]
+                    );
+                }
                 "bars" => {
                     let bars: Vec<&str> = f["bars"]
                         .as_array()
@@ -283,9 +320,32 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
                             "{name}: {tool} ran {sc} but has no bar: {bars:?}"
                         );
                     }
+                    // The study's figures in the suite's measure are drawn too.
+                    for p in r
+                        .suite
+                        .published
+                        .iter()
+                        .filter(|p| p.scenario == sc && p.metric == measure)
+                    {
+                        let want = format!("study: {}", p.series);
+                        assert!(
+                            bars.contains(&want.as_str()),
+                            "{name}: no bar for the study's {want} in {sc}: {bars:?}"
+                        );
+                    }
+                    studies += bars.iter().filter(|b| b.starts_with("study: ")).count();
                 }
                 "sweep" => {
-                    assert!(!legend.is_empty(), "{name}: sweep {sc} without a legend");
+                    for tool in in_sweep.get(sc).into_iter().flatten() {
+                        assert!(
+                            legend.contains(tool),
+                            "{name}: {tool} has points in sweep {sc} but is not in its legend {legend:?}"
+                        );
+                    }
+                    assert!(
+                        f["lines"].as_u64().unwrap() > 0,
+                        "{name}: sweep {sc} draws nothing"
+                    );
                 }
                 _ => {}
             }
@@ -301,6 +361,13 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
             problems.len(),
             problems[..problems.len().min(12)].join("\n")
         );
+        let expected_studies = r
+            .suite
+            .published
+            .iter()
+            .filter(|p| p.metric == measure && with_runs.contains_key(p.scenario.as_str()))
+            .count();
+        assert_eq!(studies, expected_studies, "{name}: the study's bars");
         charts += figures.len();
     }
     charts

@@ -55,6 +55,12 @@ pub trait Adapter: Sync {
     /// Writes its config files under `s.run` and returns its command lines
     /// (`s.receivers` is not empty).
     fn commands(&self, s: &Setup) -> Result<Commands>;
+    /// Whether receiver `i` says it has completed `files` files, for a tool
+    /// whose receiver reports it (its run directory is `run`); None where the
+    /// tree alone tells (every file there with every byte).
+    fn receiver_says_done(&self, _run: &Path, _i: usize, _files: u64) -> Option<bool> {
+        None
+    }
 }
 
 /// Every tool the lab knows, in the order `--tools` lists them.
@@ -130,6 +136,12 @@ impl Tool {
     /// Whether it sends one stream that every receiver takes (IP multicast).
     pub fn multicasts(self) -> bool {
         self.0.multicasts()
+    }
+
+    /// Whether receiver `i` reports `files` files complete (see
+    /// [`Adapter::receiver_says_done`]); None where only the tree tells.
+    pub fn receiver_says_done(self, run: &Path, i: usize, files: u64) -> Option<bool> {
+        self.0.receiver_says_done(run, i, files)
     }
 
     /// The command line that prints its version (the runner keeps the first line);
