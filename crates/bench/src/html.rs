@@ -891,7 +891,7 @@ fn receivers_done(r: &Results, sc: &str) -> String {
     };
     let labels = receiver_labels(&first.link, first.receiver_done_s.len());
     let mut s = String::from(
-        "<p class=meta>When each receiver held the whole data set (every file, every byte; seconds from the start, looked at four times a second):</p><div class=scroll><table><tr><th class=l>tool</th><th>run</th>",
+        "<p class=meta>When each receiver had the whole data set, seconds from the start: a receiver of a pull tool when its own client exited, of a multicast tool when every file was there with every byte (looked at four times a second; UFTP's once uftpd had listed every file as copied):</p><div class=scroll><table><tr><th class=l>tool</th><th>run</th>",
     );
     for l in &labels {
         let _ = write!(s, "<th>{}</th>", esc(l));
