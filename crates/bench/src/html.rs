@@ -148,7 +148,7 @@ fn text_w(s: &str) -> f64 {
 }
 
 /// A value with its unit, as a bar or a table shows it.
-fn metric_text(metric: Metric, v: f64) -> String {
+pub(crate) fn metric_text(metric: Metric, v: f64) -> String {
     match metric {
         Metric::Mbps => {
             let t = rate_text(v);

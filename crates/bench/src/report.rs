@@ -159,6 +159,68 @@ pub fn summary(r: &Results) -> String {
         }
         s.push('\n');
     }
+    if info.measure == Metric::Seconds {
+        let _ = writeln!(
+            s,
+            "\nSeconds to move the data set (the measure that separates the tools here; mean of the same runs):\n"
+        );
+        let _ = write!(s, "| scenario |");
+        for t in &tools {
+            let _ = write!(s, " {t} |");
+        }
+        let _ = write!(s, "\n|---|");
+        for _ in &tools {
+            let _ = write!(s, "---:|");
+        }
+        s.push('\n');
+        for sc in &scenarios {
+            let _ = write!(s, "| {sc} |");
+            for t in &tools {
+                let runs = runs_of(r, sc, t);
+                match cell_of(&runs, Metric::Seconds) {
+                    _ if runs.is_empty() => s.push_str(" |"),
+                    (Some(v), note) => {
+                        let _ = write!(s, " {v:.2}{note} |");
+                    }
+                    (None, why) => {
+                        let _ = write!(s, " {why} |");
+                    }
+                }
+            }
+            s.push('\n');
+        }
+    }
+    let published: Vec<_> = r
+        .suite
+        .published
+        .iter()
+        .filter(|p| scenarios.contains(&p.scenario))
+        .collect();
+    if !published.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## The study's figures beside this lab's\n\nRatio = this lab ÷ the study (mean of the measured runs; ⏱: a run stopped at its cap).\n\n| scenario | the study's series | study | source | replayed by | lab | ratio |\n|---|---|---:|---|---|---:|---:|"
+        );
+        for p in published {
+            let lab = p.tool.as_ref().and_then(|t| {
+                let (v, note) = cell_of(&runs_of(r, &p.scenario, t), p.metric);
+                v.map(|v| (t, v, note))
+            });
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} |",
+                p.scenario,
+                p.series,
+                crate::html::metric_text(p.metric, p.value),
+                p.source,
+                lab.map_or("- | - | -".to_string(), |(t, v, note)| format!(
+                    "{t} | {}{note} | {:.2}",
+                    crate::html::metric_text(p.metric, v),
+                    v / p.value
+                ))
+            );
+        }
+    }
     let data: Vec<(&String, &str)> = scenarios
         .iter()
         .filter_map(|sc| {
@@ -460,6 +522,52 @@ mod tests {
         let series = page.split("<figure class=\"chart series\"").nth(1).unwrap();
         assert!(series.contains(">0.5</text>"), "{series}");
         assert!(!series.contains(">0.6</text>"), "{series}");
+    }
+
+    #[test]
+    fn the_studys_figures_stand_beside_the_measured_ones_with_their_ratio() {
+        // seed 001 prints 2210 s for FTP over TCP, 100 x 1 MB at 3 % on path
+        // A; a lab run stopped at a 300 s cap is at least 300 s.
+        let suite = Suite::load("sctp-multifile").unwrap();
+        let mut capped = run("A-100x1MB-loss03", "ftp", "timeout", 8.0 / 300.0);
+        capped.wall_s = 300.0;
+        let mut lh = run("A-100x1MB-loss03", "longhaul", "ok", 8.0 / 240.0);
+        lh.wall_s = 240.0;
+        let r = Results {
+            suite,
+            profile: "standard".into(),
+            profile_note: String::new(),
+            started_unix: 0,
+            machine: Default::default(),
+            versions: Default::default(),
+            line_rate_bps: 1_000_000,
+            runs: vec![capped, lh],
+        };
+        let md = summary(&r);
+        assert!(
+            md.contains("| A-100x1MB-loss03 | FTP over TCP (New-Reno) | 2210 s | Fig. 6(e)"),
+            "{md}"
+        );
+        assert!(md.contains("| ftp | 300 s ⏱ | 0.14 |"), "{md}");
+        assert!(
+            md.contains("| A-100x1MB-loss03 | 300.00 ⏱ | 240.00 |"),
+            "{md}"
+        );
+        let page = crate::html::render(&r);
+        let study = page.split("id=\"study\"").nth(1).unwrap();
+        assert!(
+            study.contains("<td>≥ 300 s †</td><td>≥ 0.14</td>"),
+            "{study}"
+        );
+        // longhaul beside each of the three figures: 240 / 948 s.
+        assert!(study.contains("<td>240 s</td><td>0.25</td>"), "{study}");
+        // The bars are in seconds and carry the study's three figures.
+        let bars = page.split("<figure class=\"chart bars\"").nth(1).unwrap();
+        assert!(bars.starts_with(" data-scenario=\"A-100x1MB-loss03\"><figcaption>Seconds"));
+        assert_eq!(
+            bars.matches("<span class=\"name study\">study: ").count(),
+            3
+        );
     }
 
     #[test]
