@@ -37,12 +37,12 @@ pub fn write_all(dir: &Path, r: &Results) -> Result<()> {
 /// and every number of [`crate::results::Run`].
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,verified,note,data\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,verified,note,data\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{:.2},{:.2},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{:.2},{:.2},{},{},{}",
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
@@ -61,6 +61,7 @@ pub fn csv(r: &Results) -> String {
             x.goodput,
             x.background_mbps.map_or(String::new(), |b| format!("{b:.2}")),
             x.share().map_or(String::new(), |s| format!("{s:.4}")),
+            opt(x.to_90pct_s, 1, ""),
             opt(x.steady_mbps, 2, ""),
             opt(x.queue_ms, 1, ""),
             opt(x.queue_max_ms, 1, ""),
@@ -429,6 +430,7 @@ mod tests {
             },
             receiver_series_mbps: vec![],
             receiver_done_s: vec![],
+            to_90pct_s: None,
             steady_mbps: None,
             queue_ms: None,
             queue_max_ms: None,

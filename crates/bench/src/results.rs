@@ -129,6 +129,11 @@ pub struct Run {
     /// second), None if it never did within the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub receiver_done_s: Vec<Option<f64>>,
+    /// Start-up: seconds from the first data (the first 100 ms carrying 1 %
+    /// of the scenario's link) to the end of the first 100 ms carrying 90 %
+    /// of it; None if none did. Divided by the RTT: round trips to line rate.
+    #[serde(default)]
+    pub to_90pct_s: Option<f64>,
     /// Once at speed (`metrics::steady`): the mean Mbit/s the emulator delivered
     /// (IP bytes, retransmissions included) ...
     #[serde(default)]

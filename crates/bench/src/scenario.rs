@@ -440,6 +440,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     ("slow", include_str!("../suites/slow.toml")),
     ("smoke", include_str!("../suites/smoke.toml")),
+    ("startup", include_str!("../suites/startup.toml")),
 ];
 
 impl Suite {

@@ -133,6 +133,7 @@ fn synthetic(name: &str) -> Results {
                     } else {
                         vec![]
                     },
+                    to_90pct_s: Some(10.0 * rtt + 0.1),
                     steady_mbps: None,
                     queue_ms: None,
                     queue_max_ms: None,

@@ -815,6 +815,19 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
             } else {
                 assert!(copies >= 2.0, "{copies} copies: {x}");
             }
+            // Each receiver's own series and completion time.
+            assert_eq!(
+                x["receiver_series_mbps"].as_array().unwrap().len(),
+                2,
+                "{x}"
+            );
+            if !memory_only {
+                let done = x["receiver_done_s"].as_array().unwrap();
+                assert_eq!(done.len(), 2, "{x}");
+                for d in done {
+                    assert!(f(d) > 0.0 && f(d) <= f(&x["wall_s"]) + 1e-9, "{x}");
+                }
+            }
         }
         if x["tool"] != "iperf3" {
             let ttfb = f(&x["ttfb_s"]);
@@ -832,7 +845,8 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
         "{md}"
     );
     let page = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
-    assert_eq!(page.matches("aria-label=\"Mbit/s per tool\"").count(), 2);
+    assert_eq!(page.matches("<figure class=\"chart bars\"").count(), 2);
+    assert_eq!(page.matches("<figure class=\"chart series\"").count(), 2);
     assert!(namespaces().iter().all(|n| !n.starts_with("lh-lhrun-")));
 }
 
