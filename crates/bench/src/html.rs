@@ -125,8 +125,12 @@ fn sig3(v: f64) -> String {
     if v == 0.0 || !v.is_finite() {
         return format!("{v}");
     }
-    let d = (2 - v.abs().log10().floor() as i32).max(0) as usize;
-    format!("{v:.d$}")
+    let digits = |x: f64| (2 - x.abs().log10().floor() as i32).max(0);
+    // Rounded first: 0.9996 is "1.00", not "1.000".
+    let scale = 10f64.powi(digits(v));
+    let r = (v * scale).round() / scale;
+    let d = digits(r) as usize;
+    format!("{r:.d$}")
 }
 
 /// Where `v` falls on an axis from `a` to `b` (0 to 1), linear or log; None
@@ -226,6 +230,11 @@ struct LineChart<'a> {
     lines: Vec<Line>,
 }
 
+thread_local! {
+    /// The next chart's clip-path id in the page being rendered.
+    static CHART_ID: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 const W: f64 = 640.0;
 const PH: f64 = 200.0;
 
@@ -313,12 +322,9 @@ fn line_chart(c: &LineChart) -> String {
     // label (centred on it) and the first x label never touch.
     let x_base = top + PH + 18.0;
     let h = x_base + 6.0;
-    // Unique in the page: a sweep draws a chart per metric.
-    static CHARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let id = format!(
-        "clip-{}",
-        CHARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
+    // Unique in the page (a sweep draws a chart per metric), counted from 0
+    // in each render.
+    let id = format!("clip-{}", CHART_ID.with(|c| c.replace(c.get() + 1)));
     let mut s = format!(
         r##"<figure class="chart {kind}" data-scenario="{sc}"><figcaption>{cap}</figcaption><svg viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="{cap_plain}"><defs><clipPath id="{id}"><rect x="{left:.1}" y="{top}" width="{pw:.1}" height="{PH}"/></clipPath></defs><rect class="plot-area" x="{left:.1}" y="{top}" width="{pw:.1}" height="{PH}" fill="none" stroke="#bbb"/>"##,
         kind = c.kind,
@@ -956,7 +962,7 @@ fn study_table(r: &Results, scenarios: &[String], tools: &[String]) -> String {
     let multicasts = |label: &str| {
         crate::tools::Tool::all()
             .into_iter()
-            .find(|t| t.name() == label.split(':').next().unwrap_or(label))
+            .find(|t| label.split(':').next() == Some(t.name()))
             .is_some_and(|t| t.multicasts())
     };
     let mut s = String::from(
@@ -1023,6 +1029,7 @@ figure.chart svg{display:block;max-width:100%;height:auto}
 
 /// The whole page.
 pub(crate) fn render(r: &Results) -> String {
+    CHART_ID.with(|c| c.set(0));
     let info = &r.suite.suite;
     let (scenarios, tools) = axes(r);
     let m = measure(r);
@@ -1181,7 +1188,7 @@ pub(crate) fn render(r: &Results) -> String {
     for (t, v) in &r.versions {
         let _ = write!(s, "<li>{}: {}</li>", esc(t), esc(v));
     }
-    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. To 90 %: seconds from the first data (the first 100 ms that carried 1 % of the link's rate) to the end of the first 100 ms that carried 90 % of it (divide by the RTT for round trips to line rate). The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background's bytes, counted once a second and spread evenly), averaged over longer windows on slow links. Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included.</p></body></html>\n");
+    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips to line rate). The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background's bytes, counted once a second and spread evenly), averaged over longer windows on slow links. Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included.</p></body></html>\n");
     s
 }
 
@@ -1217,6 +1224,7 @@ mod tests {
         assert_eq!(sig3(0.0029), "0.00290");
         assert_eq!(sig3(0.937), "0.937");
         assert_eq!(sig3(0.0141), "0.0141");
+        assert_eq!(sig3(0.9996), "1.00");
         assert_eq!(metric_text(Metric::Ttp, 0.0029), "0.00290");
     }
 

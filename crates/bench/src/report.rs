@@ -46,7 +46,7 @@ pub fn csv(r: &Results) -> String {
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
-            x.tool,
+            field(&x.tool),
             x.rep,
             field(&x.link),
             x.receivers,
@@ -83,6 +83,11 @@ fn opt(v: Option<f64>, digits: usize, none: &str) -> String {
 }
 
 /// A CSV field, quoted when it needs to be.
+/// A markdown table cell: a `|` would end it, a newline the row.
+fn md(v: &str) -> String {
+    v.replace('|', "\\|").replace('\n', " ")
+}
+
 fn field(v: &str) -> String {
     if v.contains([',', '"', '\n']) {
         format!("\"{}\"", v.replace('"', "\"\""))
@@ -139,7 +144,7 @@ pub fn summary(r: &Results) -> String {
             .iter()
             .find(|x| &x.scenario == sc)
             .map_or("", |x| x.link.as_str());
-        let _ = write!(s, "| {sc} | `{link}` |");
+        let _ = write!(s, "| {sc} | `{}` |", md(link));
         for t in &tools {
             let runs = runs_of(r, sc, t);
             if runs.is_empty() {
@@ -203,22 +208,26 @@ pub fn summary(r: &Results) -> String {
             "\n## The study's figures beside this lab's\n\nRatio = this lab ÷ the study (mean of the measured runs; ⏱: a run stopped at its cap).\n\n| scenario | the study's series | study | source | replayed by | lab | ratio |\n|---|---|---:|---|---|---:|---:|"
         );
         for p in published {
-            let lab = p.tool.as_ref().and_then(|t| {
-                let (v, note) = cell_of(&runs_of(r, &p.scenario, t), p.metric);
-                v.map(|v| (t, v, note))
-            });
+            let lab = match &p.tool {
+                None => "- | - | -".to_string(),
+                Some(t) => match cell_of(&runs_of(r, &p.scenario, t), p.metric) {
+                    (Some(v), note) => format!(
+                        "{} | {}{} | {:.2}",
+                        md(t),
+                        crate::html::metric_text(p.metric, v),
+                        md(&note),
+                        v / p.value
+                    ),
+                    (None, why) => format!("{} | {} | -", md(t), md(why.trim())),
+                },
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {lab} |",
                 p.scenario,
-                p.series,
+                md(&p.series),
                 crate::html::metric_text(p.metric, p.value),
-                p.source,
-                lab.map_or("- | - | -".to_string(), |(t, v, note)| format!(
-                    "{t} | {}{note} | {:.2}",
-                    crate::html::metric_text(p.metric, v),
-                    v / p.value
-                ))
+                md(&p.source),
             );
         }
     }
@@ -243,12 +252,12 @@ pub fn summary(r: &Results) -> String {
     let _ = writeln!(s, "\n## Every run\n");
     let _ = writeln!(
         s,
-        "| scenario | tool | rep | status | files | MB | s | first byte s | Mbit/s | TTP | G | share | at speed, wire Mbit/s | queue ms (max) | client CPU s | server CPU s | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+        "| scenario | tool | rep | status | files | MB | s | first byte s | to 90 % s | Mbit/s | TTP | G | share | at speed, wire Mbit/s | queue ms (max) | client CPU s | server CPU s | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
             x.scenario,
             x.tool,
             x.rep,
@@ -257,6 +266,7 @@ pub fn summary(r: &Results) -> String {
             x.bytes as f64 / 1e6,
             x.wall_s,
             x.ttfb_s.map_or("-".into(), |t| format!("{t:.2}")),
+            x.to_90pct_s.map_or("-".into(), |t| format!("{t:.1}")),
             rate_text(x.mbps),
             x.ttp,
             x.goodput,
@@ -269,7 +279,7 @@ pub fn summary(r: &Results) -> String {
             x.client_cpu_s,
             x.server_cpu_s,
             x.verified.map_or("-", |v| if v { "yes" } else { "no" }),
-            x.note.replace('|', "/")
+            md(&x.note)
         );
     }
     let _ = writeln!(s, "\nTools:\n");
@@ -278,7 +288,7 @@ pub fn summary(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\nTTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
+        "\nTTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips). At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included."
     );
     s
 }
