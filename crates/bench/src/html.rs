@@ -133,6 +133,54 @@ fn sig3(v: f64) -> String {
     format!("{r:.d$}")
 }
 
+/// A value axis: log over the decades from `lo` (the least positive value)
+/// to `hi` where `log` asks for it and the values allow it, else linear from
+/// 0 to a 1-2-5 step at or above `hi`, in at most `max_n` steps.
+struct ValueAxis {
+    lo: f64,
+    hi: f64,
+    ticks: Vec<f64>,
+    step: f64,
+    log: bool,
+}
+
+impl ValueAxis {
+    fn new(lo: f64, hi: f64, log: bool, max_n: usize) -> ValueAxis {
+        if log && lo.is_finite() && lo > 0.0 && hi > 0.0 {
+            let (lo, hi, ticks) = log_ticks(lo, hi);
+            return ValueAxis {
+                lo,
+                hi,
+                ticks,
+                step: 0.0,
+                log: true,
+            };
+        }
+        let (top, ticks) = value_ticks(if hi > 0.0 { hi } else { 1.0 }, max_n);
+        ValueAxis {
+            lo: 0.0,
+            hi: top,
+            step: ticks.get(1).copied().unwrap_or(top),
+            ticks,
+            log: false,
+        }
+    }
+
+    /// A tick's label.
+    fn label(&self, v: f64) -> String {
+        if self.log {
+            fmt_num(v)
+        } else {
+            tick_text(v, self.step)
+        }
+    }
+
+    /// Where `v` falls on it, 0 to 1.
+    fn frac(&self, v: f64) -> f64 {
+        frac(v, self.lo, self.hi, self.log).unwrap_or(0.0)
+    }
+}
+
 /// Where `v` falls on an axis from `a` to `b` (0 to 1), linear or log; None
 /// for an empty axis.
 fn frac(v: f64, a: f64, b: f64, log: bool) -> Option<f64> {
@@ -252,25 +300,8 @@ fn line_chart(c: &LineChart) -> String {
         .filter(|v| *v > 0.0)
         .fold(f64::INFINITY, f64::min);
     // y: from 0, or log over the decades the values span.
-    let (y0, y1, yt, y_step) = if c.y_log && lo_pos.is_finite() && hi > 0.0 {
-        let (a, b, t) = log_ticks(lo_pos, hi);
-        (a, b, t, 0.0)
-    } else {
-        let (top, t) = value_ticks(if hi > 0.0 { hi } else { 1.0 }, 5);
-        let step = t.get(1).copied().unwrap_or(top);
-        (0.0, top, t, step)
-    };
-    let y_log = c.y_log && y0 > 0.0;
-    let y_labels: Vec<String> = yt
-        .iter()
-        .map(|v| {
-            if y_log {
-                fmt_num(*v)
-            } else {
-                tick_text(*v, y_step)
-            }
-        })
-        .collect();
+    let y = ValueAxis::new(lo_pos, hi, c.y_log, 5);
+    let y_labels: Vec<String> = y.ticks.iter().map(|v| y.label(*v)).collect();
     let left = 10.0 + y_labels.iter().map(|s| text_w(s)).fold(0.0, f64::max);
     let top = 10.0;
     // x: ticks that fit the width with room between their labels.
@@ -317,7 +348,7 @@ fn line_chart(c: &LineChart) -> String {
     let (xt, x_labels, x0, x1) = x_ticks(pw);
     let x_log = matches!(c.x, XAxis::Values { log: true, .. });
     let px = |v: f64| left + frac(v, x0, x1, x_log).unwrap_or(0.5) * pw;
-    let py = |v: f64| top + PH - frac(v, y0, y1, y_log).unwrap_or(0.0) * PH;
+    let py = |v: f64| top + PH - y.frac(v) * PH;
     // The x labels' baseline: far enough below the axis that the lowest y
     // label (centred on it) and the first x label never touch.
     let x_base = top + PH + 18.0;
@@ -332,7 +363,7 @@ fn line_chart(c: &LineChart) -> String {
         cap = c.caption,
         cap_plain = c.caption.replace(['<', '>', '"'], ""),
     );
-    for (v, label) in yt.iter().zip(&y_labels) {
+    for (v, label) in y.ticks.iter().zip(&y_labels) {
         let _ = write!(
             s,
             r##"<line x1="{left:.1}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#e6e6e6"/><text class="tick y" x="{2:.1}" y="{3:.1}" text-anchor="end">{label}</text>"##,
@@ -440,23 +471,15 @@ fn bar_chart(
         .fold(f64::INFINITY, f64::min);
     // Values more than 50x apart (as in seed 000's histograms) get a log
     // axis, so that the small bars do not vanish.
-    let log = low.is_finite() && data_top / low > 50.0;
-    let (x0, x1, ticks, step) = if log {
-        let (a, b, t) = log_ticks(low, top);
-        (a, b, t, 0.0)
-    } else {
-        let (m, t) = value_ticks(if top > 0.0 { top } else { 1.0 }, 4);
-        let step = t.get(1).copied().unwrap_or(m);
-        (0.0, m, t, step)
-    };
-    let pct = |v: f64| (frac(v, x0, x1, log).unwrap_or(0.0) * 100.0).clamp(0.0, 100.0);
+    let x = ValueAxis::new(low, top, low.is_finite() && data_top / low > 50.0, 4);
+    let pct = |v: f64| (x.frac(v) * 100.0).clamp(0.0, 100.0);
     let mut s = format!(
         r#"<figure class="chart bars" data-scenario="{}"><figcaption>{caption}{}</figcaption><div class="grid">"#,
         esc(scenario),
-        if log { " (log scale)" } else { "" }
+        if x.log { " (log scale)" } else { "" }
     );
     let target_mark = target
-        .filter(|t| *t >= x0 && *t <= x1)
+        .filter(|t| *t >= x.lo && *t <= x.hi)
         .map_or(String::new(), |t| {
             format!(
                 r#"<span class="target" style="left:{:.2}%"></span>"#,
@@ -489,16 +512,12 @@ fn bar_chart(
         let _ = write!(s, r#"</span><span class="{class}">{}</span>"#, esc(&b.text));
     }
     s.push_str(r#"<span></span><span class="track axis">"#);
-    for v in &ticks {
-        let label = if log {
-            fmt_num(*v)
-        } else {
-            tick_text(*v, step)
-        };
+    for v in &x.ticks {
         let _ = write!(
             s,
-            r#"<span class="tk" style="left:{:.2}%">{label}</span>"#,
-            pct(*v)
+            r#"<span class="tk" style="left:{:.2}%">{}</span>"#,
+            pct(*v),
+            x.label(*v)
         );
     }
     s.push_str("</span><span></span></div></figure>");

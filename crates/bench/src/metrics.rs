@@ -90,31 +90,27 @@ pub(crate) fn has_a_byte(dir: &Path) -> bool {
 /// blocks are missing (tools that write at offsets, like longhaul and UFTP,
 /// make files of full length that fill in as data arrives).
 pub(crate) fn tree_bytes(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    rd.flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
-            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len().min(m.blocks() * 512)),
-            _ => 0,
-        })
-        .sum()
+    files_under(dir, false).1
 }
 
 /// The regular files under `dir` that are not hidden (longhaul's part files
 /// are `.NAME.lh-part`), and the bytes present in them (as [`tree_bytes`]):
 /// a receiver holds the whole data set once both reach the set's.
 pub(crate) fn visible_files(dir: &Path) -> (u64, u64) {
+    files_under(dir, true)
+}
+
+/// The regular files under `dir` and the bytes present in them, leaving out
+/// hidden names (and what is below them) if `skip_hidden`.
+fn files_under(dir: &Path, skip_hidden: bool) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
     let Ok(rd) = std::fs::read_dir(dir) else {
         return (0, 0);
     };
     rd.flatten()
-        .filter(|e| !e.file_name().as_encoded_bytes().starts_with(b"."))
+        .filter(|e| !(skip_hidden && e.file_name().as_encoded_bytes().starts_with(b".")))
         .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => visible_files(&e.path()),
+            Ok(t) if t.is_dir() => files_under(&e.path(), skip_hidden),
             Ok(t) if t.is_file() => (1, e.metadata().map_or(0, |m| m.len().min(m.blocks() * 512))),
             _ => (0, 0),
         })

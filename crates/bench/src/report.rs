@@ -83,6 +83,27 @@ fn opt(v: Option<f64>, digits: usize, none: &str) -> String {
 }
 
 /// A CSV field, quoted when it needs to be.
+/// A markdown table's header and alignment rows: `first` and `first_align`
+/// for the leading columns, then a right-aligned column per tool.
+fn table_head<'a>(
+    first: &str,
+    first_align: &str,
+    tools: impl IntoIterator<Item = &'a String>,
+) -> String {
+    let tools: Vec<&String> = tools.into_iter().collect();
+    let mut s = format!("| {first} |");
+    for t in &tools {
+        let _ = write!(s, " {t} |");
+    }
+    s.push('\n');
+    s.push_str(first_align);
+    for _ in &tools {
+        s.push_str("---:|");
+    }
+    s.push('\n');
+    s
+}
+
 /// A markdown table cell: a `|` would end it, a newline the row.
 fn md(v: &str) -> String {
     v.replace('|', "\\|").replace('\n', " ")
@@ -129,15 +150,7 @@ pub fn summary(r: &Results) -> String {
         s,
         "Mbit/s per receiver (payload bytes × 8 / wall time; below 1 Mbit/s in kbit/s), mean of the runs that completed and verified; ⏱ = stopped at the time cap, the rate of what it had delivered by then:\n"
     );
-    let _ = write!(s, "| scenario | link |");
-    for t in &tools {
-        let _ = write!(s, " {t} |");
-    }
-    let _ = write!(s, "\n|---|---|");
-    for _ in &tools {
-        let _ = write!(s, "---:|");
-    }
-    s.push('\n');
+    s.push_str(&table_head("scenario | link", "|---|---|", &tools));
     for sc in &scenarios {
         let link = r
             .runs
@@ -170,15 +183,7 @@ pub fn summary(r: &Results) -> String {
             s,
             "\nSeconds to move the data set (the measure that separates the tools here; mean of the same runs):\n"
         );
-        let _ = write!(s, "| scenario |");
-        for t in &tools {
-            let _ = write!(s, " {t} |");
-        }
-        let _ = write!(s, "\n|---|");
-        for _ in &tools {
-            let _ = write!(s, "---:|");
-        }
-        s.push('\n');
+        s.push_str(&table_head("scenario", "|---|", &tools));
         for sc in &scenarios {
             let _ = write!(s, "| {sc} |");
             for t in &tools {
@@ -312,17 +317,10 @@ fn sweep_table(r: &Results, name: &str, x_label: &str, metric: Metric, tools: &[
         .filter(|t| xs.iter().any(|(_, sc)| !runs_of(r, sc, t).is_empty()))
         .collect();
     let mut s = format!(
-        "\n## Sweep {name}: {} against {x_label}\n\n| {x_label} |",
-        metric.label()
+        "\n## Sweep {name}: {} against {x_label}\n\n{}",
+        metric.label(),
+        table_head(x_label, "|---:|", cols.iter().copied())
     );
-    for t in &cols {
-        let _ = write!(s, " {t} |");
-    }
-    let _ = write!(s, "\n|---:|");
-    for _ in &cols {
-        s.push_str("---:|");
-    }
-    s.push('\n');
     for (v, sc) in &xs {
         let _ = write!(s, "| {v} |");
         for t in &cols {

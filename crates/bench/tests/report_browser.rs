@@ -225,6 +225,15 @@ fn layout(browser: &Path, html: &Path, width: u32, profile: &Path) -> serde_json
     serde_json::from_str(&json).expect("the check's JSON")
 }
 
+/// A JSON array of strings from the check.
+fn strings(v: &serde_json::Value) -> Vec<&str> {
+    v.as_array()
+        .expect("an array")
+        .iter()
+        .map(|x| x.as_str().expect("a string"))
+        .collect()
+}
+
 /// Renders `r`, opens it at two widths and checks what was drawn; returns
 /// the number of charts checked.
 fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
@@ -276,12 +285,7 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
             for p in f["problems"].as_array().unwrap() {
                 problems.push(format!("{name} at {width} px, {kind} chart of {sc}: {p}"));
             }
-            let legend: Vec<&str> = f["legend"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap())
-                .collect();
+            let legend = strings(&f["legend"]);
             match kind {
                 "series" => {
                     series_seen += 1;
@@ -309,12 +313,7 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
                     );
                 }
                 "bars" => {
-                    let bars: Vec<&str> = f["bars"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|x| x.as_str().unwrap())
-                        .collect();
+                    let bars = strings(&f["bars"]);
                     for tool in &with_runs[sc] {
                         assert!(
                             bars.contains(tool),
