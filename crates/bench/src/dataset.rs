@@ -204,7 +204,7 @@ pub(crate) fn tree_hash(dir: &Path) -> Result<TreeSum> {
 
 /// Every regular file and symlink under `dir`, relative to `root`, with
 /// whether it is a symlink.
-fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, bool)>) -> Result<()> {
+pub(crate) fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, bool)>) -> Result<()> {
     use std::os::unix::fs::FileTypeExt;
     for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let e = e?;

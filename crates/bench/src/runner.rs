@@ -274,6 +274,11 @@ fn run_tool(
         queue_ms: None,
         queue_max_ms: None,
     };
+    // Programs Debian ships as source are built on first use.
+    if let Err(e) = tool.build_missing() {
+        run.note = format!("{e:#}");
+        return Ok(run);
+    }
     let missing = tool.missing();
     if !missing.is_empty() {
         run.note = format!(

@@ -280,15 +280,36 @@ fn install(tools: &[Tool], dry_run: bool) -> Result<()> {
             }
         }
     }
+    if dry_run {
+        if !pkgs.is_empty() {
+            println!("apt-get install -y {}", pkgs.join(" "));
+        }
+        for t in tools.iter().filter(|t| !t.missing().is_empty()) {
+            for s in t.sources() {
+                println!(
+                    "g++ {} {}/{} -o {}/{} {}",
+                    s.flags.join(" "),
+                    s.dir,
+                    s.file,
+                    longhaul_bench::tools::BUILT,
+                    s.program,
+                    s.libs.join(" ")
+                );
+            }
+        }
+        return Ok(());
+    }
     if pkgs.is_empty() {
         eprintln!("peer tools: all installed");
-        return Ok(());
+    } else {
+        apt_install(&pkgs)?;
     }
-    if dry_run {
-        println!("apt-get install -y {}", pkgs.join(" "));
-        return Ok(());
+    for t in tools {
+        for p in t.build_missing()? {
+            eprintln!("built {p} into {}", longhaul_bench::tools::BUILT);
+        }
     }
-    apt_install(&pkgs)
+    Ok(())
 }
 
 /// apt-get install, updating the package lists first if that fails. The

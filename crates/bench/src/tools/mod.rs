@@ -16,6 +16,7 @@ mod longhaul_ssh;
 mod rsync;
 mod scp;
 mod tarnc;
+mod udt;
 mod uftp;
 
 /// What a peer-tool adapter knows: its name, what it is, the settings a
@@ -35,8 +36,14 @@ pub trait Adapter: Sync {
     fn programs(&self) -> &'static [&'static str] {
         &[]
     }
-    /// Debian packages that provide them.
+    /// Debian packages that provide them (or, for [`Adapter::sources`], the
+    /// sources and the compiler).
     fn packages(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Programs Debian ships only as source, built into [`BUILT`] once the
+    /// packages are installed.
+    fn sources(&self) -> &'static [Source] {
         &[]
     }
     /// The command line that prints its version (first line kept); none
@@ -64,7 +71,7 @@ pub trait Adapter: Sync {
 }
 
 /// Every tool the lab knows, in the order `--tools` lists them.
-pub static ADAPTERS: [&dyn Adapter; 10] = [
+pub static ADAPTERS: [&dyn Adapter; 11] = [
     &longhaul::Longhaul,
     &longhaul_mc::LonghaulMc,
     &longhaul_ssh::LonghaulSsh,
@@ -74,8 +81,28 @@ pub static ADAPTERS: [&dyn Adapter; 10] = [
     &tarnc::Tarnc,
     &scp::Scp,
     &uftp::Uftp,
+    &udt::Udt,
     &iperf3::Iperf3,
 ];
+
+/// Where the lab keeps the programs it builds from source ([`Adapter::sources`]);
+/// [`which`] looks there too.
+pub const BUILT: &str = "/usr/local/lib/longhaul-lab/bin";
+
+/// A program Debian ships as C++ source: built with `g++ FLAGS DIR/FILE -o
+/// BUILT/PROGRAM LIBS`.
+pub struct Source {
+    /// The program's name in [`BUILT`].
+    pub program: &'static str,
+    /// Its source file, in `dir`.
+    pub file: &'static str,
+    /// The directory the package puts the source in.
+    pub dir: &'static str,
+    /// Compiler flags.
+    pub flags: &'static [&'static str],
+    /// Libraries, after the source.
+    pub libs: &'static [&'static str],
+}
 
 /// A tool: a handle on its adapter, compared and hashed by name.
 #[derive(Clone, Copy)]
@@ -102,7 +129,7 @@ impl Tool {
         self.0.settings()
     }
 
-    /// Programs it needs, looked for on the PATH and in /usr/sbin and /sbin (besides
+    /// Programs it needs, looked for on the PATH, in /usr/sbin, /sbin and [`BUILT`] (besides
     /// longhaul itself).
     pub fn programs(self) -> &'static [&'static str] {
         self.0.programs()
@@ -111,6 +138,11 @@ impl Tool {
     /// Debian packages that provide its programs.
     pub fn packages(self) -> &'static [&'static str] {
         self.0.packages()
+    }
+
+    /// Its programs Debian ships as source ([`Adapter::sources`]).
+    pub fn sources(self) -> &'static [Source] {
+        self.0.sources()
     }
 
     /// Programs not found on PATH.
@@ -124,7 +156,49 @@ impl Tool {
 
     /// The command that installs it.
     pub fn install_hint(self) -> String {
-        format!("apt-get install {}", self.packages().join(" "))
+        let apt = format!("apt-get install {}", self.packages().join(" "));
+        if self.0.sources().is_empty() {
+            apt
+        } else {
+            format!("{apt}, then longhaul lab deps --tools {}", self.name())
+        }
+    }
+
+    /// Builds the programs of [`Adapter::sources`] that are missing, where
+    /// their sources are installed; says which it built. Fails with the
+    /// compiler's message.
+    pub fn build_missing(self) -> Result<Vec<&'static str>> {
+        let mut built = Vec::new();
+        for src in self.0.sources() {
+            let file = Path::new(src.dir).join(src.file);
+            if which(src.program).is_some() || !file.exists() {
+                continue;
+            }
+            std::fs::create_dir_all(BUILT)?;
+            let out = Path::new(BUILT).join(src.program);
+            // Built under a temporary name, so a half-written program is
+            // never found.
+            let tmp = out.with_extension("tmp");
+            let res = std::process::Command::new("g++")
+                .args(src.flags)
+                .arg(&file)
+                .arg("-o")
+                .arg(&tmp)
+                .args(src.libs)
+                .output();
+            match res {
+                Ok(o) if o.status.success() => std::fs::rename(&tmp, &out)?,
+                Ok(o) => bail!(
+                    "building {} from {}: g++ failed: {}",
+                    src.program,
+                    file.display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
+                Err(e) => bail!("building {}: g++: {e}", src.program),
+            }
+            built.push(src.program);
+        }
+        Ok(built)
     }
 
     /// False for memory-to-memory tools (iperf3): nothing lands at the receivers, so
@@ -470,7 +544,7 @@ fn top_level(dir: &Path) -> Result<Vec<String>> {
 pub fn which(prog: &str) -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .chain(["/usr/sbin".into(), "/sbin".into(), BUILT.into()])
         .map(|d| d.join(prog))
         .find(|p| {
             use std::os::unix::fs::PermissionsExt;
