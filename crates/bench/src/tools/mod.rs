@@ -528,6 +528,24 @@ fn v(xs: &[&str]) -> Vec<String> {
     xs.iter().map(|x| x.to_string()).collect()
 }
 
+/// Every file of the data set at `src` (regular files and symlinks), as
+/// paths relative to it, sorted: for tools that are given the files to fetch.
+/// Names with white space are refused (the lists are split on it).
+fn file_names(src: &Path) -> Result<Vec<String>> {
+    let mut entries = Vec::new();
+    crate::dataset::walk(src, src, &mut entries)?;
+    let mut names = Vec::new();
+    for (f, _) in entries {
+        let name = f.to_string_lossy().into_owned();
+        if name.contains(char::is_whitespace) {
+            bail!("a file name with white space: {name:?}");
+        }
+        names.push(name);
+    }
+    names.sort();
+    Ok(names)
+}
+
 /// The names in `dir`, sorted.
 fn top_level(dir: &Path) -> Result<Vec<String>> {
     let mut names = std::fs::read_dir(dir)?

@@ -82,18 +82,7 @@ impl Adapter for Udt {
         // The examples have no listing: the client is given the files'
         // names, as one would give them to scp.
         let list = s.run.join("files.txt");
-        let mut entries = Vec::new();
-        crate::dataset::walk(s.src, s.src, &mut entries)?;
-        let mut names = Vec::new();
-        for (f, _) in entries {
-            let name = f.to_string_lossy().into_owned();
-            if name.contains('\n') {
-                bail!("udt: a file name with a newline: {name:?}");
-            }
-            names.push(name);
-        }
-        names.sort();
-        std::fs::write(&list, names.join("\n") + "\n")?;
+        std::fs::write(&list, file_names(s.src)?.join("\n") + "\n")?;
         // sendfile binds 0.0.0.0:PORT (in the server host) and serves any
         // path it is asked for.
         let daemon = s.server_daemon(v(&[&send, &PORT.to_string()]), Proto::Udp, PORT);
