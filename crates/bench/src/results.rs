@@ -145,10 +145,49 @@ pub struct Run {
     /// The largest of those per-second least waits, ms.
     #[serde(default)]
     pub queue_max_ms: Option<f64>,
+    /// CPU seconds the lab's emulator used during the run (it shares the
+    /// machine's cores with the tool).
+    #[serde(default)]
+    pub emulator_cpu_s: f64,
+    /// What held the run back, judged from its numbers ([`limit`]); empty
+    /// for a run that did not measure.
+    #[serde(default)]
+    pub limit: String,
 }
 
 fn one() -> u32 {
     1
+}
+
+/// What held a run back, from its own numbers on a machine of `cores`:
+/// - `link`: it moved at least 90 % of its link's rate (TTP >= 0.9);
+/// - `CPU (N cores)`: the tool's processes on both sides and the emulator
+///   kept the machine's cores at least 85 % busy;
+/// - `receiver CPU`, `sender CPU`, `emulator CPU`: one of them used at
+///   least 90 % of a core (a single thread's limit);
+/// - `not CPU or link`: none of those (the tool's windows, start-up,
+///   loss recovery or round trips per file).
+///
+/// A label from counters, not a proof: the report says so.
+pub fn limit(x: &Run, cores: usize) -> String {
+    if !x.status.measured() || x.wall_s <= 0.0 {
+        return String::new();
+    }
+    let busy = |cpu: f64| cpu / x.wall_s;
+    let all = busy(x.client_cpu_s + x.server_cpu_s + x.emulator_cpu_s);
+    if x.ttp >= 0.9 {
+        "link".into()
+    } else if cores > 0 && all >= 0.85 * cores as f64 {
+        format!("CPU ({cores} cores)")
+    } else if busy(x.client_cpu_s) >= 0.9 {
+        "receiver CPU".into()
+    } else if busy(x.server_cpu_s) >= 0.9 {
+        "sender CPU".into()
+    } else if busy(x.emulator_cpu_s) >= 0.9 {
+        "emulator CPU".into()
+    } else {
+        "not CPU or link".into()
+    }
 }
 
 impl Run {
@@ -287,6 +326,31 @@ pub fn share_text(x: &Run) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limit_says_link_cpu_one_core_or_neither() {
+        let mut x: Run = serde_json::from_value(serde_json::json!({
+            "scenario": "s", "tool": "t", "rep": 0, "link": "rate=1G", "status": "ok", "note": "",
+            "files": 1, "bytes": 1, "wall_s": 10.0, "mbps": 500.0, "ttp": 0.5,
+            "goodput": 1.0, "wire_bytes": 1, "client_cpu_s": 2.0, "server_cpu_s": 2.0,
+            "verified": true, "series_mbps": []
+        }))
+        .unwrap();
+        assert_eq!(limit(&x, 2), "not CPU or link");
+        x.ttp = 0.93;
+        assert_eq!(limit(&x, 2), "link");
+        x.ttp = 0.5;
+        x.emulator_cpu_s = 13.0; // 17 of 20 core-seconds
+        assert_eq!(limit(&x, 2), "CPU (2 cores)");
+        x.emulator_cpu_s = 0.0;
+        x.client_cpu_s = 9.5;
+        assert_eq!(limit(&x, 4), "receiver CPU");
+        x.client_cpu_s = 1.0;
+        x.server_cpu_s = 9.0;
+        assert_eq!(limit(&x, 4), "sender CPU");
+        x.status = Status::Failed;
+        assert_eq!(limit(&x, 4), "");
+    }
 
     #[test]
     fn statuses_keep_their_names_in_results_json() {

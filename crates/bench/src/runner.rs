@@ -273,6 +273,8 @@ fn run_tool(
         steady_mbps: None,
         queue_ms: None,
         queue_max_ms: None,
+        emulator_cpu_s: 0.0,
+        limit: String::new(),
     };
     // Programs Debian ships as source are built on first use.
     if let Err(e) = tool.build_missing() {
@@ -475,6 +477,7 @@ fn run_tool(
     run.wall_s = wall;
     run.client_cpu_s = cpu.receivers;
     run.server_cpu_s = cpu.server;
+    run.emulator_cpu_s = (after.cpu_s - before.cpu_s).max(0.0);
     run.ttfb_s = first_byte.iter().flatten().copied().reduce(f64::min);
     let host = |s: &longhaul_netem::Snapshot, h: &str| {
         s.hosts
@@ -640,6 +643,8 @@ fn run_tool(
     } else {
         run.status = Status::Ok;
     }
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    run.limit = crate::results::limit(&run, cores);
     for r in &receivers {
         std::fs::remove_dir_all(&r.dst)?;
     }

@@ -137,6 +137,8 @@ fn synthetic(name: &str) -> Results {
                     steady_mbps: None,
                     queue_ms: None,
                     queue_max_ms: None,
+                    emulator_cpu_s: 0.0,
+                    limit: String::new(),
                 });
             }
         }

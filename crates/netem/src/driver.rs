@@ -284,7 +284,14 @@ impl Driver {
         if let Some(p) = &mut self.pcap {
             let _ = p.flush();
         }
-        self.hub.snapshot(self.now())
+        self.snapshot_now()
+    }
+
+    /// The hub's counters and this process's CPU time.
+    fn snapshot_now(&self) -> Snapshot {
+        let mut s = self.hub.snapshot(self.now());
+        s.cpu_s = process_cpu_s();
+        s
     }
 
     /// Answers queued requests; true when asked to stop.
@@ -295,7 +302,7 @@ impl Driver {
                     if let Some(p) = &mut self.pcap {
                         let _ = p.flush();
                     }
-                    let _ = reply.send(self.hub.snapshot(self.now()));
+                    let _ = reply.send(self.snapshot_now());
                 }
                 Request::Stop => return true,
             }
@@ -392,4 +399,15 @@ fn drain_fd(fd: RawFd) {
     let mut b = [0u8; 128];
     // SAFETY: reading into a local buffer; non-blocking descriptors.
     unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
+}
+
+/// User + system CPU seconds of this process, all its threads.
+fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
 }

@@ -421,6 +421,7 @@ impl Hub {
             hub: self.counters.clone(),
             buffered_packets: self.pool.in_use() as u64,
             buffer_bytes: self.pool.allocated_bytes() as u64,
+            cpu_s: 0.0,
         }
     }
 }
@@ -498,6 +499,10 @@ pub struct Snapshot {
     /// Memory the buffer pool has grown to.
     #[serde(default)]
     pub buffer_bytes: u64,
+    /// CPU seconds (user + system, every thread) the emulator's process has
+    /// used so far: set by the driver, 0 from a hub alone.
+    #[serde(default)]
+    pub cpu_s: f64,
 }
 
 #[cfg(test)]

@@ -641,7 +641,7 @@ mod tests {
         assert_eq!((plain.label.as_str(), plain.settings.len()), ("rsync", 0));
         let err = |s: &str| s.parse::<ToolSpec>().unwrap_err().to_string();
         assert!(err("gridftp:p=0").contains("p=0: a whole number from 1 to 64"));
-        assert!(err("gridftp:q=1").contains("no setting 'q' (it has p, cc, pp, fast, tcp-bs)"));
+        assert!(err("gridftp:q=1").contains("no setting 'q' (it has p, cc, pp, fast, udt, tcp-bs)"));
         assert!(err("rsync:p=1").contains("no setting 'p' (it has ssh)"));
         assert!(err("tarnc:p=1").contains("it has none"));
         assert!(err("gridftp:p=2,p=3").contains("given twice"));
@@ -658,6 +658,62 @@ mod tests {
             argv.contains("\"-fast\", \"-pp\", \"-cc\", \"4\", \"-p\", \"4\", \"-r\""),
             "{argv}"
         );
+    }
+
+    #[test]
+    fn gridftp_over_udt_is_a_third_party_transfer_between_gsi_servers() {
+        let spec: ToolSpec = "gridftp:udt=yes,cc=2".parse().unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::write(src.join("a"), b"1").unwrap();
+        std::fs::write(src.join("sub/b"), b"2").unwrap();
+        let rx = [Receiver {
+            addr: Ipv4Addr::new(10, 77, 0, 2),
+            dst: t.path().join("dst"),
+        }];
+        std::fs::create_dir_all(&rx[0].dst).unwrap();
+        let s = setup(&src, t.path(), &rx, &spec.settings);
+        let c = match spec.tool.commands(&s) {
+            Ok(c) => c,
+            // Certificates need openssl, and the mapping the GridFTP
+            // packages' `ftp` user.
+            Err(e) if std::env::var_os("LONGHAUL_REQUIRE_LAB").is_none() => {
+                eprintln!("SKIP: {e:#}");
+                return;
+            }
+            Err(e) => panic!("{e:#}"),
+        };
+        // A server in the server host and one in the receiver, both GSI
+        // with UDT data channels.
+        assert_eq!(c.daemons.len(), 2);
+        assert_eq!(c.daemons[1].proc.host, Host::Receiver(0));
+        for d in &c.daemons {
+            let a = format!("{:?}", d.proc.argv);
+            assert!(a.contains(r#""-dc-default", "udt""#), "{a}");
+            assert!(
+                a.contains("X509_USER_CERT=") && a.contains("GRIDMAP="),
+                "{a}"
+            );
+            assert!(!a.contains("-aa"), "{a}");
+        }
+        let a = format!("{:?}", c.actors[0].argv);
+        assert!(a.contains(r#""globus-url-copy", "-cc", "2", "-ss""#), "{a}");
+        assert!(!a.contains("-fast") && !a.contains("\"-p\""), "{a}");
+        let list = std::fs::read_to_string(t.path().join("gsiftp-urls-0.txt")).unwrap();
+        let (s0, d0) = (src.display(), rx[0].dst.display());
+        assert_eq!(
+            list,
+            format!(
+                "gsiftp://10.77.0.1:2811{s0}/a gsiftp://10.77.0.2:2811{d0}/a\n\
+                 gsiftp://10.77.0.1:2811{s0}/sub/b gsiftp://10.77.0.2:2811{d0}/sub/b\n"
+            )
+        );
+        // Extended block mode does not run over UDT.
+        let spec: ToolSpec = "gridftp:udt=yes,p=2".parse().unwrap();
+        let s = setup(&src, t.path(), &rx, &spec.settings);
+        let e = spec.tool.commands(&s).unwrap_err().to_string();
+        assert!(e.contains("p= does not apply with udt=yes"), "{e}");
     }
 
     #[test]
