@@ -1180,12 +1180,12 @@ pub(crate) fn render(r: &Results) -> String {
         s.push_str(&scenario_bars(r, sc, &tools, first));
         s.push_str(&series(r, sc, &tools, first));
         s.push_str(&receivers_done(r, sc));
-        s.push_str("<div class=scroll><table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>s</th><th>first byte s</th><th>to 90 % s</th><th>Mbit/s</th><th>TTP</th><th>G</th><th>share</th><th>client CPU s</th><th>server CPU s</th><th>emulator CPU s</th><th class=l>limit</th><th class=l>note</th></tr>");
+        s.push_str("<div class=scroll><table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>s</th><th>first byte s</th><th>to 90 % s</th><th>Mbit/s</th><th>TTP</th><th>G</th><th>share</th><th>client CPU s</th><th>server CPU s</th><th>emulator CPU s</th><th>machine CPU s</th><th class=l>limit</th><th class=l>note</th></tr>");
         for x in r.runs.iter().filter(|x| &x.scenario == sc) {
             let class = if x.status == Status::Ok { "ok" } else { "bad" };
             let _ = write!(
                 s,
-                "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td class=l>{}</td><td class=l>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td class=l>{}</td><td class=l>{}</td></tr>",
                 esc(&x.tool),
                 x.rep,
                 esc(x.status.as_str()),
@@ -1199,6 +1199,7 @@ pub(crate) fn render(r: &Results) -> String {
                 x.client_cpu_s,
                 x.server_cpu_s,
                 x.emulator_cpu_s,
+                x.machine_cpu_s,
                 esc(&x.limit),
                 esc(&x.note)
             );
@@ -1209,7 +1210,7 @@ pub(crate) fn render(r: &Results) -> String {
     for (t, v) in &r.versions {
         let _ = write!(s, "<li>{}: {}</li>", esc(t), esc(v));
     }
-    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips to line rate). The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background's bytes, counted once a second and spread evenly), averaged over longer windows on slow links. Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included, and of the lab's emulator, which shares the machine's cores. Limit: a label from those counters, not a proof: link (TTP at least 0.9), CPU (the tool's processes and the emulator kept every core at least 85 % busy), receiver, sender or emulator CPU (one of them used at least 90 % of a core), or not CPU or link (the tool's windows, start-up, loss recovery or round trips per file).</p></body></html>\n");
+    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte. To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips to line rate). The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background's bytes, counted once a second and spread evenly), averaged over longer windows on slow links. Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included, and of the lab's emulator, which shares the machine's cores; machine CPU: core-seconds the whole machine was busy (/proc/stat: those, the kernel's packet work no process is charged for, and anything else). Limit: a label from those counters, not a proof: link (TTP at least 0.9), CPU (every core at least 85 % busy), receiver, sender or emulator CPU (one of them used at least 90 % of a core), or not CPU or link (the tool's windows, start-up, loss recovery or round trips per file).</p></body></html>\n");
     s
 }
 

@@ -194,3 +194,41 @@ pub(crate) fn ttp(delivered: u64, wall_s: f64, rate_bps: u64) -> f64 {
 pub(crate) fn goodput(delivered: u64, wire: u64) -> f64 {
     delivered as f64 / wire.max(1) as f64
 }
+
+/// Core-seconds the whole machine spent busy so far (every CPU's time that
+/// was neither idle nor waiting for I/O, from /proc/stat): what the tool's
+/// processes, the emulator and the kernel's packet work (softirqs, which no
+/// process is charged for) used together. None where /proc/stat is unreadable.
+pub(crate) fn machine_busy_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    busy_from_stat(&stat)
+}
+
+fn busy_from_stat(stat: &str) -> Option<f64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal (guest times are
+    // already in user and nice).
+    let (idle, iowait) = (*ticks.get(3)?, *ticks.get(4)?);
+    let total: f64 = ticks.iter().take(8).sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| (total - idle - iowait) / hz as f64)
+}
+
+#[cfg(test)]
+mod busy_tests {
+    #[test]
+    fn busy_time_leaves_out_idle_and_io_wait() {
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let s = "cpu  100 5 50 1000 20 3 7 2 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\n";
+        let b = super::busy_from_stat(s).unwrap();
+        assert!((b - 167.0 / hz).abs() < 1e-9, "{b}");
+        assert!(super::busy_from_stat("intr 1 2\n").is_none());
+        assert!(super::machine_busy_s().unwrap() > 0.0);
+    }
+}

@@ -37,12 +37,12 @@ pub fn write_all(dir: &Path, r: &Results) -> Result<()> {
 /// and every number of [`crate::results::Run`].
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,emulator_cpu_s,limit,verified,note,data\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,emulator_cpu_s,machine_cpu_s,limit,verified,note,data\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{},{},{}",
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
@@ -70,6 +70,7 @@ pub fn csv(r: &Results) -> String {
             x.client_cpu_s,
             x.server_cpu_s,
             x.emulator_cpu_s,
+            x.machine_cpu_s,
             field(&x.limit),
             x.verified.map_or("", |v| if v { "yes" } else { "no" }),
             field(&x.note),
@@ -259,12 +260,12 @@ pub fn summary(r: &Results) -> String {
     let _ = writeln!(s, "\n## Every run\n");
     let _ = writeln!(
         s,
-        "| scenario | tool | rep | status | files | MB | s | first byte s | to 90 % s | Mbit/s | TTP | G | share | at speed, wire Mbit/s | queue ms (max) | client CPU s | server CPU s | emulator CPU s | limit | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+        "| scenario | tool | rep | status | files | MB | s | first byte s | to 90 % s | Mbit/s | TTP | G | share | at speed, wire Mbit/s | queue ms (max) | client CPU s | server CPU s | emulator CPU s | machine CPU s | limit | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             x.scenario,
             x.tool,
             x.rep,
@@ -286,6 +287,7 @@ pub fn summary(r: &Results) -> String {
             x.client_cpu_s,
             x.server_cpu_s,
             x.emulator_cpu_s,
+            x.machine_cpu_s,
             if x.limit.is_empty() { "-" } else { &x.limit },
             x.verified.map_or("-", |v| if v { "yes" } else { "no" }),
             md(&x.note)
@@ -297,7 +299,7 @@ pub fn summary(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\nTTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips). At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included, and of the lab's emulator, which shares the machine's cores. Limit: a label from those counters, not a proof: link (TTP at least 0.9), CPU (the tool's processes and the emulator kept every core at least 85 % busy), receiver, sender or emulator CPU (one of them used at least 90 % of a core), or not CPU or link (the tool's windows, start-up, loss recovery or round trips per file)."
+        "\nTTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte. To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips). At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included, and of the lab's emulator, which shares the machine's cores; machine CPU: core-seconds the whole machine was busy (/proc/stat: those, the kernel's packet work no process is charged for, and anything else). Limit: a label from those counters, not a proof: link (TTP at least 0.9), CPU (every core at least 85 % busy), receiver, sender or emulator CPU (one of them used at least 90 % of a core), or not CPU or link (the tool's windows, start-up, loss recovery or round trips per file)."
     );
     s
 }
@@ -447,6 +449,7 @@ mod tests {
             queue_ms: None,
             queue_max_ms: None,
             emulator_cpu_s: 0.0,
+            machine_cpu_s: 0.0,
             limit: String::new(),
         }
     }

@@ -149,6 +149,11 @@ pub struct Run {
     /// machine's cores with the tool).
     #[serde(default)]
     pub emulator_cpu_s: f64,
+    /// Core-seconds the whole machine was busy during the run (/proc/stat:
+    /// the tool, the emulator, the kernel's packet work no process is
+    /// charged for, and anything else running).
+    #[serde(default)]
+    pub machine_cpu_s: f64,
     /// What held the run back, judged from its numbers ([`limit`]); empty
     /// for a run that did not measure.
     #[serde(default)]
@@ -161,8 +166,9 @@ fn one() -> u32 {
 
 /// What held a run back, from its own numbers on a machine of `cores`:
 /// - `link`: it moved at least 90 % of its link's rate (TTP >= 0.9);
-/// - `CPU (N cores)`: the tool's processes on both sides and the emulator
-///   kept the machine's cores at least 85 % busy;
+/// - `CPU (N cores)`: the machine's cores were at least 85 % busy (the
+///   tool's processes on both sides, the emulator and the kernel's packet
+///   work: [`Run::machine_cpu_s`], or the processes' own sum where that is 0);
 /// - `receiver CPU`, `sender CPU`, `emulator CPU`: one of them used at
 ///   least 90 % of a core (a single thread's limit);
 /// - `not CPU or link`: none of those (the tool's windows, start-up,
@@ -174,7 +180,7 @@ pub fn limit(x: &Run, cores: usize) -> String {
         return String::new();
     }
     let busy = |cpu: f64| cpu / x.wall_s;
-    let all = busy(x.client_cpu_s + x.server_cpu_s + x.emulator_cpu_s);
+    let all = busy((x.client_cpu_s + x.server_cpu_s + x.emulator_cpu_s).max(x.machine_cpu_s));
     if x.ttp >= 0.9 {
         "link".into()
     } else if cores > 0 && all >= 0.85 * cores as f64 {
@@ -343,6 +349,9 @@ mod tests {
         x.emulator_cpu_s = 13.0; // 17 of 20 core-seconds
         assert_eq!(limit(&x, 2), "CPU (2 cores)");
         x.emulator_cpu_s = 0.0;
+        x.machine_cpu_s = 18.0; // softirqs no process is charged for
+        assert_eq!(limit(&x, 2), "CPU (2 cores)");
+        x.machine_cpu_s = 0.0;
         x.client_cpu_s = 9.5;
         assert_eq!(limit(&x, 4), "receiver CPU");
         x.client_cpu_s = 1.0;

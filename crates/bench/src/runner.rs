@@ -274,6 +274,7 @@ fn run_tool(
         queue_ms: None,
         queue_max_ms: None,
         emulator_cpu_s: 0.0,
+        machine_cpu_s: 0.0,
         limit: String::new(),
     };
     // Programs Debian ships as source are built on first use.
@@ -369,6 +370,7 @@ fn run_tool(
         None => Vec::new(),
     };
     let before = ops::stats(LAB)?;
+    let busy0 = machine_busy_s();
     let t0 = Instant::now();
     let mut actors = Vec::new();
     for (k, a) in cmds.actors.iter().enumerate() {
@@ -468,6 +470,9 @@ fn run_tool(
         cpu.add(actors[k].host, stop(actors[k].pid));
     }
     let after = ops::stats(LAB)?;
+    if let (Some(a), Some(b)) = (busy0, machine_busy_s()) {
+        run.machine_cpu_s = (b - a).max(0.0);
+    }
     for &pid in &background {
         stop(pid);
     }

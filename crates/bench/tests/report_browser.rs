@@ -138,6 +138,7 @@ fn synthetic(name: &str) -> Results {
                     queue_ms: None,
                     queue_max_ms: None,
                     emulator_cpu_s: 0.0,
+                    machine_cpu_s: 0.0,
                     limit: String::new(),
                 });
             }
