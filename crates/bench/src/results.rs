@@ -169,8 +169,10 @@ fn one() -> u32 {
 /// - `CPU (N cores)`: the machine's cores were at least 85 % busy (the
 ///   tool's processes on both sides, the emulator and the kernel's packet
 ///   work: [`Run::machine_cpu_s`], or the processes' own sum where that is 0);
-/// - `receiver CPU`, `sender CPU`, `emulator CPU`: one of them used at
-///   least 90 % of a core (a single thread's limit);
+/// - `receiver CPU`, `sender CPU`, `emulator CPU`: what ran in each receiver
+///   (on average), in the server, or the emulator used at least 90 % of a
+///   core (a single-threaded tool's limit; a many-threaded one may be held
+///   back below that and read `not CPU or link`);
 /// - `not CPU or link`: none of those (the tool's windows, start-up,
 ///   loss recovery or round trips per file).
 ///
@@ -185,7 +187,7 @@ pub fn limit(x: &Run, cores: usize) -> String {
         "link".into()
     } else if cores > 0 && all >= 0.85 * cores as f64 {
         format!("CPU ({cores} cores)")
-    } else if busy(x.client_cpu_s) >= 0.9 {
+    } else if busy(x.client_cpu_s / f64::from(x.receivers.max(1))) >= 0.9 {
         "receiver CPU".into()
     } else if busy(x.server_cpu_s) >= 0.9 {
         "sender CPU".into()
@@ -346,7 +348,7 @@ mod tests {
         x.ttp = 0.93;
         assert_eq!(limit(&x, 2), "link");
         x.ttp = 0.5;
-        x.emulator_cpu_s = 13.0; // 17 of 20 core-seconds
+        x.emulator_cpu_s = 14.0; // 18 of 20 core-seconds
         assert_eq!(limit(&x, 2), "CPU (2 cores)");
         x.emulator_cpu_s = 0.0;
         x.machine_cpu_s = 18.0; // softirqs no process is charged for
@@ -354,6 +356,9 @@ mod tests {
         x.machine_cpu_s = 0.0;
         x.client_cpu_s = 9.5;
         assert_eq!(limit(&x, 4), "receiver CPU");
+        x.receivers = 2; // 4.75 s of CPU each
+        assert_eq!(limit(&x, 4), "not CPU or link");
+        x.receivers = 1;
         x.client_cpu_s = 1.0;
         x.server_cpu_s = 9.0;
         assert_eq!(limit(&x, 4), "sender CPU");

@@ -73,9 +73,14 @@ fn main() {
     // worker only moves its tasks between threads (futex wake-ups, cold
     // caches), 1 CPU-s of 8.5 per GB on the lab's 1 Gbit/s path. Disk
     // writes, reads and hashing still run on the blocking pool. A server
-    // (many sessions) keeps a worker per core.
+    // (many sessions) keeps a worker per core, as does the demo.
     let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if !matches!(&cli.command, Command::Serve(a) if !a.once) {
+    let one_transfer = match &cli.command {
+        Command::Get(_) | Command::Put(_) => true,
+        Command::Serve(a) => a.once,
+        _ => false, // the demo runs a server and its clients in one process
+    };
+    if one_transfer {
         rt.worker_threads(1);
     }
     let rt = rt.enable_all().build().expect("tokio runtime");

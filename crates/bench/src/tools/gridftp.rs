@@ -193,6 +193,14 @@ fn udt_commands(s: &Setup) -> Result<Commands> {
     // line), not `-r`: a listing is data-channel traffic between the source
     // server and the client itself, which has no UDT.
     let names = file_names(s.src)?;
+    for d in std::iter::once(s.src).chain(s.receivers.iter().map(|r| r.dst.as_path())) {
+        if p(d).contains(|c: char| c.is_whitespace() || "%#?".contains(c)) {
+            bail!(
+                "gridftp:udt=yes: {} cannot be written in a URL list as it is",
+                p(d)
+            );
+        }
+    }
     let mut lists = Vec::new();
     for (i, r) in s.receivers.iter().enumerate() {
         let list = s.run.join(format!("gsiftp-urls-{i}.txt"));
@@ -232,16 +240,17 @@ fn udt_commands(s: &Setup) -> Result<Commands> {
     })
 }
 
-/// The uid of `ftp`, the user GSI maps the lab's certificate to.
+/// The uid of `ftp`, the user GSI maps the lab's certificate to (and the
+/// anonymous GridFTP and FTP servers run as).
 fn ftp_uid() -> Result<u32> {
-    let passwd = std::fs::read_to_string("/etc/passwd")?;
-    passwd
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            (f.len() > 2 && f[0] == "ftp").then(|| f[2].parse().ok())?
-        })
-        .ok_or_else(|| anyhow::anyhow!("no user 'ftp' (the GridFTP packages create it)"))
+    // SAFETY: getpwnam reads the user database; the entry is read at once,
+    // before any other call could reuse its static storage.
+    let pw = unsafe { libc::getpwnam(c"ftp".as_ptr()) };
+    if pw.is_null() {
+        bail!("no user 'ftp' (Debian's vsftpd creates it; or: adduser --system --group ftp)");
+    }
+    // SAFETY: not null, as checked.
+    Ok(unsafe { (*pw).pw_uid })
 }
 
 /// A throw-away GSI setup: a CA, a host and a user certificate it signed,

@@ -98,6 +98,8 @@ pub struct Source {
     pub file: &'static str,
     /// The directory the package puts the source in.
     pub dir: &'static str,
+    /// The Debian package that ships it.
+    pub package: &'static str,
     /// Compiler flags.
     pub flags: &'static [&'static str],
     /// Libraries, after the source.
@@ -171,14 +173,28 @@ impl Tool {
         let mut built = Vec::new();
         for src in self.0.sources() {
             let file = Path::new(src.dir).join(src.file);
-            if which(src.program).is_some() || !file.exists() {
+            if which(src.program).is_some() {
                 continue;
+            }
+            if !file.exists() {
+                let installed = std::process::Command::new("dpkg")
+                    .args(["-s", src.package])
+                    .output()
+                    .is_ok_and(|o| o.status.success());
+                if installed {
+                    bail!(
+                        "{} is installed but {} is not there (does a dpkg path-exclude leave out /usr/share/doc?)",
+                        src.package,
+                        file.display()
+                    );
+                }
+                continue; // reported as missing, with the install command
             }
             std::fs::create_dir_all(BUILT)?;
             let out = Path::new(BUILT).join(src.program);
-            // Built under a temporary name, so a half-written program is
-            // never found.
-            let tmp = out.with_extension("tmp");
+            // Built under a temporary name of this process's, so a
+            // half-written program is never found and two labs do not race.
+            let tmp = out.with_extension(format!("tmp{}", std::process::id()));
             let res = std::process::Command::new("g++")
                 .args(src.flags)
                 .arg(&file)
@@ -188,12 +204,15 @@ impl Tool {
                 .output();
             match res {
                 Ok(o) if o.status.success() => std::fs::rename(&tmp, &out)?,
-                Ok(o) => bail!(
-                    "building {} from {}: g++ failed: {}",
-                    src.program,
-                    file.display(),
-                    String::from_utf8_lossy(&o.stderr).trim()
-                ),
+                Ok(o) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    bail!(
+                        "building {} from {}: g++ failed: {}",
+                        src.program,
+                        file.display(),
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    )
+                }
                 Err(e) => bail!("building {}: g++: {e}", src.program),
             }
             built.push(src.program);
@@ -673,6 +692,12 @@ mod tests {
             dst: t.path().join("dst"),
         }];
         std::fs::create_dir_all(&rx[0].dst).unwrap();
+        // Extended block mode does not run over UDT (refused before any
+        // certificate is made).
+        let p2: ToolSpec = "gridftp:udt=yes,p=2".parse().unwrap();
+        let s = setup(&src, t.path(), &rx, &p2.settings);
+        let e = p2.tool.commands(&s).unwrap_err().to_string();
+        assert!(e.contains("p= does not apply with udt=yes"), "{e}");
         let s = setup(&src, t.path(), &rx, &spec.settings);
         let c = match spec.tool.commands(&s) {
             Ok(c) => c,
@@ -709,11 +734,6 @@ mod tests {
                  gsiftp://10.77.0.1:2811{s0}/sub/b gsiftp://10.77.0.2:2811{d0}/sub/b\n"
             )
         );
-        // Extended block mode does not run over UDT.
-        let spec: ToolSpec = "gridftp:udt=yes,p=2".parse().unwrap();
-        let s = setup(&src, t.path(), &rx, &spec.settings);
-        let e = spec.tool.commands(&s).unwrap_err().to_string();
-        assert!(e.contains("p= does not apply with udt=yes"), "{e}");
     }
 
     #[test]

@@ -58,6 +58,7 @@ impl Adapter for Udt {
                 program: "udt-sendfile",
                 file: "sendfile.cpp",
                 dir: EXAMPLES,
+                package: "libudt-dev",
                 flags: FLAGS,
                 libs: LIBS,
             },
@@ -65,6 +66,7 @@ impl Adapter for Udt {
                 program: "udt-recvfile",
                 file: "recvfile.cpp",
                 dir: EXAMPLES,
+                package: "libudt-dev",
                 flags: FLAGS,
                 libs: LIBS,
             },
@@ -87,10 +89,12 @@ impl Adapter for Udt {
         Ok(Commands {
             daemons: vec![daemon],
             actors: s.per_receiver(&|_, r| {
-                // One recvfile per file, `cc` at once; xargs fails (123)
-                // if any of them does.
+                // One recvfile per file, `cc` at once. recvfile exits 255
+                // on an error, on which xargs would stop at once and leave
+                // the others running: a failure exits 1 instead, so xargs
+                // waits for every fetch and then fails (123).
                 let fetch = format!(
-                    "mkdir -p \"$(dirname \"$1\")\" && exec {} {a} {PORT} {}/\"$1\" \"$1\"",
+                    "mkdir -p -- \"$(dirname -- \"$1\")\" && {} {a} {PORT} {}/\"$1\" \"$1\" || exit 1",
                     sh_quote(&recv),
                     sh_quote(&p(s.src)),
                 );
