@@ -124,3 +124,100 @@ pub(crate) fn tail(log: &Path) -> String {
         .trim();
     line.chars().take(200).collect()
 }
+
+/// Fields 3 on of /proc/PID/stat (after the command name, which may hold
+/// spaces and parentheses).
+fn stat_fields(pid: i32) -> Option<Vec<f64>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    // The state (a letter) reads as NaN; the rest are numbers.
+    Some(
+        rest.split_whitespace()
+            .map(|f| f.parse().unwrap_or(f64::NAN))
+            .collect(),
+    )
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+}
+
+/// CPU seconds (user + system) so far of each member of process group
+/// `pgid` but its leader: the children a daemon forked (a session each).
+/// wait4 on the leader counts them only if the leader waited for them, and
+/// some daemons (GridFTP's) let them be reaped without it.
+pub(crate) fn group_members_cpu(pgid: i32) -> Vec<(i32, f64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let hz = clock_ticks();
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != pgid)
+        .filter_map(|pid| {
+            let f = stat_fields(pid)?;
+            // pgrp is field 5, utime 14, stime 15 (indexes 2, 11, 12 here).
+            if f.get(2) != Some(&(pgid as f64)) {
+                return None;
+            }
+            Some((pid, (f.get(11)? + f.get(12)?) / hz))
+        })
+        .collect()
+}
+
+/// CPU seconds of the children `pid` has waited for (cutime + cstime).
+pub(crate) fn waited_children_cpu(pid: i32) -> f64 {
+    stat_fields(pid)
+        .and_then(|f| Some((f.get(13)? + f.get(14)?) / clock_ticks()))
+        .unwrap_or(0.0)
+}
+
+/// The CPU of a daemon's forked children, watched while it runs: what
+/// each member of its group other than the leader was last seen to have used.
+#[derive(Default)]
+pub(crate) struct Forked(std::collections::HashMap<i32, f64>);
+
+impl Forked {
+    /// Looks at the group's members now.
+    pub(crate) fn look(&mut self, pgid: i32) {
+        for (pid, cpu) in group_members_cpu(pgid) {
+            self.0.insert(pid, cpu);
+        }
+    }
+
+    /// What the children used beyond what the leader, having waited for
+    /// them, already counts (`waited`).
+    pub(crate) fn beyond(&self, waited: f64) -> f64 {
+        (self.0.values().sum::<f64>() - waited).max(0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_forked_child_is_seen_in_its_group() {
+        use std::os::unix::process::CommandExt;
+        // A group leader that forks a busy child and does not wait for it.
+        let mut c = std::process::Command::new("sh");
+        c.args([
+            "-c",
+            "(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; sleep 5) & sleep 5",
+        ])
+        .process_group(0);
+        let mut child = c.spawn().unwrap();
+        let pgid = child.id() as i32;
+        let mut f = super::Forked::default();
+        let t0 = std::time::Instant::now();
+        while f.0.values().sum::<f64>() < 0.05 && t0.elapsed().as_secs() < 4 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            f.look(pgid);
+        }
+        // SAFETY: signalling the group just made.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = child.wait();
+        assert!(f.0.len() >= 2, "the subshell and its sleep: {:?}", f.0);
+        assert!(f.beyond(0.0) >= 0.05, "{:?}", f.0);
+        assert!(f.beyond(1e9) == 0.0);
+        assert_eq!(super::waited_children_cpu(i32::MAX), 0.0);
+    }
+}

@@ -8,7 +8,7 @@ use crate::host::{machine, mount_tmpfs, set_cc, set_tcp_max};
 pub use crate::live::clean_up;
 use crate::live::{live, unmount};
 use crate::metrics::*;
-use crate::proc::{forget_group, reap, spawn, stop, tail, wait_ready};
+use crate::proc::{forget_group, reap, spawn, stop, tail, wait_ready, waited_children_cpu, Forked};
 use crate::results::{Results, Run, Status};
 use crate::scenario::{Background, Data, Plan, Storage, Suite};
 use crate::tools::{Host, Proc, Proto, Receiver, Setup, Tool, ToolSpec};
@@ -392,6 +392,9 @@ fn run_tool(
     // When a receiver's own client exited (pull tools run one per receiver).
     let mut actor_exit: Vec<Option<f64>> = vec![None; n];
     let mut next_look = t0;
+    // The CPU of what the daemons fork (sessions), looked at 4 times a second.
+    let mut forked: Vec<Forked> = daemons.iter().map(|_| Forked::default()).collect();
+    let mut next_fork_look = t0;
     let complete = |i: usize, dst: &Path| {
         let (files, bytes) = visible_files(dst);
         files >= data.files
@@ -438,6 +441,12 @@ fn run_tool(
                 }
             }
         }
+        if Instant::now() >= next_fork_look {
+            for (d, f) in daemons.iter().zip(&mut forked) {
+                f.look(d.pid);
+            }
+            next_fork_look = Instant::now() + Duration::from_millis(250);
+        }
         if watch_done && Instant::now() >= next_look {
             for (i, r) in receivers.iter().enumerate() {
                 // A receiver whose own client is still running is not done;
@@ -476,8 +485,10 @@ fn run_tool(
     for &pid in &background {
         stop(pid);
     }
-    for d in &daemons {
-        cpu.add(d.host, stop(d.pid));
+    for (d, f) in daemons.iter().zip(&mut forked) {
+        f.look(d.pid);
+        let waited = waited_children_cpu(d.pid);
+        cpu.add(d.host, stop(d.pid) + f.beyond(waited));
     }
     run.wall_s = wall;
     run.client_cpu_s = cpu.receivers;
