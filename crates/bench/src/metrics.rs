@@ -216,16 +216,14 @@ fn busy_from_stat(stat: &str) -> Option<f64> {
     // and nice).
     let (idle, iowait) = (*ticks.get(3)?, *ticks.get(4)?);
     let total: f64 = ticks.iter().take(7).sum();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (hz > 0).then(|| (total - idle - iowait) / hz as f64)
+    Some((total - idle - iowait) / crate::proc::clock_ticks())
 }
 
 #[cfg(test)]
 mod busy_tests {
     #[test]
     fn busy_time_leaves_out_idle_and_io_wait() {
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let hz = crate::proc::clock_ticks();
         let s = "cpu  100 5 50 1000 20 3 7 2 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\n";
         let b = super::busy_from_stat(s).unwrap();
         assert!((b - 165.0 / hz).abs() < 1e-9, "{b}");

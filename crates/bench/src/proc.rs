@@ -138,7 +138,8 @@ fn stat_fields(pid: i32) -> Option<Vec<f64>> {
     )
 }
 
-fn clock_ticks() -> f64 {
+/// Clock ticks per second, the unit of /proc's CPU times.
+pub(crate) fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
 }

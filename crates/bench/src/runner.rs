@@ -659,8 +659,8 @@ fn run_tool(
     } else {
         run.status = Status::Ok;
     }
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    run.limit = crate::results::limit(&run, cores);
+    let cores = results.machine.get("cores").and_then(|c| c.parse().ok());
+    run.limit = crate::results::limit(&run, cores.unwrap_or(0));
     for r in &receivers {
         std::fs::remove_dir_all(&r.dst)?;
     }

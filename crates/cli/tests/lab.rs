@@ -44,13 +44,7 @@ fn package(name: &str) -> bool {
         .args(["-s", name])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !found {
-        if std::env::var_os("LONGHAUL_REQUIRE_LAB").is_some() {
-            panic!("{name} is not installed (.ci/run installs it)");
-        }
-        eprintln!("SKIP: {name} is not installed");
-    }
-    found
+    required(name, found)
 }
 
 fn tool(name: &str) -> bool {
@@ -58,6 +52,12 @@ fn tool(name: &str) -> bool {
         .args(["-c", &format!("command -v {name}")])
         .output()
         .is_ok_and(|o| o.status.success());
+    required(name, found)
+}
+
+/// `found`, or a panic under LONGHAUL_REQUIRE_LAB (CI installs every tool)
+/// and a SKIP line otherwise.
+fn required(name: &str, found: bool) -> bool {
     if !found {
         if std::env::var_os("LONGHAUL_REQUIRE_LAB").is_some() {
             panic!("{name} is not installed (.ci/run installs it)");

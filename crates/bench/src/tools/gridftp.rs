@@ -63,25 +63,11 @@ impl Adapter for Gridftp {
             // user, so the data set must be world-readable (it is).
             Commands {
                 daemons: vec![s.server_daemon(
-                    v(&[
-                        "globus-gridftp-server",
-                        "-c",
-                        "/dev/null",
-                        "-aa",
-                        "-anonymous-user",
-                        "ftp",
-                        "-p",
-                        "2811",
-                        "-control-interface",
+                    server_argv(
                         &a,
-                        "-data-interface",
-                        &a,
-                        "-d",
-                        "error,warn",
-                        "-l",
-                        &p(&s.run.join("gridftp.log")),
-                        "-disable-usage-stats",
-                    ]),
+                        &s.run.join("gridftp.log"),
+                        &["-aa", "-anonymous-user", "ftp"],
+                    ),
                     Proto::Tcp,
                     2811,
                 )],
@@ -99,6 +85,31 @@ impl Adapter for Gridftp {
             }
         })
     }
+}
+
+/// globus-gridftp-server on `addr`:2811, logging errors and warnings to
+/// `log`, with `how`: its authentication and data-channel options.
+fn server_argv(addr: &str, log: &Path, how: &[&str]) -> Vec<String> {
+    let mut argv = v(&[
+        "globus-gridftp-server",
+        "-c",
+        "/dev/null",
+        "-p",
+        "2811",
+        "-control-interface",
+        addr,
+        "-data-interface",
+        addr,
+    ]);
+    argv.extend(v(how));
+    argv.extend(v(&[
+        "-d",
+        "error,warn",
+        "-l",
+        &p(log),
+        "-disable-usage-stats",
+    ]));
+    argv
 }
 
 /// globus-url-copy's options from the settings. Defaults: data channels kept
@@ -146,28 +157,18 @@ fn udt_commands(s: &Setup) -> Result<Commands> {
     let gsi = Gsi::make(&s.run.join("gsi"))?;
     let server = |addr: &str, log: &Path| {
         let mut argv = gsi.env(&gsi.host);
-        argv.extend(v(&[
-            &format!("GRIDMAP={}", p(&gsi.gridmap)),
-            "globus-gridftp-server",
-            "-c",
-            "/dev/null",
-            "-p",
-            "2811",
-            "-control-interface",
+        argv.extend(v(&[&format!("GRIDMAP={}", p(&gsi.gridmap))]));
+        argv.extend(server_argv(
             addr,
-            "-data-interface",
-            addr,
-            "-dc-whitelist",
-            "udt,gsi,tcp",
-            "-dc-default",
-            "udt",
-            "-allow-udt",
-            "-d",
-            "error,warn",
-            "-l",
-            &p(log),
-            "-disable-usage-stats",
-        ]));
+            log,
+            &[
+                "-dc-whitelist",
+                "udt,gsi,tcp",
+                "-dc-default",
+                "udt",
+                "-allow-udt",
+            ],
+        ));
         argv
     };
     let a = s.server.to_string();
