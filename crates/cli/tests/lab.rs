@@ -171,15 +171,19 @@ fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
-/// RTT through `delay` each way, measured by UDP echo: the mean within
-/// `mean_tol` ms of 2·delay and every sample within `max_tol` ms, but one:
-/// the probes are processes on a shared 2-core VM, and now and then one of
-/// them is scheduled a few ms late (1 run in 5 showed one such sample of 100).
+/// RTT through `delay` each way, measured by UDP echo: the median no less
+/// than 2·delay (less 0.1 ms: the emulator never delivers early) and at most
+/// `over_tol` ms above it (what the probes' and the emulator's wake-ups add,
+/// four a round trip: 0.3-0.5 ms on this VM, minimum and median alike, so a
+/// bound of ±0.5 around the mean failed one run in three), and every sample
+/// within `max_tol` ms, but one: the probes are processes on a shared
+/// 2-core VM, and now and then one of them is scheduled a few ms late (1 run
+/// in 5 showed one such sample of 100).
 /// The emulator's own part is checked as strictly, with the same allowance:
 /// no packet left it more than `max_tol` late, but one, by at most 2.5 times
 /// that (the emulator is a process on the same VM: once in about ten full
 /// test runs it was scheduled 3.4 ms late at a 2 ms tolerance).
-fn check_rtt(lab: &mut Lab, count: &str, interval: &str, want: f64, mean_tol: f64, max_tol: f64) {
+fn check_rtt(lab: &mut Lab, count: &str, interval: &str, want: f64, over_tol: f64, max_tol: f64) {
     lab.spawn("srv", &[BIN, "lab", "probe", "echo"]);
     let r = lab.probe(
         "cli",
@@ -187,11 +191,15 @@ fn check_rtt(lab: &mut Lab, count: &str, interval: &str, want: f64, mean_tol: f6
     );
     assert_eq!(r["received"], r["sent"], "{r}");
     let mean = f(&r["mean_ms"]);
-    assert!(
-        (mean - want).abs() <= mean_tol,
-        "mean RTT {mean} ms, want {want} ± {mean_tol}"
-    );
     let samples: Vec<f64> = r["rtt_ms"].as_array().unwrap().iter().map(f).collect();
+    let mut sorted = samples.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    assert!(
+        (want - 0.1..=want + over_tol).contains(&median),
+        "median RTT {median} ms (min {}, mean {mean}), want {want} to {want} + {over_tol}",
+        sorted[0]
+    );
     let off: Vec<f64> = samples
         .iter()
         .copied()
@@ -218,7 +226,7 @@ fn check_rtt(lab: &mut Lab, count: &str, interval: &str, want: f64, mean_tol: f6
 fn rtt_is_twice_the_one_way_delay() {
     let Some(_t) = take_turn() else { return };
     let mut lab = Lab::up("trtt", "srv,cli", &["--link", "delay=35ms"]);
-    check_rtt(&mut lab, "100", "20", 70.0, 0.5, 2.0);
+    check_rtt(&mut lab, "100", "20", 70.0, 1.0, 2.0);
     // Hosts reach each other by name, and ping works through the emulator.
     if tool("ping") {
         let out = lab.exec("cli", &["ping", "-c", "2", "-i", "0.2", "srv"]);
