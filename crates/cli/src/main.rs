@@ -563,11 +563,18 @@ fn summary(r: &ClientReport) -> String {
         ),
         _ => String::new(),
     };
+    let start = match (r.first_data_s, r.to_90pct_s, r.final_mbps) {
+        (Some(f), Some(t), Some(m)) => format!(
+            "\nfirst data after {f:.2} s; 90 % of the final {m:.1} Mbit/s {t:.2} s after that"
+        ),
+        (Some(f), _, _) => format!("\nfirst data after {f:.2} s"),
+        _ => String::new(),
+    };
     format!(
         "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {} symlink(s)\n\
          {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed, \
          {:.1} MB skipped; \
-         RTT {:.2} ms; {} B retransmitted; {} stream(s), cc {}{}",
+         RTT {:.2} ms; {} B retransmitted; {} stream(s), cc {}{}{}",
         r.op,
         t.files,
         t.verified,
@@ -585,6 +592,7 @@ fn summary(r: &ClientReport) -> String {
         r.retransmitted_bytes,
         r.streams,
         r.cc,
+        start,
         behind
     )
 }

@@ -4,7 +4,7 @@
 use crate::cc::CcChoice;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
-use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts};
+use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts, Tuned};
 use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, ALPN, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, Destination, RecvOpts};
@@ -183,6 +183,18 @@ pub struct ClientReport {
     /// (its disk or CPU had not yet dealt with what came): the transfer went
     /// at the destination's pace, not the network's.
     pub receiver_behind_s: f64,
+    /// Seconds from the call until file data first came in (get) or went
+    /// out (put): the handshake and the request's round trips. None when no
+    /// file data moved.
+    pub first_data_s: Option<f64>,
+    /// The rate over the second half of the data phase, Mbit/s of UDP
+    /// payload received (get) or sent and not lost (put); None when the
+    /// data phase was shorter than four windows (see `to_90pct_s`).
+    pub final_mbps: Option<f64>,
+    /// Seconds from the first data until the rate over a window (one round
+    /// trip, at least 100 ms) first reached 90 % of `final_mbps`, at the
+    /// window's end: the start-up. None with `final_mbps`.
+    pub to_90pct_s: Option<f64>,
 }
 
 /// Sums over a [`ClientReport`]'s files, with the session's directory and
@@ -562,6 +574,9 @@ fn build_report(
             _ => opts.send_streams(),
         },
         receiver_behind_s: r.held_back_s,
+        first_data_s: None,
+        final_mbps: None,
+        to_90pct_s: None,
     }
 }
 
@@ -656,7 +671,7 @@ pub async fn get<R: AsRef<[u8]>>(
         let failed = (SessionReport::default(), Err(conn_err(m)));
         return finish(s, started, "get", opts, failed).await;
     }
-    let peak = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx, None).peak;
+    let tuned = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx, None);
     let r = run_receiver(
         s.conn.clone(),
         s.ctl.clone(),
@@ -667,11 +682,37 @@ pub async fn get<R: AsRef<[u8]>>(
             fresh,
             durable: opts.durable,
         },
-        progress,
+        progress.clone(),
     )
     .await;
     let report = finish(s, started, "get", opts, r).await;
-    remember_rate(opts, *remembered, peak.load(Ordering::Relaxed), report)
+    let report = start_up(report, started, &progress, &tuned);
+    remember_rate(
+        opts,
+        *remembered,
+        tuned.peak.load(Ordering::Relaxed),
+        report,
+    )
+}
+
+/// The report's start-up figures: when the first data moved, and how long
+/// its flow took to 90 % of its final rate ([`crate::ramp`]).
+fn start_up(
+    report: Result<ClientReport, Problem>,
+    started: Instant,
+    progress: &Progress,
+    tuned: &Tuned,
+) -> Result<ClientReport, Problem> {
+    let mut r = report?;
+    if let Some(&first) = progress.first_data.get() {
+        r.first_data_s = Some(first.saturating_duration_since(started).as_secs_f64());
+        let window = Duration::from_secs_f64(r.rtt_ms / 1e3);
+        if let Some(ramp) = tuned.series.lock().unwrap().ramp(first, window) {
+            r.final_mbps = Some(ramp.final_bps / 1e6);
+            r.to_90pct_s = Some(ramp.to_90_s);
+        }
+    }
+    Ok(r)
 }
 
 /// A local path of a put: its source and how it is named at the destination
@@ -767,14 +808,15 @@ pub async fn put(
             streams: opts.send_streams(),
             max_rate: opts.net.max_rate,
             fresh: s.fresh,
-            send_window: tuned.send_window,
+            send_window: tuned.send_window.clone(),
         },
-        progress,
+        progress.clone(),
     )
     .await;
     let (mut rep, result) = r;
     rep.problems.splice(0..0, unsendable);
     let report = finish(s, started, "put", opts, (rep, result)).await;
+    let report = start_up(report, started, &progress, &tuned);
     remember_rate(
         opts,
         *remembered,

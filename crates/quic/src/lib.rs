@@ -23,6 +23,7 @@ mod disk;
 pub mod identity;
 mod net;
 pub mod proto;
+mod ramp;
 mod rates;
 mod receiver;
 mod report;

@@ -3,6 +3,7 @@
 //! congestion controller factory.
 
 use crate::cc::{CcChoice, CcFactory};
+use crate::ramp::Series;
 use anyhow::{Context, Result};
 use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
 use std::net::SocketAddr;
@@ -253,9 +254,11 @@ pub(crate) fn spawn_window_tuner(
         Some(b) => b.join(first),
         None => first,
     };
+    let series = Arc::new(std::sync::Mutex::new(Series::default()));
     let out = Tuned {
         peak: peak.clone(),
         send_window: Arc::new(AtomicU64::new(window)),
+        series: series.clone(),
     };
     let send = SendWindow {
         window: out.send_window.clone(),
@@ -289,6 +292,10 @@ pub(crate) fn spawn_window_tuner(
             wait = conn.rtt().clamp(Duration::from_millis(10), TICK);
             let stats = conn.stats();
             send.grow(&conn, (4 * stats.path.cwnd).min(opts.max_window));
+            series
+                .lock()
+                .unwrap()
+                .push(std::time::Instant::now(), of_flow(counts(&stats)));
             let elapsed = since.elapsed();
             if elapsed < TICK {
                 continue;
@@ -327,6 +334,9 @@ pub(crate) struct Tuned {
     pub peak: Arc<AtomicU64>,
     /// The connection's send window now, bytes.
     pub send_window: Arc<AtomicU64>,
+    /// The count of its flow about every round trip (10-250 ms), for the
+    /// report's start-up figures.
+    pub series: Arc<std::sync::Mutex<Series>>,
 }
 
 /// A connection's send window, shared with the sender

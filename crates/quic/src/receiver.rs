@@ -91,7 +91,7 @@ pub(crate) async fn run_receiver(
         durable: opts.durable,
         max_waiting: MAX_WAITING,
     };
-    let mut core = RecvCore::new(cfg, dest.landing, progress);
+    let mut core = RecvCore::new(cfg, dest.landing, progress.clone());
     // A destination in memory only (tmpfs) has no disk to wait for.
     let durable = opts.durable && !longhaul_transfer::place::in_memory_only(&dest.base);
     let disk = Arc::new(RecvDisk::new(dest.base, durable));
@@ -106,10 +106,12 @@ pub(crate) async fn run_receiver(
     let acceptor = {
         let (tx, conn, heard) = (tx.clone(), conn.clone(), heard.clone());
         let (gate, held) = (gate.clone(), held.clone());
+        let progress = progress.clone();
         tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
             let mut next = 0u64;
             while let Ok(s) = conn.accept_uni().await {
+                progress.first_data.get_or_init(std::time::Instant::now);
                 while tasks.try_join_next().is_some() {}
                 next += 1;
                 let (ready, wait) = mpsc::channel(STREAM_RECORDS);

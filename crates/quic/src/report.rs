@@ -165,6 +165,9 @@ pub struct Progress {
     /// so far, plus those that need no sending: chunks held from an
     /// interrupted run and skipped files.
     pub bytes_done: AtomicU64,
+    /// When the first data stream opened: file data first went out (sender)
+    /// or came in (receiver). Unset until then.
+    pub first_data: std::sync::OnceLock<std::time::Instant>,
 }
 
 impl Progress {

@@ -87,7 +87,7 @@ pub(crate) async fn run_sender(
         max_rate: opts.max_rate,
     };
     let lanes = opts.streams.max(1);
-    let mut core: SendCore<Src> = SendCore::new(cfg, lanes, progress);
+    let mut core: SendCore<Src> = SendCore::new(cfg, lanes, progress.clone());
     let (tx, mut inputs) = mpsc::channel::<Input>(1024);
     let walker = {
         let tx = tx.clone();
@@ -98,9 +98,9 @@ pub(crate) async fn run_sender(
     for lane in 0..lanes {
         let (ltx, lrx) = mpsc::unbounded_channel();
         lane_txs.push(ltx);
-        let (tx, conn) = (tx.clone(), conn.clone());
+        let (tx, conn, progress) = (tx.clone(), conn.clone(), progress.clone());
         lane_tasks.push(tokio::spawn(async move {
-            if let Err(p) = run_lane(lane, conn, lrx, &tx).await {
+            if let Err(p) = run_lane(lane, conn, lrx, &tx, &progress).await {
                 let _ = tx.send(Input::Failed(p)).await;
             }
         }));
@@ -218,6 +218,7 @@ async fn run_lane(
     conn: quinn::Connection,
     mut records: mpsc::UnboundedReceiver<Transmit>,
     tx: &mpsc::Sender<Input>,
+    progress: &Progress,
 ) -> Result<(), Problem> {
     let lost = |e: quinn::WriteError| {
         Problem::new(
@@ -237,6 +238,7 @@ async fn run_lane(
                 Problem::new(Kind::Connection, format!("opening a data stream: {e}"))
             })?;
             s.write_all(DATA_PRELUDE).await.map_err(lost)?;
+            progress.first_data.get_or_init(Instant::now);
             stream = Some(s);
         }
         if let Some(at) = t.not_before {

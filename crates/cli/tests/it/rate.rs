@@ -44,6 +44,7 @@ fn max_rate_is_honoured() {
             "--max-rate {rate}M: {mbps:.0} Mbit/s in {secs:.2} s, rtt {} ms",
             j["rtt_ms"]
         );
+        start_up_figures(&j, rate as f64, &format!("get --max-rate {rate}M"));
         // Generous: within 25 % above the cap (pacing bursts, handshake excluded).
         if mbps > rate as f64 * 1.25 {
             report.push(format!(
@@ -57,6 +58,44 @@ fn max_rate_is_honoured() {
         "rate cap not honoured:\n{}",
         report.join("\n")
     );
+    // A put reports its start-up too (the first data is what it sent).
+    let out = c.run(
+        "put",
+        [
+            OsString::from("--json"),
+            OsString::from("--max-rate"),
+            OsString::from("100M"),
+            root.join("f.bin").into(),
+            srv.remote("up.bin"),
+        ],
+    );
+    out.expect_code(0);
+    start_up_figures(&out.json(), 100.0, "put --max-rate 100M");
+    assert_eq!(
+        hash_file(&root.join("up.bin")),
+        hash_file(&root.join("f.bin"))
+    );
+}
+
+/// A capped transfer of 32 MiB (2.7 s at 100 Mbit/s): the first data came
+/// after the handshake, within the run; the rate of its second half is the
+/// cap (UDP payload: a few % above the file bytes, at most the cap's
+/// pacing bursts above); it was at speed from its first 100 ms window
+/// (`wan` starts at the cap).
+fn start_up_figures(j: &serde_json::Value, cap_mbps: f64, what: &str) {
+    let secs = j["seconds"].as_f64().unwrap();
+    let first = j["first_data_s"].as_f64().expect("first_data_s");
+    assert!(
+        first > 0.0 && first < secs / 2.0,
+        "{what}: first data {first} s of {secs}"
+    );
+    let fin = j["final_mbps"].as_f64().expect("final_mbps");
+    assert!(
+        (0.7 * cap_mbps..=1.25 * cap_mbps).contains(&fin),
+        "{what}: final {fin} Mbit/s"
+    );
+    let ramp = j["to_90pct_s"].as_f64().expect("to_90pct_s");
+    assert!((0.1..=0.5).contains(&ramp), "{what}: 90 % after {ramp} s");
 }
 
 /// Every controller a user can name moves a file intact, and the report says
