@@ -121,6 +121,7 @@ pub(crate) async fn run_receiver(
                 let (tx, id, heard) = (tx.clone(), next, heard.clone());
                 let (gate, held) = (gate.clone(), held.clone());
                 tasks.spawn(async move {
+                    let _open = HeldBack::open(&held);
                     let behind = Behind {
                         gate: &gate,
                         held: &held,
@@ -278,10 +279,14 @@ async fn read_exact_or_eof(rs: &mut quinn::RecvStream, buf: &mut [u8]) -> Result
     Ok(true)
 }
 
-/// When some data stream waits for the receiver, and for how long in all:
-/// the time the receiver, not the network, set the pace.
+/// When every open data stream waits for the receiver, and for how long in
+/// all: the time the receiver read nothing because it was behind, so that
+/// it, not the network, set the pace. (Counting the time any one stream
+/// waited read 95 % of every fast transfer into a tmpfs: a stream waits for
+/// its 1 MiB record's buffer back while the others read.)
 #[derive(Debug, Default)]
 struct HeldBack {
+    open: usize,
     waiting: usize,
     since: Option<Instant>,
     total: std::time::Duration,
@@ -295,29 +300,51 @@ impl HeldBack {
         self.total + self.since.map_or(Default::default(), |t| t.elapsed())
     }
 
-    /// A stream waits until the returned guard is dropped.
-    fn start(held: &Held) -> HoldGuard<'_> {
-        let mut h = held.lock().unwrap();
-        if h.waiting == 0 {
-            h.since = Some(Instant::now());
+    /// The clock runs while every open stream waits.
+    fn update(&mut self, now: Instant) {
+        let behind = self.open > 0 && self.waiting >= self.open;
+        match (behind, self.since) {
+            (true, None) => self.since = Some(now),
+            (false, Some(t)) => {
+                self.total += now.saturating_duration_since(t);
+                self.since = None;
+            }
+            _ => {}
         }
-        h.waiting += 1;
-        HoldGuard(held)
+    }
+
+    /// A data stream is read until the returned guard is dropped.
+    fn open(held: &Held) -> Guard<'_> {
+        Guard::new(held, |h| &mut h.open)
+    }
+
+    /// A stream waits until the returned guard is dropped.
+    fn start(held: &Held) -> Guard<'_> {
+        Guard::new(held, |h| &mut h.waiting)
     }
 }
 
-/// One stream's wait ([`HeldBack::start`]).
-struct HoldGuard<'a>(&'a Held);
+/// An open stream ([`HeldBack::open`]) or a wait ([`HeldBack::start`]),
+/// counted while it lives.
+struct Guard<'a> {
+    held: &'a Held,
+    count: fn(&mut HeldBack) -> &mut usize,
+}
 
-impl Drop for HoldGuard<'_> {
+impl<'a> Guard<'a> {
+    fn new(held: &'a Held, count: fn(&mut HeldBack) -> &mut usize) -> Guard<'a> {
+        let mut h = held.lock().unwrap();
+        *count(&mut h) += 1;
+        h.update(Instant::now());
+        Guard { held, count }
+    }
+}
+
+impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        let mut h = self.0.lock().unwrap();
-        h.waiting -= 1;
-        if h.waiting == 0 {
-            if let Some(t) = h.since.take() {
-                h.total += t.elapsed();
-            }
-        }
+        let mut h = self.held.lock().unwrap();
+        *(self.count)(&mut h) -= 1;
+        h.update(Instant::now());
     }
 }
 
@@ -438,5 +465,66 @@ async fn read_stream(
         }
         held += 1;
         held_bytes += len;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn behind_only_while_every_open_stream_waits() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Two streams open; one waits for its buffer back from 0 to 100 ms
+        // while the other reads: not behind.
+        let mut h = HeldBack {
+            open: 2,
+            ..Default::default()
+        };
+        h.update(at(0));
+        h.waiting = 1;
+        h.update(at(0));
+        h.waiting = 0;
+        h.update(at(100));
+        assert_eq!(h.total(), Duration::ZERO);
+        // Both wait from 100 to 130 ms: 30 ms behind.
+        h.waiting = 2;
+        h.update(at(100));
+        h.waiting = 1;
+        h.update(at(130));
+        assert_eq!(h.total, Duration::from_millis(30));
+        // The reading one ends at 150 ms, the other still waits: behind
+        // again until it is done waiting at 170 ms.
+        h.open = 1;
+        h.update(at(150));
+        h.waiting = 0;
+        h.update(at(170));
+        assert_eq!(h.total, Duration::from_millis(50));
+        // No stream open: nothing to be behind on.
+        h.open = 0;
+        h.update(at(200));
+        assert_eq!(h.since, None);
+        assert_eq!(h.total, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn the_guards_count_streams_and_waits() {
+        let held: Held = Default::default();
+        let a = HeldBack::open(&held);
+        let b = HeldBack::open(&held);
+        let w = HeldBack::start(&held);
+        assert!(held.lock().unwrap().since.is_none(), "one of two waits");
+        let w2 = HeldBack::start(&held);
+        assert!(held.lock().unwrap().since.is_some(), "both wait");
+        drop(w);
+        assert!(held.lock().unwrap().since.is_none());
+        drop(a);
+        assert!(held.lock().unwrap().since.is_some(), "the open one waits");
+        drop(w2);
+        drop(b);
+        let h = held.lock().unwrap();
+        assert_eq!((h.open, h.waiting, h.since), (0, 0, None));
     }
 }
