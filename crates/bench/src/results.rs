@@ -109,7 +109,9 @@ pub struct Run {
     /// `wire_bytes`, everything the transfer put on the wire.
     #[serde(default)]
     pub wire_back_bytes: u64,
-    /// Seconds from the start until the first byte of a file landed at a receiver.
+    /// Seconds from the start until the first byte of a file landed at a
+    /// receiver's disk (longhaul writes a chunk of up to 1 MiB once all of
+    /// it is in: on a slow link long after its first data).
     #[serde(default)]
     pub ttfb_s: Option<f64>,
     /// CPU seconds of everything the tool ran in the receivers.
