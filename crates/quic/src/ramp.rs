@@ -7,9 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-/// Samples kept at most; past that every second one goes and samples are
-/// taken half as often (a day at one per 10 ms would be 8.6 M).
+/// Samples kept at most; past that every second one after the first
+/// [`KEEP`] goes and samples are taken half as often (a day at one per 10 ms
+/// would be 8.6 M).
 const CAP: usize = 4096;
+/// The first samples, kept as they were taken: the start-up is in them.
+const KEEP: usize = 1024;
 
 /// The start-up of a finished transfer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,7 +46,7 @@ impl Series {
             let mut i = 0;
             self.points.retain(|_| {
                 i += 1;
-                i % 2 == 1
+                i <= KEEP || i % 2 == 1
             });
             self.stride *= 2;
         }
@@ -72,12 +75,17 @@ impl Series {
 
     /// The start-up of a transfer whose first data came at `first`, over
     /// windows of `window` (one round trip, at least 100 ms, reads a rate
-    /// rather than a burst of ACKs or datagrams). None when there is too
-    /// little to tell: a data phase shorter than four windows, or nothing
-    /// carried in its second half.
+    /// rather than a burst of ACKs or datagrams). The data phase ends at the
+    /// first sample within 0.1 % (and a datagram) of the last count: the
+    /// samples go on through what follows the data (a durable receiver's
+    /// syncs, the goodbye), which would otherwise count as a slow end. None
+    /// when there is too little to tell: a data phase shorter than four
+    /// windows, or nothing carried in its second half.
     pub(crate) fn ramp(&self, first: Instant, window: Duration) -> Option<Ramp> {
         let window = window.max(Duration::from_millis(100));
-        let &(end, _) = self.points.last()?;
+        let &(_, last) = self.points.last()?;
+        let near = last.saturating_sub((last / 1000).max(1500));
+        let &(end, _) = self.points.iter().find(|&&(_, b)| b >= near)?;
         let phase = end.checked_duration_since(first)?;
         if phase < window * 4 {
             return None;
@@ -155,6 +163,17 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_end_is_not_part_of_the_data_phase() {
+        // 9 s at 800 Mbit/s, then 3 s with nothing more (a durable
+        // receiver's syncs, a put waiting for the server's Done).
+        let t0 = Instant::now();
+        let s = series(t0, 10, 12_000, |t| if t < 9.0 { 8e8 } else { 0.0 });
+        let r = s.ramp(t0, Duration::from_millis(100)).unwrap();
+        assert!((r.final_bps - 8e8).abs() < 8e6, "{r:?}");
+        assert!((0.1..=0.12).contains(&r.to_90_s), "{r:?}");
+    }
+
+    #[test]
     fn too_short_or_empty_tells_nothing() {
         let t0 = Instant::now();
         assert_eq!(Series::default().ramp(t0, Duration::from_millis(100)), None);
@@ -170,8 +189,13 @@ mod tests {
         let t0 = Instant::now();
         let s = series(t0, 10, 200_000, |t| if t < 2.0 { 1e8 } else { 8e8 });
         assert!(s.points.len() <= CAP, "{}", s.points.len());
+        // The first samples stay 10 ms apart: the start-up keeps its detail.
+        assert_eq!(
+            s.points[KEEP - 1].0 - s.points[KEEP - 2].0,
+            Duration::from_millis(10)
+        );
         let r = s.ramp(t0, Duration::from_millis(100)).unwrap();
         assert!((r.final_bps - 8e8).abs() < 8e6, "{r:?}");
-        assert!((2.0..=2.2).contains(&r.to_90_s), "{r:?}");
+        assert!((2.09..=2.11).contains(&r.to_90_s), "{r:?}");
     }
 }

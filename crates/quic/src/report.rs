@@ -165,8 +165,9 @@ pub struct Progress {
     /// so far, plus those that need no sending: chunks held from an
     /// interrupted run and skipped files.
     pub bytes_done: AtomicU64,
-    /// When the first data stream opened: file data first went out (sender)
-    /// or came in (receiver). Unset until then.
+    /// When file data first went out (sender: its first record handed to a
+    /// stream) or came in (receiver: the first data stream). Unset until
+    /// then; set once, so a `Progress` serves one session.
     pub first_data: std::sync::OnceLock<std::time::Instant>,
 }
 

@@ -238,7 +238,6 @@ async fn run_lane(
                 Problem::new(Kind::Connection, format!("opening a data stream: {e}"))
             })?;
             s.write_all(DATA_PRELUDE).await.map_err(lost)?;
-            progress.first_data.get_or_init(Instant::now);
             stream = Some(s);
         }
         if let Some(at) = t.not_before {
@@ -258,6 +257,9 @@ async fn run_lane(
         s.write_all(&t.header.encode()).await.map_err(lost)?;
         let n = t.data.len() as u64;
         s.write_chunk(t.data).await.map_err(lost)?;
+        // (After a slow --max-rate's wait for its slot, not at the stream's
+        // opening.)
+        progress.first_data.get_or_init(Instant::now);
         if let Some(h) = t.hash {
             s.write_all(&h).await.map_err(lost)?;
         }

@@ -94,8 +94,9 @@ fn start_up_figures(j: &serde_json::Value, cap_mbps: f64, what: &str) {
         (0.7 * cap_mbps..=1.25 * cap_mbps).contains(&fin),
         "{what}: final {fin} Mbit/s"
     );
+    // (At least one window, 100 ms, by its definition.)
     let ramp = j["to_90pct_s"].as_f64().expect("to_90pct_s");
-    assert!((0.1..=0.5).contains(&ramp), "{what}: 90 % after {ramp} s");
+    assert!(ramp <= 0.5, "{what}: 90 % after {ramp} s");
 }
 
 /// Every controller a user can name moves a file intact, and the report says
