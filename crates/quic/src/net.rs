@@ -292,16 +292,13 @@ pub(crate) fn spawn_window_tuner(
             wait = conn.rtt().clamp(Duration::from_millis(10), TICK);
             let stats = conn.stats();
             send.grow(&conn, (4 * stats.path.cwnd).min(opts.max_window));
-            series
-                .lock()
-                .unwrap()
-                .push(std::time::Instant::now(), of_flow(counts(&stats)));
-            let elapsed = since.elapsed();
+            let (t, now) = (std::time::Instant::now(), counts(&stats));
+            series.lock().unwrap().push(t, of_flow(now));
+            let elapsed = t.saturating_duration_since(since);
             if elapsed < TICK {
                 continue;
             }
-            since = std::time::Instant::now();
-            let now = counts(&stats);
+            since = t;
             let rtt = conn.rtt().as_secs_f64();
             let secs = elapsed.as_secs_f64();
             let bdp = |a: u64, b: u64| ((a - b) as f64 / secs * rtt) as u64;
