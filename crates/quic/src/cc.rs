@@ -193,7 +193,17 @@ impl WanController {
     }
 }
 
+/// What a controller's window reads while `wan`'s train goes out: above
+/// `u32::MAX` quinn neither paces nor (in practice) holds the sender to
+/// the window, so the train leaves back to back; quinn reports each batch
+/// it sent ([`Controller::on_sent`]), and the window is the core's again
+/// once the train is out (at most one GSO batch, ten datagrams, late).
+const UNPACED_WINDOW: u64 = u32::MAX as u64 + 1;
+
 impl Controller for WanController {
+    fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {
+        self.core.on_sent(now, bytes);
+    }
     fn on_ack(
         &mut self,
         now: Instant,
@@ -212,7 +222,11 @@ impl Controller for WanController {
         self.core.set_mtu(mtu);
     }
     fn window(&self) -> u64 {
-        self.core.window()
+        if self.core.unpaced() {
+            UNPACED_WINDOW
+        } else {
+            self.core.window()
+        }
     }
     fn clone_box(&self) -> Box<dyn Controller> {
         Box::new(self.clone())

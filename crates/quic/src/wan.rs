@@ -40,6 +40,15 @@
 //!   overflowed it by most of a BDP); it leaves startup when the bandwidth
 //!   stops growing by a quarter for three rounds, or stops growing over a
 //!   standing queue (as HyStart), then drains.
+//! - **Train**: a cold start on a path of [`TRAIN_MIN_RTT`] or more sends
+//!   its first batch of data and what follows it back to back (unpaced),
+//!   [`TRAIN_PACKETS`] datagrams that are the whole first window, and
+//!   times their ACKs: the bottleneck spaces them at its rate,
+//!   so the bytes acknowledged after the train's first ACK over the time to
+//!   its last ([`TRAIN_MIN_SPAN`] at least) read the path's capacity. Startup
+//!   then jumps to [`TRAIN_SHARE`] of it at gain 2 (a window of the
+//!   capacity's BDP) and goes on from there: the rounds after it measure
+//!   what the path delivers, and the jump leaves the estimate after two.
 //! - **Slow links**: a round, and a rate sample, spans at least eight
 //!   datagrams; a queue counts only when it stands eight datagrams' time
 //!   above the path (at 1 Mbit/s one datagram is 11.6 ms). In startup the bandwidth is also sampled at every ACK, as the
@@ -101,6 +110,46 @@ pub const FIRST_FLIGHT_BPS: f64 = 1.5e6;
 /// The least first window, in datagrams (RFC 9002 allows 10; a 50-packet
 /// queue takes 32).
 pub const FIRST_FLIGHT_MIN: u64 = 32;
+/// Datagrams of the first flight sent back to back to time the bottleneck
+/// (see [`Wan::on_sent`]); quinn sends up to ten in one GSO batch and the
+/// train ends with the batch that reaches this, so it is 30-39 datagrams:
+/// within a 50-packet queue, as [`FIRST_FLIGHT_MIN`] is.
+pub const TRAIN_PACKETS: u64 = 30;
+/// The train starts with the first send of at least this many bytes (four
+/// of quinn's smallest datagrams) once the handshake's RTT is known: the
+/// first batch of data. Replies on the control stream and ACKs go out alone
+/// before it, paced as without a train: a lone reply that started it made
+/// it span the milliseconds until the first file was read and hashed, and
+/// its ACKs read 127 Mbit/s on a 1 Gbit/s path.
+pub const TRAIN_START: u64 = 4 * 1200;
+/// Paths shorter than this start without a train: their startup takes a
+/// few milliseconds anyway, and their ACK timing is the hosts' scheduling.
+pub const TRAIN_MIN_RTT: Duration = Duration::from_millis(10);
+/// The train's ACKs must spread over at least this to be read as a rate
+/// (a 1 Gbit/s bottleneck spreads 30 datagrams over 350 µs; the hosts'
+/// and the lab emulator's wake-ups blur a few tens of µs). Faster paths,
+/// whose train comes back in less, start as before.
+pub const TRAIN_MIN_SPAN: Duration = Duration::from_micros(100);
+/// A pause of this between two sends ends the train (the sender ran out of
+/// data, or was not scheduled): what follows is no longer back to back, and
+/// an ACK time that spans the pause would read a rate far under the link's.
+pub const TRAIN_GAP: Duration = Duration::from_millis(1);
+/// Startup jumps to this share of the capacity the train read, at gain 2:
+/// a window of about the capacity's BDP. A train reads the capacity, not
+/// what other flows leave of it, and ACKs bunched on their way back read
+/// high, so the rounds after the jump verify it.
+pub const TRAIN_SHARE: f64 = 0.5;
+/// Trains a cold start sends at most: a second when the first one's ACKs
+/// came too close together to read (in the lab at 700 ms, 1 run in 3:
+/// the receiver, sharing two cores with the sender and the emulator, read
+/// the whole train at one wake-up and acknowledged it at once).
+const TRAIN_TRIES: u32 = 2;
+/// The second train is this many times as long as the first.
+const TRAIN_AGAIN: u64 = 4;
+/// Rounds after the jump that keep it in the estimate: the round under way
+/// (its ACKs are of the first flight) and the one that acknowledges what
+/// was sent at the jumped rate.
+const TRAIN_ROUNDS: u32 = 2;
 /// A round saw a queue only when its least RTT stood this many datagrams'
 /// time at the estimated rate above the path RTT (besides [`QUEUE_TARGET`]):
 /// at 1 Mbit/s one datagram is 11.6 ms, and a window of the BDP and
@@ -249,6 +298,35 @@ impl Cubic {
     }
 }
 
+/// The first flight's train (see [`Wan::on_sent`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Train {
+    /// Not sent yet: it starts with the first batch of data once an RTT is
+    /// known (the handshake's), if the controller starts cold on a long path.
+    Ready,
+    /// Going out back to back since `start`, the last batch at `last`:
+    /// `bytes` so far.
+    Sending {
+        start: Instant,
+        last: Instant,
+        bytes: u64,
+    },
+    /// Sent from `start` to `end` (`bytes`); its ACKs are being timed:
+    /// the first ACK's time, the last's, the bytes acknowledged after the
+    /// first, and the bytes acknowledged or lost so far.
+    Timing {
+        start: Instant,
+        end: Instant,
+        bytes: u64,
+        first: Option<Instant>,
+        last: Option<Instant>,
+        after: u64,
+        seen: u64,
+    },
+    /// Measured or given up; or not wanted (a hint, `fair`, a short path).
+    Done,
+}
+
 /// The controller's state: feed it ACKs ([`Wan::on_ack`]) and losses
 /// ([`Wan::on_loss`]); read the window ([`Wan::window`]) and the pacing rate
 /// ([`Wan::pacing_rate`]).
@@ -330,6 +408,14 @@ pub struct Wan {
     /// Competing since (or since the last yield), and yield rounds left.
     compete_since: Option<Instant>,
     yield_left: u32,
+    /// The first flight's train, and the jump it gave startup with the
+    /// rounds it has left in the estimate.
+    train: Train,
+    jump: Option<(f64, u32)>,
+    /// What the first train sent, once it is out: the first window.
+    train_bytes: Option<u64>,
+    /// Trains sent.
+    train_tries: u32,
     /// The connection's RTT before this controller took over (the server
     /// switches controllers after the handshake, when the client has said
     /// which it wants): sizes a hinted first round, which otherwise assumes
@@ -381,6 +467,10 @@ impl Wan {
             compete_since: None,
             yield_left: 0,
             seed_rtt: None,
+            train: Train::Ready,
+            jump: None,
+            train_bytes: None,
+            train_tries: 0,
         };
         if hint > 0 {
             w.bw = hint as f64 / 8.0;
@@ -388,6 +478,7 @@ impl Wan {
             w.mode = Mode::Cruise;
             w.gain = 1.0;
             w.cycle = 2; // start at gain 1, not with a probe
+            w.train = Train::Done;
         }
         w
     }
@@ -401,6 +492,7 @@ impl Wan {
     pub fn fair(mtu: u16) -> Wan {
         let mut w = Wan::new(mtu, 0);
         w.fair = true;
+        w.train = Train::Done;
         w
     }
 
@@ -413,6 +505,179 @@ impl Wan {
     /// follows, or a window below one datagram would stall the sender.
     pub fn set_mtu(&mut self, mtu: u16) {
         self.mtu = mtu as u64;
+    }
+
+    /// `bytes` were sent at `now` (quinn reports each batch it sent). A
+    /// cold start's first batch of data ([`TRAIN_START`]) once the
+    /// handshake's RTT is known starts the train: [`Wan::unpaced`] holds
+    /// until [`TRAIN_PACKETS`] datagrams are out, or the sender pauses
+    /// ([`TRAIN_GAP`]), or an ACK comes.
+    pub fn on_sent(&mut self, now: Instant, bytes: u64) {
+        match self.train {
+            Train::Ready => {
+                let Some(rtt) = self.min_rtt().or(self.seed_rtt) else {
+                    return; // the handshake: no RTT yet
+                };
+                // (A hint or `fair` never have a train: see `Wan::new`.)
+                if self.mode != Mode::Startup || rtt < TRAIN_MIN_RTT {
+                    self.train = Train::Done;
+                } else if bytes >= TRAIN_START
+                    && (self.train_tries == 0 || self.window() >= TRAIN_PACKETS * self.mtu)
+                {
+                    // (A second train only where the window holds one.)
+                    self.train_tries += 1;
+                    self.train = Train::Sending {
+                        start: now,
+                        last: now,
+                        bytes,
+                    };
+                }
+            }
+            Train::Sending {
+                start,
+                last,
+                bytes: b,
+            } => {
+                if now.saturating_duration_since(last) > TRAIN_GAP {
+                    // The sender ran dry: the train is what it had.
+                    self.train_sent(last);
+                    return;
+                }
+                self.train = Train::Sending {
+                    start,
+                    last: now,
+                    bytes: b + bytes,
+                };
+            }
+            _ => return,
+        }
+        if let Train::Sending { bytes, .. } = self.train {
+            if bytes >= self.train_packets() * self.mtu {
+                self.train_sent(now);
+            }
+        }
+    }
+
+    /// Datagrams of the train under way: [`TRAIN_PACKETS`], and
+    /// [`TRAIN_AGAIN`] times that for a second one: the first came back in
+    /// one ACK, so the path carried 30 datagrams within one wake-up of the
+    /// receiver (a few hundred µs: several hundred Mbit/s or more), and a
+    /// train four times as long spreads over more than it.
+    fn train_packets(&self) -> u64 {
+        if self.train_tries > 1 {
+            TRAIN_PACKETS * TRAIN_AGAIN
+        } else {
+            TRAIN_PACKETS
+        }
+    }
+
+    /// Whether the sender should send what it has now, neither paced nor
+    /// held to the window: the train is going out.
+    pub fn unpaced(&self) -> bool {
+        matches!(self.train, Train::Sending { .. })
+    }
+
+    /// The train is out (its last datagrams sent by `end`): time its ACKs.
+    fn train_sent(&mut self, end: Instant) {
+        if let Train::Sending { start, bytes, .. } = self.train {
+            self.train_bytes.get_or_insert(bytes);
+            self.train = Train::Timing {
+                start,
+                end,
+                bytes,
+                first: None,
+                last: None,
+                after: 0,
+                seen: 0,
+            };
+        }
+    }
+
+    /// An ACK (at `now`) or a loss of `bytes` sent at `sent`: the train's
+    /// timing takes it, and reads the capacity once the train is
+    /// accounted for or a later datagram's ACK comes.
+    fn train_ack(&mut self, now: Instant, sent: Instant, bytes: u64, acked: bool) {
+        if matches!(self.train, Train::Sending { .. }) {
+            self.train_sent(now);
+        }
+        let rtt = self.min_rtt().or(self.seed_rtt).unwrap_or(Duration::ZERO);
+        let least = SAMPLE_PACKETS * self.mtu;
+        let Train::Timing {
+            start,
+            end,
+            bytes: total,
+            ref mut first,
+            ref mut last,
+            ref mut after,
+            ref mut seen,
+        } = self.train
+        else {
+            return;
+        };
+        if sent < start {
+            return; // the handshake's
+        }
+        let later = sent > end;
+        if !later {
+            *seen += bytes;
+            if acked {
+                match *first {
+                    None => *first = Some(now),
+                    Some(f) if now > f => {
+                        *after += bytes;
+                        *last = Some(now);
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        // Given up if its ACKs have not come within two round trips.
+        let late = now.saturating_duration_since(end) > rtt * 2;
+        if later || *seen >= total || late {
+            let (first, last, after) = (*first, *last, *after);
+            self.train = Train::Done;
+            tracing::trace!(
+                bytes = total,
+                sent_us = end.saturating_duration_since(start).as_micros() as u64,
+                acks_us = first
+                    .zip(last)
+                    .map_or(0, |(f, l)| l.saturating_duration_since(f).as_micros()
+                        as u64),
+                after,
+                later,
+                late,
+                "wan train timed"
+            );
+            let read = first.zip(last).and_then(|(f, l)| {
+                let span = l.saturating_duration_since(f);
+                (span >= TRAIN_MIN_SPAN && after >= least)
+                    .then(|| after as f64 / span.as_secs_f64())
+            });
+            match read {
+                Some(capacity) => self.train_jump(capacity),
+                // Its ACKs came in one burst (a receiver or a sender that
+                // was not scheduled while they came: 1 train in 3 at 700 ms
+                // in the lab): the next flight is a train again, once.
+                None if self.train_tries < TRAIN_TRIES => self.train = Train::Ready,
+                None => {}
+            }
+        }
+    }
+
+    /// The train read `capacity` (bytes/s): startup jumps to its share, at
+    /// gain 2, unless it is already there.
+    fn train_jump(&mut self, capacity: f64) {
+        let jump = TRAIN_SHARE * capacity;
+        tracing::trace!(capacity_mbps = capacity * 8e-6, "wan train");
+        if self.mode != Mode::Startup || jump <= self.bw {
+            return;
+        }
+        self.bw = jump;
+        self.jump = Some((jump, TRAIN_ROUNDS));
+        self.gain = STARTUP_FULL_GAIN;
+        self.full_bw = jump;
+        self.full_bw_rounds = 0;
+        self.last_round_bw = jump;
     }
 
     /// The phase the controller is in.
@@ -482,7 +747,15 @@ impl Wan {
 
     /// Bytes allowed in flight. Before any RTT is known: the initial window.
     pub fn window(&self) -> u64 {
-        let initial = self.first_flight();
+        // A train was the first flight: the rest of it, paced after the
+        // train, put 8 datagrams more into a 256 kbit/s path's queue in the
+        // first round trip than the paced flight alone (whose pacer had not
+        // let all of it out when the first ACKs came), and the queue
+        // overflowed at the end of startup (10 x 10 kB: 4.2 s instead of 4.0).
+        let initial = match self.train_bytes {
+            Some(b) => b.max(FIRST_FLIGHT_MIN * self.mtu),
+            None => self.first_flight(),
+        };
         if self.floor_until.is_some() {
             return self.min_window();
         }
@@ -585,6 +858,11 @@ impl Wan {
         }
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
         self.round_acked += bytes;
+        if !matches!(self.train, Train::Ready | Train::Done) {
+            // The send time; a sample older than the clock allows has none.
+            let sent = now.checked_sub(rtt).unwrap_or(now);
+            self.train_ack(now, sent, bytes, true);
+        }
         // A hinted start cruises from its first ACK.
         if self.mode == Mode::Cruise && self.settled_since.is_none() {
             self.settled_since = Some(now);
@@ -665,6 +943,9 @@ impl Wan {
     /// `bytes` sent at `sent` were declared lost.
     pub fn on_loss(&mut self, now: Instant, sent: Instant, bytes: u64) {
         self.round_lost += bytes;
+        if !matches!(self.train, Train::Ready | Train::Done) {
+            self.train_ack(now, sent, bytes, false);
+        }
         if self.settled_since.is_some_and(|t| sent >= t) {
             self.round_lost_settled += bytes;
         }
@@ -811,10 +1092,17 @@ impl Wan {
             let cut = best.max(OVERFLOW_BETA * *before);
             self.bw_samples.clear();
             self.bw_samples.push(cut);
+            self.jump = None;
         } else {
             self.overflow = None;
         }
         self.bw = self.bw_samples.iter().copied().fold(0.0, f64::max);
+        // A train's jump holds until the rounds after it have measured
+        // what it sent.
+        if let Some((jump, left)) = self.jump {
+            self.bw = self.bw.max(jump);
+            self.jump = (left > 1).then_some((jump, left - 1));
+        }
         self.queued_rounds = if queued { self.queued_rounds + 1 } else { 0 };
         // Only losses of packets sent since the controller settled: a
         // startup's overflow is found lost in the drain and cruise rounds
@@ -1026,6 +1314,171 @@ mod tests {
                 "{rtt:?}: {head:.2} ms of headroom, expected {head_ms}"
             );
         }
+    }
+
+    /// A cold controller after a handshake of `rtt`, its first flight out:
+    /// one datagram of reply, 3 ms later the train in batches of ten
+    /// 1200-byte datagrams. Returns the train's send time.
+    fn train_sent(w: &mut Wan, t: &mut Instant, rtt: Duration) -> Instant {
+        w.seed_rtt(rtt);
+        w.on_sent(*t, 1200);
+        assert!(!w.unpaced(), "a lone datagram starts no train");
+        *t += Duration::from_millis(3);
+        let start = *t;
+        for batch in 0..3 {
+            w.on_sent(*t, 12_000);
+            assert_eq!(w.unpaced(), batch < 2, "after batch {batch}");
+            *t += Duration::from_micros(20);
+        }
+        start
+    }
+
+    /// A fresh cold controller whose first train (see `train_sent`) is out,
+    /// and the train's send time.
+    fn cold_train(rtt: Duration) -> (Wan, Instant) {
+        let mut w = Wan::new(1200, 0);
+        let sent = train_sent(&mut w, &mut Instant::now(), rtt);
+        (w, sent)
+    }
+
+    /// A second train from `t` in batches of ten 1200-byte datagrams, 20 µs
+    /// apart: the batches it took.
+    fn train_again(w: &mut Wan, mut t: Instant) -> u32 {
+        let mut batches = 0;
+        loop {
+            w.on_sent(t, 12_000);
+            batches += 1;
+            if !w.unpaced() || batches > 100 {
+                return batches;
+            }
+            t += Duration::from_micros(20);
+        }
+    }
+
+    /// ACKs of the train sent at `sent`: two datagrams each, spaced as a
+    /// bottleneck of `mbps` delivers them (all at once if 0).
+    fn train_acked(w: &mut Wan, sent: Instant, rtt: Duration, mbps: u64) -> Instant {
+        train_acked_n(w, sent, rtt, mbps, 30)
+    }
+
+    /// ... of a train of `n` datagrams.
+    fn train_acked_n(w: &mut Wan, sent: Instant, rtt: Duration, mbps: u64, n: u32) -> Instant {
+        let gap = Duration::from_secs_f64(if mbps == 0 {
+            0.0
+        } else {
+            2400.0 * 8.0 / (mbps as f64 * 1e6)
+        });
+        let mut at = sent + rtt;
+        for _ in 0..n / 2 {
+            w.on_ack(at, 1200, at - sent);
+            w.on_ack(at, 1200, at - sent);
+            at += gap;
+        }
+        at
+    }
+
+    #[test]
+    fn a_train_reads_the_bottleneck_and_startup_jumps_to_half_of_it() {
+        for mbps in [50u64, 1000] {
+            let rtt = Duration::from_millis(700);
+            let (mut w, sent) = cold_train(rtt);
+            assert_eq!(w.bandwidth(), 0);
+            let first = w.window();
+            train_acked(&mut w, sent, rtt, mbps);
+            // 28 datagrams after the first ACK over 14 gaps: the link's rate
+            // exactly; the estimate is half of it, at gain 2.
+            let bw = w.bandwidth() as f64 / 1e6;
+            assert!(
+                (bw - mbps as f64 / 2.0).abs() < mbps as f64 * 0.01,
+                "{mbps} Mbit/s link: estimate {bw:.1}"
+            );
+            assert_eq!(w.mode(), Mode::Startup);
+            assert_eq!(w.gain(), STARTUP_FULL_GAIN);
+            // The window: about the link's BDP (and the headroom).
+            let bdp = mbps as f64 * 1e6 / 8.0 * 0.7;
+            let win = w.window() as f64;
+            assert!(
+                win > first as f64 && (win / bdp - 1.0).abs() < 0.03,
+                "{mbps} Mbit/s: window {win} for a BDP of {bdp}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_train_with_a_hint_in_fair_or_on_a_short_path() {
+        let t = Instant::now();
+        let cases = [
+            ("hint", Wan::new(1200, 100_000_000), 700),
+            ("fair", Wan::fair(1200), 700),
+            ("5 ms", Wan::new(1200, 0), 5),
+        ];
+        for (what, mut w, ms) in cases {
+            w.seed_rtt(Duration::from_millis(ms));
+            w.on_sent(t, 12_000);
+            assert!(!w.unpaced(), "{what}: a train");
+        }
+        // Nor before an RTT is known (the handshake's own packets).
+        let mut w = Wan::new(1200, 0);
+        w.on_sent(t, 12_000);
+        assert!(!w.unpaced(), "a train before any RTT");
+    }
+
+    #[test]
+    fn a_train_whose_acks_come_at_once_is_sent_again_once_and_too_few_acks_give_no_jump() {
+        let rtt = Duration::from_millis(70);
+        // All ACKs at one instant (bunched on their way back): no span.
+        let (mut w, sent) = cold_train(rtt);
+        let first = w.window();
+        train_acked(&mut w, sent, rtt, 0);
+        assert_eq!((w.bandwidth(), w.window()), (0, first));
+        // The next flight is a train again, four times as long; read, it
+        // gives the jump.
+        let again = sent + rtt + Duration::from_millis(1);
+        assert_eq!(train_again(&mut w, again), 12);
+        train_acked_n(&mut w, again, rtt, 100, 120);
+        let bw = w.bandwidth() as f64 / 1e6;
+        assert!((bw - 50.0).abs() < 1.0, "{bw}");
+        // Two that cannot be read: no third.
+        let (mut w, sent) = cold_train(rtt);
+        train_acked(&mut w, sent, rtt, 0);
+        let again = sent + rtt + Duration::from_millis(1);
+        assert_eq!(train_again(&mut w, again), 12);
+        train_acked_n(&mut w, again, rtt, 0, 120);
+        w.on_sent(again + rtt * 2, 12_000);
+        assert!(!w.unpaced(), "a third train");
+        // Cut short: the sender had one batch of data, then nothing for 3 ms.
+        let mut w = Wan::new(1200, 0);
+        w.seed_rtt(rtt);
+        let sent = Instant::now();
+        w.on_sent(sent, 6_000);
+        assert!(w.unpaced());
+        w.on_sent(sent + Duration::from_millis(3), 1200);
+        assert!(!w.unpaced(), "the train ends at a pause");
+        let mut at = sent + rtt;
+        for _ in 0..5 {
+            w.on_ack(at, 1200, at - sent);
+            at += Duration::from_micros(100);
+        }
+        // Four datagrams after the first ACK: too few to read a rate.
+        w.on_ack(at, 1200, rtt);
+        assert!(w.bandwidth() < 1_000_000, "{} bit/s", w.bandwidth());
+    }
+
+    #[test]
+    fn a_jump_the_path_does_not_deliver_leaves_the_estimate_after_two_rounds() {
+        let rtt = Duration::from_millis(100);
+        let (mut w, sent) = cold_train(rtt);
+        // The train read 1 Gbit/s (ACKs bunched), the path gives 100 Mbit/s.
+        let mut t = train_acked(&mut w, sent, rtt, 1000);
+        assert!((w.bandwidth() as f64 / 1e6 - 500.0).abs() < 5.0);
+        let mut bws = Vec::new();
+        for _ in 0..3 {
+            bws.push(round(&mut w, &mut t, 100, Duration::ZERO, 0));
+        }
+        // The round under way and the next keep it; then what was delivered.
+        assert!(bws[0] >= 499.0 && bws[1] >= 499.0, "{bws:?}");
+        // (100 Mbit/s, and the per-ACK samples a little over it)
+        assert!((99.0..=115.0).contains(&bws[2]), "{bws:?}");
     }
 
     /// One round of 100 ms (the path RTT): `mbps` delivered in ACKs every
