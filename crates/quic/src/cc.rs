@@ -441,4 +441,21 @@ mod tests {
         c.on_sent(now, 1200, 4);
         assert_eq!(c.window(), crate::wan::FIRST_FLIGHT_MIN * 1200);
     }
+
+    #[test]
+    fn wans_train_goes_out_unpaced_and_then_the_window_holds() {
+        // A cold `wan` after a 70 ms handshake: quinn paces only windows up
+        // to u32::MAX, and holds the sender to the window; while the train
+        // goes out the window is above both.
+        let now = Instant::now();
+        let mut c = CcChoice::Wan(0).build(now, 1200, Some(Duration::from_millis(70)));
+        c.on_sent(now, 1200, 1); // a reply alone: no train
+        assert!(c.window() <= u32::MAX as u64);
+        c.on_sent(now, 12_000, 11);
+        assert!(c.window() > u32::MAX as u64, "{}", c.window());
+        c.on_sent(now, 12_000, 21);
+        c.on_sent(now, 12_000, 31);
+        // 30 datagrams out: the first window is the train's (at least 32).
+        assert_eq!(c.window(), crate::wan::FIRST_FLIGHT_MIN * 1200);
+    }
 }

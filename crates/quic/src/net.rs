@@ -291,7 +291,12 @@ pub(crate) fn spawn_window_tuner(
             }
             wait = conn.rtt().clamp(Duration::from_millis(10), TICK);
             let stats = conn.stats();
-            send.grow(&conn, (4 * stats.path.cwnd).min(opts.max_window));
+            // (Not from the window `wan` reports while its first train goes
+            // out, above u32::MAX: it is no window, and the send window
+            // never shrinks.)
+            if stats.path.cwnd <= u64::from(u32::MAX) {
+                send.grow(&conn, (4 * stats.path.cwnd).min(opts.max_window));
+            }
             let (t, now) = (std::time::Instant::now(), counts(&stats));
             series.lock().unwrap().push(t, of_flow(now));
             let elapsed = t.saturating_duration_since(since);
