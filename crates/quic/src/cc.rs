@@ -198,7 +198,7 @@ impl WanController {
 /// the window, so the train leaves back to back; quinn reports each batch
 /// it sent ([`Controller::on_sent`]), and the window is the core's again
 /// once the train is out (at most one GSO batch, ten datagrams, late).
-const UNPACED_WINDOW: u64 = u32::MAX as u64 + 1;
+pub(crate) const UNPACED_WINDOW: u64 = u32::MAX as u64 + 1;
 
 impl Controller for WanController {
     fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {

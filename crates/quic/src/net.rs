@@ -292,9 +292,8 @@ pub(crate) fn spawn_window_tuner(
             wait = conn.rtt().clamp(Duration::from_millis(10), TICK);
             let stats = conn.stats();
             // (Not from the window `wan` reports while its first train goes
-            // out, above u32::MAX: it is no window, and the send window
-            // never shrinks.)
-            if stats.path.cwnd <= u64::from(u32::MAX) {
+            // out: it is no window, and the send window never shrinks.)
+            if stats.path.cwnd < crate::cc::UNPACED_WINDOW {
                 send.grow(&conn, (4 * stats.path.cwnd).min(opts.max_window));
             }
             let (t, now) = (std::time::Instant::now(), counts(&stats));
