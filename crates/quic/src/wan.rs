@@ -46,15 +46,20 @@
 //!   32 datagrams), and times their ACKs: the bottleneck spaces them at its rate,
 //!   so the bytes acknowledged after the train's first ACK over the time to
 //!   its last ([`TRAIN_MIN_SPAN`] at least) read the path's capacity. Startup
-//!   then jumps to [`TRAIN_SHARE`] of it at gain 2 (a window of the
-//!   capacity's BDP) and goes on from there: the rounds after it measure
-//!   what the path delivers, and the jump leaves the estimate after two.
+//!   then jumps to [`TRAIN_SHARE`] of it at gain [`TRAIN_GAIN`] (a window
+//!   of the capacity's BDP) and goes on from there at that gain: the rounds
+//!   after it measure what the path delivers, the jump leaves the estimate
+//!   after two, and a window of 1.5 BDP queues at most half a BDP.
 //! - **Slow links**: a round, and a rate sample, spans at least eight
 //!   datagrams; a queue counts only when it stands eight datagrams' time
 //!   above the path (at 1 Mbit/s one datagram is 11.6 ms). In startup the bandwidth is also sampled at every ACK, as the
 //!   delivery rate over the last quarter of a path RTT: a per-round sample
 //!   lags the window by a round, so the rate grew 1.7× a round instead of
 //!   2.89× (a sample over a whole RTT still averages the growth: 2.1×).
+//!   Rates, per ACK and per round, are bytes over the longer of the ACKs'
+//!   and the acknowledged packets' own spacing (as BBR's delivery rate):
+//!   ACKs a receiver held back and then sent together read above the link
+//!   (`fair` keeps its rounds over the ACKs alone).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -134,22 +139,54 @@ pub const TRAIN_MIN_SPAN: Duration = Duration::from_micros(100);
 /// data, or was not scheduled): what follows is no longer back to back, and
 /// an ACK time that spans the pause would read a rate far under the link's.
 pub const TRAIN_GAP: Duration = Duration::from_millis(1);
-/// Startup jumps to this share of the capacity the train read, at gain 2:
-/// a window of about the capacity's BDP. A train reads the capacity, not
-/// what other flows leave of it, and ACKs bunched on their way back read
-/// high, so the rounds after the jump verify it.
-pub const TRAIN_SHARE: f64 = 0.5;
+/// Startup jumps to this share of the capacity the train read, at
+/// [`TRAIN_GAIN`]: paced at the capacity, a window of its BDP. A train
+/// reads the capacity, not what other flows leave of it, and ACKs bunched
+/// on their way back read high, so the rounds after the jump verify it.
+pub const TRAIN_SHARE: f64 = 1.0 / TRAIN_GAIN;
 /// Trains a cold start sends at most: a second when the first one's ACKs
 /// came too close together to read (in the lab at 700 ms, 1 run in 3:
 /// the receiver, sharing two cores with the sender and the emulator, read
-/// the whole train at one wake-up and acknowledged it at once).
+/// the whole train at one wake-up and acknowledged it at once), or no
+/// further apart than the sender sent it ([`TRAIN_PACED`]), or at two
+/// times only.
 const TRAIN_TRIES: u32 = 2;
 /// The second train is this many times as long as the first.
 const TRAIN_AGAIN: u64 = 4;
+/// A train whose ACKs spread over at most this many times the time it took
+/// to send came back at the sender's pace, not the path's (see
+/// `Wan::train_ack`).
+const TRAIN_PACED: f64 = 1.25;
 /// Rounds after the jump that keep it in the estimate: the round under way
 /// (its ACKs are of the first flight) and the one that acknowledges what
 /// was sent at the jumped rate.
 const TRAIN_ROUNDS: u32 = 2;
+/// Startup's gain from a train's jump on, instead of 2: the train read the
+/// bottleneck, and a window of 1.5 BDP can queue at most half a BDP, which
+/// a one-BDP queue holds, also when the train read up to twice the link
+/// (a fifth of the lab's trains at 700 ms read 1.35-1.84 Gbit/s of 1). At 2
+/// startup's last round overflowed it (a 300 MB get at 700 ms / 1e-3: the
+/// train read 896 Mbit/s, the next round 918, then a round at gain 2 lost
+/// 11 MB, and the round after the drain delivered 127 Mbit/s while the
+/// losses were repaired).
+pub const TRAIN_GAIN: f64 = 1.5;
+/// Above this many times what the train read, the train read far too low
+/// (75 and 105 Mbit/s of 1 Gbit/s were seen): startup grows at 2 again.
+const TRAIN_FAR: f64 = 2.0;
+/// A startup at [`TRAIN_GAIN`] that ends with at least this share of what
+/// the train read had the path to itself: it cruises at once, and the
+/// window of one BDP drains its half BDP of queue with the link kept busy
+/// (BBR's inflight rule). A round at 1/2.885 with a window of a third left
+/// the link idle a third of a round: at 700 ms in the simulation the first
+/// 5 s averaged 646 instead of 704 Mbit/s; a round at 0.5 with a window of
+/// the BDP still delivered 550-610 Mbit/s in the round after it in the lab.
+/// Under it, others share the path, and the drain is the usual one: beside
+/// 2-5 CUBIC flows a gentle drain took 1.22-1.67 fair shares (means of 8
+/// seeds, single runs to 1.99) where the usual one takes 1.07-1.56; judged
+/// by the queue instead (a standing queue under half the path RTT), 2.13
+/// beside 5. A train that read high (a sixteenth of them, 1.33-1.84 times
+/// the link) is taken for a shared path, and drains as usual.
+const TRAIN_ALONE: f64 = 0.75;
 /// A round saw a queue only when its least RTT stood this many datagrams'
 /// time at the estimated rate above the path RTT (besides [`QUEUE_TARGET`]):
 /// at 1 Mbit/s one datagram is 11.6 ms, and a window of the BDP and
@@ -313,7 +350,8 @@ enum Train {
     },
     /// Sent from `start` to `end` (`bytes`); its ACKs are being timed:
     /// the first ACK's time, the last's, the bytes acknowledged after the
-    /// first, and the bytes acknowledged or lost so far.
+    /// first, the bytes acknowledged or lost so far, and the distinct times
+    /// ACKs came at.
     Timing {
         start: Instant,
         end: Instant,
@@ -322,6 +360,7 @@ enum Train {
         last: Option<Instant>,
         after: u64,
         seen: u64,
+        times: u32,
     },
     /// Measured or given up; or not wanted (a hint, `fair`, a short path).
     Done,
@@ -343,10 +382,12 @@ pub struct Wan {
     min_prev: Option<Duration>,
     min_cur: Option<Duration>,
     bucket_start: Option<Instant>,
-    /// The round under way: when its first ACK came, bytes acknowledged and
-    /// lost in it, and its smallest RTT sample. A round ends with the first ACK
-    /// one path RTT after its start.
+    /// The round under way: when its first ACK came and when the packet it
+    /// acknowledged was sent, bytes acknowledged and lost in it, and its
+    /// smallest RTT sample. A round ends with the first ACK one path RTT
+    /// after its start.
     round_start: Option<Instant>,
+    round_sent: Option<Instant>,
     round_acked: u64,
     round_lost: u64,
     /// Of `round_lost`, packets sent since the controller last settled
@@ -383,11 +424,11 @@ pub struct Wan {
     cubic: Cubic,
     /// Rounds in a row that saw a standing queue.
     queued_rounds: u32,
-    /// Startup: bytes acknowledged so far, and (ACK time, that count) about
-    /// every 1/32 of the span, back to one span ago: the recent delivery rate
-    /// at every ACK.
+    /// Startup: bytes acknowledged so far, and (ACK time, that count, the
+    /// acknowledged packet's send time) about every 1/32 of the span, back
+    /// to one span ago: the recent delivery rate at every ACK.
     delivered: u64,
-    deliveries: VecDeque<(Instant, u64)>,
+    deliveries: VecDeque<(Instant, u64, Instant)>,
     /// The largest such rate of the round under way.
     round_max_rate: f64,
     /// ACK aggregation, as BBR measures it: bytes acknowledged since `agg_start`
@@ -412,6 +453,8 @@ pub struct Wan {
     /// rounds it has left in the estimate.
     train: Train,
     jump: Option<(f64, u32)>,
+    /// The capacity (bytes/s) the train read, for the startup it jumped.
+    train_cap: Option<f64>,
     /// What the first train sent, once it is out: the first window.
     train_bytes: Option<u64>,
     /// Trains sent.
@@ -435,6 +478,7 @@ impl Wan {
             min_cur: None,
             bucket_start: None,
             round_start: None,
+            round_sent: None,
             round_acked: 0,
             round_lost: 0,
             round_lost_settled: 0,
@@ -469,6 +513,7 @@ impl Wan {
             seed_rtt: None,
             train: Train::Ready,
             jump: None,
+            train_cap: None,
             train_bytes: None,
             train_tries: 0,
         };
@@ -560,10 +605,10 @@ impl Wan {
     }
 
     /// Datagrams of the train under way: [`TRAIN_PACKETS`], and
-    /// [`TRAIN_AGAIN`] times that for a second one: the first came back in
-    /// one ACK, so the path carried 30 datagrams within one wake-up of the
-    /// receiver (a few hundred µs: several hundred Mbit/s or more), and a
-    /// train four times as long spreads over more than it.
+    /// [`TRAIN_AGAIN`] times that for a second one: the first came back
+    /// within [`TRAIN_MIN_SPAN`] (the path carried 30 datagrams within one
+    /// wake-up of the receiver: several hundred Mbit/s or more), and a
+    /// train four times as long spreads over more than the hosts' wake-ups.
     fn train_packets(&self) -> u64 {
         if self.train_tries > 1 {
             TRAIN_PACKETS * TRAIN_AGAIN
@@ -590,6 +635,7 @@ impl Wan {
                 last: None,
                 after: 0,
                 seen: 0,
+                times: 0,
             };
         }
     }
@@ -611,6 +657,7 @@ impl Wan {
             ref mut last,
             ref mut after,
             ref mut seen,
+            ref mut times,
         } = self.train
         else {
             return;
@@ -623,9 +670,15 @@ impl Wan {
             *seen += bytes;
             if acked {
                 match *first {
-                    None => *first = Some(now),
+                    None => {
+                        *first = Some(now);
+                        *times = 1;
+                    }
                     Some(f) if now > f => {
                         *after += bytes;
+                        if *last != Some(now) {
+                            *times += 1;
+                        }
                         *last = Some(now);
                     }
                     Some(_) => {}
@@ -636,33 +689,50 @@ impl Wan {
         // slow path takes longer to deliver it: 1.1 s at 256 kbit/s).
         let late = now.saturating_duration_since(first.unwrap_or(end)) > rtt * 2;
         if later || *seen >= total || late {
-            let (first, last, after) = (*first, *last, *after);
+            let (first, last, after, times) = (*first, *last, *after, *times);
             self.train = Train::Done;
+            // From the first ACK to the last (zero if they came at once).
+            let span = first
+                .zip(last)
+                .map_or(Duration::ZERO, |(f, l)| l.saturating_duration_since(f));
             tracing::trace!(
                 bytes = total,
                 sent_us = end.saturating_duration_since(start).as_micros() as u64,
-                acks_us = first
-                    .zip(last)
-                    .map_or(0, |(f, l)| l.saturating_duration_since(f).as_micros()
-                        as u64),
+                acks_us = span.as_micros() as u64,
                 after,
                 later,
                 late,
                 "wan train timed"
             );
-            let read = first.zip(last).and_then(|(f, l)| {
-                let span = l.saturating_duration_since(f);
-                (span >= TRAIN_MIN_SPAN && after >= least)
-                    .then(|| after as f64 / span.as_secs_f64())
-            });
-            // Every ACK of it came at one instant (a receiver or a sender
-            // that was not scheduled while they came: 1 train in 3 at 700
-            // ms in the lab): the path carried 30 datagrams within a
-            // wake-up, a fast one; the next flight is a train again, once.
-            let at_once = first.is_some() && last.is_none() && !later && !late;
+            let read = (span >= TRAIN_MIN_SPAN && after >= least)
+                .then(|| after as f64 / span.as_secs_f64());
+            // Every ACK of it came within TRAIN_MIN_SPAN (a receiver or a
+            // sender that was not scheduled while they came: 1 train in 3
+            // at 700 ms in the lab): the path carried 30 datagrams within a
+            // wake-up, a fast one. (Not only ACKs at one instant: 20
+            // datagrams in one ACK and 10 in the next 59 µs later gave no
+            // reading, and startup took 10 round trips, 7 s at 700 ms.)
+            // Or they came back as fast as the sender let the train out
+            // (its batches spread over up to 0.9 ms while it read files):
+            // what it read is the sender's pace, a floor of the path's
+            // (194 and 332 Mbit/s of 1 Gbit/s). Or they came at two times
+            // only: one interval, which a wake-up of the receiver more or
+            // less made 280 Mbit/s of 1 Gbit/s (the lab's emulator hands
+            // the receiver 10-datagram aggregates, so a train of 30 comes
+            // back in 2-3 ACKs). Either way the next flight is a train
+            // again, once; startup jumps on any reading meanwhile.
+            let sending = end.saturating_duration_since(start);
+            let fast = span < TRAIN_MIN_SPAN || span <= sending.mul_f64(TRAIN_PACED) || times <= 2;
+            let again =
+                first.is_some() && fast && !later && !late && self.train_tries < TRAIN_TRIES;
             match read {
-                Some(capacity) => self.train_jump(capacity),
-                None if at_once && self.train_tries < TRAIN_TRIES => self.train = Train::Ready,
+                Some(capacity) => {
+                    self.train_jump(capacity);
+                    if again {
+                        self.train = Train::Ready;
+                    }
+                }
+                None if again => self.train = Train::Ready,
                 // No reading: the first window is what it was without one.
                 None => self.train_bytes = None,
             }
@@ -670,7 +740,7 @@ impl Wan {
     }
 
     /// The train read `capacity` (bytes/s): startup jumps to its share, at
-    /// gain 2, unless it is already there.
+    /// [`TRAIN_GAIN`], unless it is already there.
     fn train_jump(&mut self, capacity: f64) {
         let jump = TRAIN_SHARE * capacity;
         tracing::trace!(capacity_mbps = capacity * 8e-6, "wan train");
@@ -679,10 +749,27 @@ impl Wan {
         }
         self.bw = jump;
         self.jump = Some((jump, TRAIN_ROUNDS));
-        self.gain = STARTUP_FULL_GAIN;
+        self.train_cap = Some(capacity);
+        self.gain = TRAIN_GAIN;
         self.full_bw = jump;
         self.full_bw_rounds = 0;
         self.last_round_bw = jump;
+    }
+
+    /// Startup's gain after a train's jump ([`TRAIN_GAIN`], or 2 once the
+    /// estimate is [`TRAIN_FAR`] times what the train read): call after the
+    /// estimate changed.
+    fn train_gain(&mut self) {
+        let Some(cap) = self.train_cap else {
+            return;
+        };
+        if self.mode == Mode::Startup && self.gain >= TRAIN_GAIN {
+            self.gain = if self.bw < TRAIN_FAR * cap {
+                TRAIN_GAIN
+            } else {
+                STARTUP_FULL_GAIN
+            };
+        }
     }
 
     /// The phase the controller is in.
@@ -890,6 +977,7 @@ impl Wan {
             self.cubic.on_ack(now, sent, bytes, path);
         }
         let start = *self.round_start.get_or_insert(now);
+        let first_sent = *self.round_sent.get_or_insert(sent);
         // A round lasts one path RTT (at least 1 ms), and on a slow link at
         // least SAMPLE_PACKETS datagrams' time: at 1 Mbit/s and 72 ms a
         // round held six, and one more or less in it read as +-16 % of
@@ -900,8 +988,16 @@ impl Wan {
             .unwrap_or(rtt)
             .max(Duration::from_millis(1))
             .max(self.packet_time() * SAMPLE_PACKETS as u32);
-        if now.saturating_duration_since(start) >= len {
-            self.end_round(now, now.saturating_duration_since(start));
+        let acks = now.saturating_duration_since(start);
+        if acks >= len {
+            // Its rate is over the longer of the ACKs' and the packets' own
+            // spacing, as the per-ACK samples': a round that began with ACKs
+            // held back 75 ms read 140 Mbit/s of 80. (Not in `fair`, whose
+            // CUBIC start is tuned with the rates as they were: beside 6
+            // CUBIC flows it took 1.37 fair shares instead of 1.0-1.3.)
+            let sends = sent.saturating_duration_since(first_sent);
+            let len = if self.fair { acks } else { acks.max(sends) };
+            self.end_round(now, len);
         }
     }
 
@@ -915,12 +1011,13 @@ impl Wan {
             return;
         };
         let span = (path / 4).max(SLIDE_MIN);
+        let sent = now.checked_sub(rtt).unwrap_or(now);
         if self
             .deliveries
             .back()
-            .is_none_or(|&(t, _)| now.saturating_duration_since(t) >= span / 32)
+            .is_none_or(|&(t, ..)| now.saturating_duration_since(t) >= span / 32)
         {
-            self.deliveries.push_back((now, self.delivered));
+            self.deliveries.push_back((now, self.delivered, sent));
         }
         // Keep the newest entry at least one span old, and at least
         // SAMPLE_PACKETS datagrams back, as the reference: on a slow link a
@@ -928,12 +1025,12 @@ impl Wan {
         // second one makes that twice the rate (1.4 Mbit/s on a 1 Mbit/s path).
         let least = SAMPLE_PACKETS * self.mtu;
         let delivered = self.delivered;
-        while self.deliveries.get(1).is_some_and(|&(t, d)| {
+        while self.deliveries.get(1).is_some_and(|&(t, d, _)| {
             now.saturating_duration_since(t) >= span && delivered - d >= least
         }) {
             self.deliveries.pop_front();
         }
-        let &(t0, d0) = self.deliveries.front().expect("pushed above");
+        let &(t0, d0, s0) = self.deliveries.front().expect("pushed above");
         if self.delivered - d0 < least {
             return;
         }
@@ -943,9 +1040,16 @@ impl Wan {
         // CUBIC flows in the lab these samples took `wan` to 2.1 fair shares.
         let queued = queued(rtt, path, self.packet_time());
         if elapsed >= span && !queued {
+            // Over the longer of the ACKs' and the packets' own spacing (as
+            // BBR's delivery rate): ACKs held back and then sent together
+            // (the receiver not scheduled) read far above the link: 1,772
+            // Mbit/s of 1 Gbit/s at 700 ms in the lab, a window of 2.7 BDP
+            // and 23 MB lost.
+            let elapsed = elapsed.max(sent.saturating_duration_since(s0));
             let rate = (self.delivered - d0) as f64 / elapsed.as_secs_f64();
             self.round_max_rate = self.round_max_rate.max(rate);
             self.bw = self.bw.max(rate);
+            self.train_gain();
         }
     }
 
@@ -993,11 +1097,22 @@ impl Wan {
         self.clear_rounds = 0;
     }
 
+    /// Startup and its drain are over: cruise at the estimate (starting the
+    /// probe cycle at gain 1, not with a probe).
+    fn settle(&mut self, now: Instant) {
+        self.queued_rounds = 0;
+        self.settled_since = Some(now);
+        self.mode = Mode::Cruise;
+        self.cycle = 2;
+        self.gain = 1.0;
+    }
+
     /// Competition has gone: find the rate again, from the bandwidth measured.
     fn restart(&mut self, now: Instant) {
         self.settled_since = None;
         self.mode = Mode::Startup;
         self.gain = STARTUP_GAIN;
+        self.train_cap = None;
         self.full_bw = self.bw;
         self.full_bw_rounds = 0;
         self.last_round_bw = 0.0;
@@ -1164,7 +1279,7 @@ impl Wan {
                 if !self.fair && self.last_round_bw > 0.0 && path >= 4 * SLIDE_MIN {
                     let growth = self.bw / self.last_round_bw;
                     if growth < 2.0 {
-                        self.gain = STARTUP_FULL_GAIN;
+                        self.gain = self.gain.min(STARTUP_FULL_GAIN);
                     }
                 }
                 self.last_round_bw = self.bw;
@@ -1180,19 +1295,24 @@ impl Wan {
                 // three more at 2.885 fill 600 ms of queue before a loss.
                 let full = queued && self.full_bw_rounds >= 1 && !self.fair;
                 if self.full_bw_rounds >= 3 || congested || full {
-                    self.mode = Mode::Drain;
-                    self.gain = DRAIN_GAIN;
                     self.deliveries.clear();
+                    let alone = self.gain == TRAIN_GAIN
+                        && self.train_cap.is_some_and(|c| self.bw >= TRAIN_ALONE * c);
+                    if alone {
+                        // A window of TRAIN_GAIN BDP queued at most
+                        // (TRAIN_GAIN - 1) of one: the window of the BDP
+                        // drains it (see TRAIN_ALONE).
+                        self.settle(now);
+                    } else {
+                        self.mode = Mode::Drain;
+                        self.gain = DRAIN_GAIN;
+                    }
+                } else {
+                    self.train_gain();
                 }
             }
             Mode::Drain if self.fair => self.compete(now),
-            Mode::Drain => {
-                self.queued_rounds = 0;
-                self.settled_since = Some(now);
-                self.mode = Mode::Cruise;
-                self.cycle = 2;
-                self.gain = 1.0;
-            }
+            Mode::Drain => self.settle(now),
             Mode::Compete => {
                 // Look now and then whether the others have gone (never in
                 // `fair`: it behaves as TCP does, whoever else is there).
@@ -1256,6 +1376,7 @@ impl Wan {
             self.agg_max = [self.agg_max[1], 0.0];
         }
         self.round_start = None;
+        self.round_sent = None;
         self.round_acked = 0;
         self.round_lost = 0;
         self.round_max_rate = 0.0;
@@ -1395,7 +1516,7 @@ mod tests {
     }
 
     #[test]
-    fn a_train_reads_the_bottleneck_and_startup_jumps_to_half_of_it() {
+    fn a_train_reads_the_bottleneck_and_startup_jumps_to_two_thirds_of_it_at_one_and_a_half() {
         for mbps in [50u64, 1000] {
             let rtt = Duration::from_millis(700);
             let (mut w, sent) = cold_train(rtt);
@@ -1403,14 +1524,14 @@ mod tests {
             let first = w.window();
             train_acked(&mut w, sent, rtt, mbps);
             // 28 datagrams after the first ACK over 14 gaps: the link's rate
-            // exactly; the estimate is half of it, at gain 2.
+            // exactly; the estimate is two thirds of it, at gain 1.5.
             let bw = w.bandwidth() as f64 / 1e6;
             assert!(
-                (bw - mbps as f64 / 2.0).abs() < mbps as f64 * 0.01,
+                (bw - mbps as f64 * 2.0 / 3.0).abs() < mbps as f64 * 0.01,
                 "{mbps} Mbit/s link: estimate {bw:.1}"
             );
             assert_eq!(w.mode(), Mode::Startup);
-            assert_eq!(w.gain(), STARTUP_FULL_GAIN);
+            assert_eq!(w.gain(), TRAIN_GAIN);
             // The window: about the link's BDP (and the headroom).
             let bdp = mbps as f64 * 1e6 / 8.0 * 0.7;
             let win = w.window() as f64;
@@ -1454,7 +1575,48 @@ mod tests {
         assert_eq!(train_again(&mut w, again), 12);
         train_acked_n(&mut w, again, rtt, 100, 120);
         let bw = w.bandwidth() as f64 / 1e6;
-        assert!((bw - 50.0).abs() < 1.0, "{bw}");
+        assert!((bw - 66.7).abs() < 1.0, "{bw}");
+        // 20 datagrams in one ACK and 10 in the next 59 µs later: too close
+        // to read, a fast path too; a second train.
+        let (mut w, sent) = cold_train(rtt);
+        let at = sent + rtt;
+        for i in 0..30 {
+            let at = at + Duration::from_micros(if i < 20 { 0 } else { 59 });
+            w.on_ack(at, 1200, at - sent);
+        }
+        assert_eq!(w.bandwidth(), 0);
+        let again = sent + rtt + Duration::from_millis(1);
+        assert_eq!(train_again(&mut w, again), 12);
+        // A train the sender let out over 0.9 ms (three batches 450 µs
+        // apart) whose ACKs spread no further: it read the sender's pace
+        // (about 300 Mbit/s), a floor; startup jumps on it, and the next
+        // flight is a train again.
+        let mut w = Wan::new(1200, 0);
+        w.seed_rtt(rtt);
+        let sent = Instant::now();
+        for batch in 0..3 {
+            w.on_sent(sent + Duration::from_micros(450) * batch, 12_000);
+        }
+        let gap = Duration::from_micros(950) / 14;
+        let mut at = sent + rtt;
+        for _ in 0..15 {
+            w.on_ack(at, 2400, at - sent);
+            at += gap;
+        }
+        let bw = w.bandwidth() as f64 / 1e6;
+        assert!((150.0..250.0).contains(&bw), "{bw}");
+        assert_eq!(train_again(&mut w, at + Duration::from_millis(1)), 12);
+        // 20 datagrams in one ACK and 10 in the next 300 µs later: one
+        // interval, read (320 Mbit/s) and checked by a second train.
+        let (mut w, sent) = cold_train(rtt);
+        let at = sent + rtt;
+        for i in 0..30 {
+            let at = at + Duration::from_micros(if i < 20 { 0 } else { 300 });
+            w.on_ack(at, 1200, at - sent);
+        }
+        let bw = w.bandwidth() as f64 / 1e6;
+        assert!((bw - 213.3).abs() < 1.0, "{bw}");
+        assert_eq!(train_again(&mut w, at + Duration::from_millis(1)), 12);
         // Two that cannot be read: no third.
         let (mut w, sent) = cold_train(rtt);
         train_acked(&mut w, sent, rtt, 0);
@@ -1487,14 +1649,14 @@ mod tests {
         let (mut w, sent) = cold_train(rtt);
         // The train read 1 Gbit/s (ACKs bunched), the path gives 100 Mbit/s.
         let mut t = train_acked(&mut w, sent, rtt, 1000);
-        assert!((w.bandwidth() as f64 / 1e6 - 500.0).abs() < 5.0);
+        assert!((w.bandwidth() as f64 / 1e6 - 666.7).abs() < 5.0);
         let mut bws = Vec::new();
         for _ in 0..3 {
             bws.push(round(&mut w, &mut t, 100, Duration::ZERO, 0));
         }
         // The round under way and the next keep it; then what was delivered
         // (100 Mbit/s, and the per-ACK samples a little over it).
-        assert!(bws[0] >= 499.0 && bws[1] >= 499.0, "{bws:?}");
+        assert!(bws[0] >= 666.0 && bws[1] >= 666.0, "{bws:?}");
         assert!((99.0..=115.0).contains(&bws[2]), "{bws:?}");
         // A jump the queue overflows under is cut from what was measured,
         // not to 0.7 of itself (350 Mbit/s on a 100 Mbit/s path).
@@ -1505,6 +1667,94 @@ mod tests {
             .map(|_| round(&mut w, &mut t, 100, q, 10_000))
             .collect();
         assert!(cut[1] < 120.0, "overflow after the jump: {cut:?} Mbit/s");
+    }
+
+    #[test]
+    fn after_a_trains_jump_startup_grows_at_one_and_a_half() {
+        let rtt = Duration::from_millis(100);
+        // The train read twice the link (its ACKs bunched): the jump paces
+        // at what it read, at 1.5, and the rounds deliver the link.
+        let (mut w, sent) = cold_train(rtt);
+        let mut t = train_acked(&mut w, sent, rtt, 2000);
+        for _ in 0..3 {
+            assert_eq!((w.mode(), w.gain()), (Mode::Startup, TRAIN_GAIN));
+            round(&mut w, &mut t, 1000, Duration::ZERO, 0);
+        }
+        // The jump has left the estimate: a window of 1.5 times the BDP
+        // delivered (and the headroom), so a one-BDP queue holds what it
+        // can queue.
+        let bw = w.bandwidth() as f64 / 1e6;
+        assert!((1000.0..1100.0).contains(&bw), "{bw}");
+        let bdp = bw * 1e6 / 8.0 * 0.1;
+        assert!(w.window() as f64 <= 1.5 * bdp * 1.05, "{}", w.window());
+        // The train read a fifth of the link: at three times its reading
+        // startup grows at 2 again.
+        let (mut w, sent) = cold_train(rtt);
+        let mut t = train_acked(&mut w, sent, rtt, 200);
+        round(&mut w, &mut t, 200, Duration::ZERO, 0);
+        round(&mut w, &mut t, 300, Duration::ZERO, 0);
+        assert_eq!(w.gain(), TRAIN_GAIN);
+        round(&mut w, &mut t, 650, Duration::ZERO, 0);
+        assert_eq!((w.mode(), w.gain()), (Mode::Startup, STARTUP_FULL_GAIN));
+    }
+
+    #[test]
+    fn a_startup_that_got_what_the_train_read_cruises_at_once_others_drain_as_usual() {
+        let rtt = Duration::from_millis(100);
+        let q = Duration::from_millis(40);
+        // Read 2 Gbit/s (bunched) or 1 (right), delivered 1: alone, the
+        // second; the first cannot tell 1 Gbit/s from others taking half.
+        let expect = [(1000, Mode::Cruise, 1.0), (2000, Mode::Drain, DRAIN_GAIN)];
+        for (read, mode, gain) in expect {
+            let (mut w, sent) = cold_train(rtt);
+            let mut t = train_acked(&mut w, sent, rtt, read);
+            // Two rounds without a queue, then a queue stands: startup ends.
+            let mut rounds = 0;
+            while w.mode() == Mode::Startup && rounds < 6 {
+                let queue = if rounds < 2 { Duration::ZERO } else { q };
+                round(&mut w, &mut t, 1000, queue, 0);
+                rounds += 1;
+            }
+            assert_eq!((w.mode(), w.gain()), (mode, gain), "read {read}");
+            // Cruising, the window of the BDP (and the headroom) drains the
+            // queue startup's 1.5 BDP built.
+            let bdp = w.bandwidth() as f64 / 8.0 * 0.1;
+            let most = if mode == Mode::Cruise {
+                1.05
+            } else {
+                DRAIN_GAIN + 0.05
+            };
+            assert!(
+                w.window() as f64 <= most * bdp,
+                "read {read}: {}",
+                w.window()
+            );
+        }
+    }
+
+    #[test]
+    fn acks_held_back_and_sent_together_do_not_read_above_the_rate_sent() {
+        // Startup, 80 Mbit/s delivered (a datagram every 120 µs), 100 ms
+        // path; the receiver holds its ACKs for 75 ms once, then sends them
+        // together.
+        let mut w = Wan::new(1200, 0);
+        let rtt = Duration::from_millis(100);
+        let gap = Duration::from_micros(120);
+        let start = Instant::now();
+        let (stall, resume) = (Duration::from_millis(300), Duration::from_millis(375));
+        for i in 0..5000u32 {
+            let sent = start + gap * i;
+            let arrives = sent + rtt;
+            let since = arrives - start;
+            let at = if since >= stall && since < resume {
+                start + resume
+            } else {
+                arrives
+            };
+            w.on_ack(at, 1200, at - sent);
+        }
+        let bw = w.bandwidth() as f64 / 1e6;
+        assert!(bw <= 85.0, "estimate {bw:.0} Mbit/s for 80 sent");
     }
 
     /// One round of 100 ms (the path RTT): `mbps` delivered in ACKs every

@@ -693,12 +693,14 @@ fn a_cold_start_does_not_overflow_a_one_bdp_queue() {
     // it had already sent 2.89 BDP, and a one-BDP queue dropped most of a
     // BDP (2.7 % of a 20 s run here at 700 ms; 67 MB of 500 MB in the lab).
     // Once a round's rate grows less than twice, it grows at 2 at most.
+    // A train's jump is followed by growth at 1.5, whose window of 1.5 BDP
+    // fits the path and the queue: 0.024-0.033 % dropped at 2, none at 1.5.
     for rtt in [70u64, 700] {
         let o = run(&gbit(rtt, 0.0), 0, 20.0, 7);
         let f = &o.flows[0];
         let dropped = f.dropped as f64 / f.sent as f64;
         assert!(
-            dropped <= 0.005,
+            dropped <= 0.0001,
             "{rtt} ms: {:.2} % of the packets dropped by the queue",
             dropped * 100.0
         );
