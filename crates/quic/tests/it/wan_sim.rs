@@ -463,7 +463,7 @@ fn a_cold_start_at_700_ms_reaches_line_rate_in_four_round_trips() {
     // the rate grew 1.7x a round: 9.3 s here, 15 round trips in the lab
     // with 1452-byte datagrams. Per-ACK samples: 5.2 s; a startup at 2
     // near the bottleneck 6.1 s. The first flight's train reads the
-    // bottleneck and startup jumps to half of it: 1.5 s (first ACKs at
+    // bottleneck and startup jumps to pace at it: 1.5 s (first ACKs at
     // 0.7 s).
     for seed in [7, 8] {
         let o = run(&gbit(700, 1e-3), 0, 20.0, seed);
