@@ -231,7 +231,7 @@ pub enum Mode {
     Startup,
     /// One round at gain 1/2.885 after startup, to empty the queue startup
     /// built; then cruise (`fair`: compete). Not after a startup at 1.5
-    /// that had the path to itself ([`TRAIN_ALONE`]): that one cruises at
+    /// that had the path to itself (`TRAIN_ALONE`): that one cruises at
     /// once.
     Drain,
     /// At the estimate, in the eight-round probe cycle (probe, drain, six at
