@@ -977,7 +977,7 @@ impl Wan {
         // ends with, and the higher per-ACK one gave it 1.5-1.9 fair shares
         // beside 5 CUBIC flows in the simulation.
         if self.mode == Mode::Startup && !self.fair {
-            self.sample_rate(now, bytes, rtt);
+            self.sample_rate(now, sent, bytes, rtt);
         }
         if self.mode == Mode::Compete {
             let path = self.min_rtt().unwrap_or(rtt);
@@ -1011,14 +1011,13 @@ impl Wan {
     /// Startup: the delivery rate over the last quarter of the path RTT (at
     /// least [`SLIDE_MIN`]), once that much history is there and while the
     /// queue is empty, raises the estimate at once instead of at the round's
-    /// end.
-    fn sample_rate(&mut self, now: Instant, bytes: u64, rtt: Duration) {
+    /// end. `sent`: when the acknowledged packet left (`now` - `rtt`).
+    fn sample_rate(&mut self, now: Instant, sent: Instant, bytes: u64, rtt: Duration) {
         self.delivered += bytes;
         let Some(path) = self.min_rtt() else {
             return;
         };
         let span = (path / 4).max(SLIDE_MIN);
-        let sent = now.checked_sub(rtt).unwrap_or(now);
         if self
             .deliveries
             .back()
@@ -1524,6 +1523,16 @@ mod tests {
         at
     }
 
+    /// ACKs of the train sent at `sent` at two times: its first 20
+    /// datagrams one RTT later, the last 10 `gap` after them.
+    fn train_acked_twice(w: &mut Wan, sent: Instant, rtt: Duration, gap: Duration) {
+        let first = sent + rtt;
+        for i in 0..30 {
+            let at = if i < 20 { first } else { first + gap };
+            w.on_ack(at, 1200, at - sent);
+        }
+    }
+
     #[test]
     fn a_train_reads_the_bottleneck_and_startup_jumps_to_two_thirds_of_it_at_one_and_a_half() {
         for mbps in [50u64, 1000] {
@@ -1588,11 +1597,7 @@ mod tests {
         // 20 datagrams in one ACK and 10 in the next 59 µs later: too close
         // to read, a fast path too; a second train.
         let (mut w, sent) = cold_train(rtt);
-        let at = sent + rtt;
-        for i in 0..30 {
-            let at = at + Duration::from_micros(if i < 20 { 0 } else { 59 });
-            w.on_ack(at, 1200, at - sent);
-        }
+        train_acked_twice(&mut w, sent, rtt, Duration::from_micros(59));
         assert_eq!(w.bandwidth(), 0);
         let again = sent + rtt + Duration::from_millis(1);
         assert_eq!(train_again(&mut w, again), 12);
@@ -1618,14 +1623,11 @@ mod tests {
         // 20 datagrams in one ACK and 10 in the next 300 µs later: one
         // interval, read (320 Mbit/s), and a second train may read more.
         let (mut w, sent) = cold_train(rtt);
-        let at = sent + rtt;
-        for i in 0..30 {
-            let at = at + Duration::from_micros(if i < 20 { 0 } else { 300 });
-            w.on_ack(at, 1200, at - sent);
-        }
+        train_acked_twice(&mut w, sent, rtt, Duration::from_micros(300));
         let bw = w.bandwidth() as f64 / 1e6;
         assert!((bw - 213.3).abs() < 1.0, "{bw}");
-        assert_eq!(train_again(&mut w, at + Duration::from_millis(1)), 12);
+        let again = sent + rtt + Duration::from_millis(1);
+        assert_eq!(train_again(&mut w, again), 12);
         // Two that cannot be read: no third.
         let (mut w, sent) = cold_train(rtt);
         train_acked(&mut w, sent, rtt, 0);
