@@ -647,11 +647,17 @@ impl Wan {
     /// timing takes it, and reads the capacity once the train is
     /// accounted for or a later datagram's ACK comes.
     fn train_ack(&mut self, now: Instant, sent: Instant, bytes: u64, acked: bool) {
-        // An ACK while it goes out (the sender had no more data for a round
-        // trip): the train is what was sent, until its last send (not this
-        // ACK's time, which would make it look sent as slowly as it came
-        // back).
-        if let Train::Sending { last, .. } = self.train {
+        // An ACK of its own while it goes out (the sender had no more data
+        // for a round trip): the train is what was sent, until its last send
+        // (not this ACK's time, which would make it look sent as slowly as
+        // it came back). ACKs and losses of what went before it do not end
+        // it: a second train goes out while the first flight's ACKs come
+        // in, and one of those cut it at quinn's first 20 datagrams (in the
+        // lab at 700 ms: 29 kB, no reading, seven blind rounds).
+        if let Train::Sending { start, last, .. } = self.train {
+            if sent < start {
+                return;
+            }
             self.train_sent(last);
         }
         let rtt = self.known_rtt().unwrap_or(Duration::ZERO);
@@ -1652,6 +1658,37 @@ mod tests {
         // Four datagrams after the first ACK: too few to read a rate.
         w.on_ack(at, 1200, rtt);
         assert!(w.bandwidth() < 1_000_000, "{} bit/s", w.bandwidth());
+    }
+
+    #[test]
+    fn acks_of_the_first_flight_do_not_cut_a_second_train_its_own_do() {
+        let rtt = Duration::from_millis(700);
+        let (mut w, sent) = cold_train(rtt);
+        train_acked(&mut w, sent, rtt, 0);
+        // The second train goes out while the ACKs of the first flight's
+        // paced rest (sent from 2 ms after the first train) come in.
+        let again = sent + rtt + Duration::from_millis(1);
+        let mut t = again;
+        let mut batches = 0;
+        while batches == 0 || (w.unpaced() && batches <= 100) {
+            w.on_sent(t, 12_000);
+            batches += 1;
+            let of = sent + Duration::from_millis(2) + Duration::from_micros(batches * 10);
+            let at = t + Duration::from_micros(5);
+            w.on_ack(at, 1200, at - of);
+            t += Duration::from_micros(20);
+        }
+        assert_eq!(batches, 12, "the second train's batches");
+        // An ACK of the train's own datagrams while it goes out ends it (the
+        // sender had nothing more for a round trip).
+        let (mut w, sent) = cold_train(rtt);
+        train_acked(&mut w, sent, rtt, 0);
+        let again = sent + rtt + Duration::from_millis(1);
+        w.on_sent(again, 12_000);
+        assert!(w.unpaced());
+        let at = again + Duration::from_micros(50);
+        w.on_ack(at, 1200, at - again);
+        assert!(!w.unpaced(), "an ACK of the train itself ends it");
     }
 
     #[test]
