@@ -4,7 +4,9 @@
 use crate::cc::CcChoice;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
-use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts, Tuned};
+use crate::net::{
+    endpoint, spawn_receive_floor, spawn_window_tuner, udp_socket, Flow, NetOpts, Tuned,
+};
 use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, ALPN, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, Destination, RecvOpts};
@@ -278,6 +280,8 @@ struct Session {
     /// The server's `Welcome.streams`: a get's data streams.
     streams: u32,
     welcomed: Instant,
+    /// The connection's congestion controller.
+    cc: Option<Arc<crate::cc::CcHandle>>,
 }
 
 /// Data streams a sender uses when nobody says (`--streams`).
@@ -313,7 +317,7 @@ async fn connect(
         .map_err(|e| conn_err(e.to_string()))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
     let factory = crate::cc::CcFactory::new(opts.cc_choice(), opts.net.max_rate);
-    cfg.transport_config(Arc::new(opts.net.transport(addr, factory)));
+    cfg.transport_config(Arc::new(opts.net.transport(addr, factory.clone())));
     let bind: SocketAddr = if addr.is_ipv6() {
         "[::]:0"
     } else {
@@ -326,6 +330,8 @@ async fn connect(
     let connecting = endpoint
         .connect_with(cfg, addr, "longhaul")
         .map_err(|e| conn_err(format!("connecting to {addr}: {e}")))?;
+    // (connect_with builds the connection, and its controller, at once.)
+    let cc = factory.take_last();
     let conn = match opts.connect_timeout {
         None => connecting.await,
         Some(t) => match tokio::time::timeout(t, connecting).await {
@@ -443,6 +449,7 @@ async fn connect(
         fresh,
         streams,
         welcomed: Instant::now(),
+        cc,
     })
 }
 
@@ -469,6 +476,7 @@ async fn close(
         fresh: _,
         streams,
         welcomed,
+        cc: _,
     } = s;
     let data_seconds = welcomed.elapsed().as_secs_f64();
     let frames = conn.stats().frame_tx.stream;
@@ -675,6 +683,9 @@ pub async fn get<R: AsRef<[u8]>>(
         return finish(s, started, "get", opts, failed).await;
     }
     let tuned = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx, None);
+    if let Some(cc) = &s.cc {
+        spawn_receive_floor(s.conn.clone(), cc.clone());
+    }
     let r = run_receiver(
         s.conn.clone(),
         s.ctl.clone(),

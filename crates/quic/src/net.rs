@@ -2,14 +2,14 @@
 //! windows sized from the bandwidth-delay product under a memory bound, and the
 //! congestion controller factory.
 
-use crate::cc::{CcChoice, CcFactory};
+use crate::cc::{CcChoice, CcFactory, CcHandle};
 use crate::ramp::Series;
 use anyhow::{Context, Result};
 use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Flow-control and rate settings of one side.
 #[derive(Debug, Clone, Copy)]
@@ -328,6 +328,73 @@ pub(crate) fn spawn_window_tuner(
     out
 }
 
+/// How often [`spawn_receive_floor`] looks at what arrived.
+const FLOOR_EVERY: Duration = Duration::from_millis(25);
+/// The span its rate is measured over, in looks (100 ms).
+const FLOOR_LOOKS: usize = 4;
+/// How long a floor holds after the rate under it fell: a pause of the
+/// sender (a full window waiting for ACKs) must not take the floor away
+/// just before the next flight comes in.
+const FLOOR_HOLD: Duration = Duration::from_secs(1);
+
+/// What arrived at the receiving side of a connection lately, and the floor
+/// it gives its controller ([`crate::cc::receive_floor`]): the rate over the
+/// last [`FLOOR_LOOKS`] looks, the highest floor of the last
+/// [`FLOOR_HOLD`].
+#[derive(Debug)]
+struct FloorFollower {
+    seen: std::collections::VecDeque<(Instant, u64)>,
+    held: (u64, Instant),
+}
+
+impl FloorFollower {
+    fn new(now: Instant, received: u64) -> Self {
+        FloorFollower {
+            seen: [(now, received)].into(),
+            held: (0, now),
+        }
+    }
+
+    /// At `now`, `received` bytes have come in all told, over a path of
+    /// `rtt`: the floor.
+    fn look(&mut self, now: Instant, received: u64, rtt: Duration) -> u64 {
+        self.seen.push_back((now, received));
+        if self.seen.len() > FLOOR_LOOKS + 1 {
+            self.seen.pop_front();
+        }
+        let (t0, b0) = self.seen[0];
+        let secs = now.saturating_duration_since(t0).as_secs_f64();
+        let rate = if secs > 0.0 {
+            received.saturating_sub(b0) as f64 / secs
+        } else {
+            0.0
+        };
+        let floor = crate::cc::receive_floor(rate, rtt);
+        if floor >= self.held.0 || now.saturating_duration_since(self.held.1) > FLOOR_HOLD {
+            self.held = (floor, now);
+        }
+        self.held.0
+    }
+}
+
+/// Keeps the window of the receiving side's own controller (`cc`) at least
+/// [`crate::cc::receive_floor`] of what arrives, for as long as the
+/// connection lives: its ACKs then carry the flow-control credit without
+/// waiting for the pacer (see there).
+pub(crate) fn spawn_receive_floor(conn: quinn::Connection, cc: Arc<CcHandle>) {
+    tokio::spawn(async move {
+        let mut follower = FloorFollower::new(Instant::now(), conn.stats().udp_rx.bytes);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(FLOOR_EVERY) => {}
+                _ = conn.closed() => return,
+            }
+            let floor = follower.look(Instant::now(), conn.stats().udp_rx.bytes, conn.rtt());
+            cc.set_floor(floor);
+        }
+    });
+}
+
 /// What [`spawn_window_tuner`] keeps up to date.
 #[derive(Debug, Clone)]
 pub(crate) struct Tuned {
@@ -442,6 +509,33 @@ pub(crate) fn endpoint(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_receivers_floor_follows_what_arrives_and_holds_through_a_pause() {
+        let rtt = Duration::from_millis(700);
+        let t0 = Instant::now();
+        let mut f = FloorFollower::new(t0, 0);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Nothing yet: no floor.
+        assert_eq!(f.look(at(25), 0, rtt), 0);
+        // 1 Gbit/s (125 kB a millisecond) from 25 ms on: within one look
+        // the floor is up (the rate over the 50 ms seen so far, half of it).
+        let half = crate::cc::receive_floor(62.5e6, rtt);
+        assert_eq!(f.look(at(50), 3_125_000, rtt), half);
+        let mut got = 3_125_000;
+        let mut floor = 0;
+        for ms in (75..=500).step_by(25) {
+            got += 3_125_000;
+            floor = f.look(at(ms), got, rtt);
+        }
+        assert_eq!(floor, crate::cc::receive_floor(125e6, rtt));
+        // The sender pauses (its window full): the floor holds for a second…
+        for ms in (525..=1500).step_by(25) {
+            assert_eq!(f.look(at(ms), got, rtt), floor, "at {ms} ms");
+        }
+        // …then follows the rate (nothing came: none).
+        assert_eq!(f.look(at(1525), got, rtt), 0);
+    }
 
     #[test]
     fn a_send_budget_bounds_the_sum_shares_it_and_gets_it_back() {

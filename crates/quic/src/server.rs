@@ -4,7 +4,9 @@
 use crate::cc::{CcChoice, CcFactory, CcHandle};
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, Identity};
-use crate::net::{endpoint, spawn_window_tuner, udp_socket, Flow, NetOpts, SendBudget};
+use crate::net::{
+    endpoint, spawn_receive_floor, spawn_window_tuner, udp_socket, Flow, NetOpts, SendBudget,
+};
 use crate::proto::{ErrorCode, Frame, Hello, Op, ALPN, MAX_STREAMS, VERSION};
 use crate::receiver::{run_receiver, Destination, RecvOpts};
 use crate::report::{Problem, Progress, SessionReport};
@@ -473,6 +475,9 @@ async fn session(
     };
     let put = flow == Flow::Rx;
     let tuned = spawn_window_tuner(conn.clone(), ctx.opts.net, flow, ctx.budget.clone());
+    if let (true, Some(cc)) = (put, &cc) {
+        spawn_receive_floor(conn.clone(), cc.clone());
+    }
     let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
         Op::Get { paths } => {
             let sources: Vec<SendRootResult> = paths
