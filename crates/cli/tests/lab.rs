@@ -921,6 +921,113 @@ files = [{ size = "80MB", count = 1 }]
     assert_eq!(out.code, 0);
 }
 
+/// A 100 ms series of `lab stats --json` (`{bytes, first, interval_ms}`),
+/// bucket by bucket from the lab's start.
+fn series(v: &Value) -> Vec<u64> {
+    let first = v["first"].as_u64().unwrap_or(0) as usize;
+    let mut out = vec![0; first];
+    out.extend(
+        v["bytes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|b| b.as_u64().unwrap_or(0))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default(),
+    );
+    out
+}
+
+/// The client of a get acknowledges while data comes in, on a long path too.
+/// quinn paces and windows a receiver's packets that carry anything but
+/// ACKs (flow-control credit, and a result per file on the control stream:
+/// thousands a second with 10 kB files) like data, with the ACKs bundled in
+/// them, and the receiver's own controller, seeing only those bytes, stayed
+/// at its first window: at 700 ms the client sent no ACK for 0.4-0.5 s at a
+/// time while 300-470 Mbit/s came in, and the sender stopped. It now keeps
+/// a floor under that window (`cc::receive_floor`). Without it this test
+/// failed (no ACK in 5 of the 100 ms that brought data); with 100 files of
+/// 1 MB instead it passed either way.
+#[test]
+fn a_receiver_acknowledges_while_data_comes_in_on_a_long_path() {
+    let Some(_t) = take_turn() else { return };
+    // The link is the client's: what it sends is counted 300 ms after it
+    // left (its `up` series), what it receives as it arrives (`down`).
+    let mut lab = Lab::up(
+        "tack",
+        "srv,cli",
+        &["--link", "rate=1G delay=300ms loss=1e-3 queue=51000pkts"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    let mut want = Vec::new();
+    const FILES: usize = 8000;
+    for i in 0..FILES {
+        let data = noise(100 + i as u64, 10_000);
+        std::fs::write(src.join("d").join(format!("f{i}")), &data).unwrap();
+        want.push(blake3::hash(&data));
+    }
+    let shm = std::path::Path::new("/dev/shm");
+    let dst = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    let (state, kh) = (dir.path().join("state"), dir.path().join("kh"));
+    let p = |x: &std::path::Path| x.to_str().unwrap().to_string();
+    lab.spawn(
+        "srv",
+        &[
+            BIN,
+            "serve",
+            "--root",
+            &p(&src),
+            "--state-dir",
+            &p(&state),
+            "--listen",
+            "0.0.0.0:7700",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let out = lab.exec(
+        "cli",
+        &[
+            BIN,
+            "get",
+            "--accept-new",
+            "--known-hosts",
+            &p(&kh),
+            "--no-rates",
+            "10.77.0.1:7700:d",
+            &p(dst.path()),
+        ],
+    );
+    assert_eq!(out.code, 0, "get: {}", out.stderr);
+    for (i, h) in want.iter().enumerate() {
+        let got = std::fs::read(dst.path().join("d").join(format!("f{i}"))).unwrap();
+        assert_eq!(blake3::hash(&got), *h, "file {i} differs");
+    }
+    let stats = lab.stats();
+    let cli = Lab::host(&stats, "cli");
+    let (down, up) = (series(&cli["down"]["series"]), series(&cli["up"]["series"]));
+    // Every 100 ms that brought 1 MB or more (80 Mbit/s) to the client, its
+    // ACKs left within it (counted three buckets later: the link's delay).
+    let busy: Vec<usize> = (0..down.len()).filter(|&b| down[b] >= 1_000_000).collect();
+    assert!(busy.len() >= 5, "too little came in to judge: {down:?}");
+    let silent: Vec<usize> = busy
+        .iter()
+        .copied()
+        .filter(|&b| up.get(b + 3).copied().unwrap_or(0) == 0)
+        .collect();
+    assert!(
+        silent.is_empty(),
+        "no ACK left the client in the 100 ms from {silent:?} (x 100 ms) while data came in\n\
+         down {down:?}\nup {up:?}"
+    );
+}
+
 #[test]
 fn an_interrupted_run_removes_its_lab_and_processes() {
     let Some(_t) = take_turn() else { return };

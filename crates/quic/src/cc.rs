@@ -274,12 +274,13 @@ pub(crate) const RECEIVE_FLOOR_SHARE: f64 = 1.0 / 16.0;
 /// that BDP.
 ///
 /// A receiver sends ACKs, which no controller holds back, but quinn bundles
-/// the flow-control credit it returns as it reads (MAX_DATA, MAX_STREAMS)
-/// into them, and a packet with such a frame is paced and held to the
-/// window like data. Its own controller sees only those few bytes sent,
-/// so its window stays at the first flight's (38 kB at 700 ms), and
-/// quinn's pacer, which every ACK drains, waits for a full bucket before
-/// the next credit goes: in the lab (20,000 x 10 kB at 700 ms / 1e-3) the
+/// them with what else the receiver sends, the flow-control credit it
+/// returns as it reads (MAX_DATA, MAX_STREAMS) and its per-file results on
+/// the control stream (`FileResult`, thousands a second with small files),
+/// and a packet with such a frame is paced and held to the window like data.
+/// Its own controller sees only those few bytes sent, so its window stays
+/// at the first flight's (38 kB at 700 ms), and quinn's pacer, which every
+/// ACK drains, waits for a full bucket before the next such packet goes: in the lab (20,000 x 10 kB at 700 ms / 1e-3) the
 /// client of a get sent no ACK at all for 0.4-0.5 s at a time while 300-470
 /// Mbit/s came in, and the sender, its window full of unacknowledged data,
 /// stopped. ACKs take 0.4-1.7 % of the bytes they acknowledge; a window of a
