@@ -284,8 +284,7 @@ pub(crate) fn spawn_window_tuner(
         const TICK: Duration = Duration::from_millis(250);
         let mut since = std::time::Instant::now();
         let mut wait = Duration::ZERO; // (a hinted start's window at once)
-                                       // DATA_BLOCKED frames the peer had sent at the last tick.
-        let mut blocked_seen = 0;
+        let mut blocked_seen = 0; // DATA_BLOCKED frames come by the last tick
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
@@ -383,8 +382,8 @@ impl FloorFollower {
 
 /// Keeps the window of the receiving side's own controller (`cc`) at least
 /// [`crate::cc::receive_floor`] of what arrives, for as long as the
-/// connection lives: its ACKs then carry the flow-control credit without
-/// waiting for the pacer (see there).
+/// connection lives: its ACKs, and the credit and per-file results they
+/// travel with, then go without waiting for the pacer (see there).
 pub(crate) fn spawn_receive_floor(conn: quinn::Connection, cc: Arc<CcHandle>) {
     tokio::spawn(async move {
         let mut follower = FloorFollower::new(Instant::now(), conn.stats().udp_rx.bytes);
