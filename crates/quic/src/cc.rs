@@ -269,8 +269,8 @@ impl CcHandle {
 /// product of what it receives ([`receive_floor`]).
 pub(crate) const RECEIVE_FLOOR_SHARE: f64 = 1.0 / 16.0;
 
-/// The least window for the side of a connection that receives `rx_bps`
-/// (bytes of UDP payload per second) over `rtt`: [`RECEIVE_FLOOR_SHARE`] of
+/// The least window for the side of a connection that receives
+/// `rx_bytes_per_s` (bytes of UDP payload per second) over `rtt`: [`RECEIVE_FLOOR_SHARE`] of
 /// that BDP.
 ///
 /// A receiver sends ACKs, which no controller holds back, but quinn bundles
@@ -289,8 +289,8 @@ pub(crate) const RECEIVE_FLOOR_SHARE: f64 = 1.0 / 16.0;
 /// sends of its own (requests, `Want`s) is no more than it was without the
 /// floor on a path that carries little to it, and goes at a few per cent
 /// of the path's rate on one that carries much.
-pub(crate) fn receive_floor(rx_bps: f64, rtt: Duration) -> u64 {
-    (rx_bps * rtt.as_secs_f64() * RECEIVE_FLOOR_SHARE) as u64
+pub(crate) fn receive_floor(rx_bytes_per_s: f64, rtt: Duration) -> u64 {
+    (rx_bytes_per_s * rtt.as_secs_f64() * RECEIVE_FLOOR_SHARE) as u64
 }
 
 /// A controller that can be replaced and capped while the connection lives.
@@ -512,7 +512,7 @@ mod tests {
         h.set_floor(0);
         assert_eq!(c.window(), own);
         // A slow path's receiver keeps its controller's window: 1 Mbit/s at
-        // 70 ms is a floor of 547 bytes.
+        // 70 ms is a floor of 546 bytes.
         assert_eq!(receive_floor(125e3, Duration::from_millis(70)), 546);
     }
 

@@ -285,6 +285,7 @@ pub(crate) fn spawn_window_tuner(
         let mut since = std::time::Instant::now();
         let mut wait = Duration::ZERO; // (a hinted start's window at once)
         let mut blocked_seen = 0; // DATA_BLOCKED frames come by the last tick
+        let mut grew_at: Option<std::time::Instant> = None; // the receive window's last growth
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
@@ -294,7 +295,10 @@ pub(crate) fn spawn_window_tuner(
             let stats = conn.stats();
             // (Not from the window `wan` reports while its first train goes
             // out: it is no window, and the send window never shrinks.)
-            if stats.path.cwnd < crate::cc::UNPACED_WINDOW {
+            // (Only where this side sends the files: a receiver's window has
+            // a floor for its ACKs, `spawn_receive_floor`, which is no
+            // claim on a server's send budget.)
+            if flow == Flow::Tx && stats.path.cwnd < crate::cc::UNPACED_WINDOW {
                 send.grow(&conn, (4 * stats.path.cwnd).min(opts.max_window));
             }
             let (t, now) = (std::time::Instant::now(), counts(&stats));
@@ -309,9 +313,14 @@ pub(crate) fn spawn_window_tuner(
             let bdp = |a: u64, b: u64| ((a - b) as f64 / secs * rtt) as u64;
             let (rx, tx) = (bdp(now.0, last.0), bdp(now.1, last.1));
             last = now;
-            let blocked = stats.frame_rx.data_blocked > blocked_seen;
+            // (DATA_BLOCKED sent before the sender saw the last growth does
+            // not count: only those that came two RTT after it.)
+            let settled =
+                grew_at.is_none_or(|g| t.saturating_duration_since(g).as_secs_f64() > 2.0 * rtt);
+            let blocked = settled && stats.frame_rx.data_blocked > blocked_seen;
             blocked_seen = stats.frame_rx.data_blocked;
             if let Some(w) = grown_rx(recv_window, rx, blocked, opts.max_window) {
+                grew_at = Some(t);
                 recv_window = w;
                 if let Ok(v) = VarInt::from_u64(w) {
                     conn.set_receive_window(v);
@@ -341,9 +350,9 @@ const FLOOR_LOOKS: usize = 4;
 const FLOOR_HOLD: Duration = Duration::from_secs(1);
 
 /// What arrived at the receiving side of a connection lately, and the floor
-/// it gives its controller ([`crate::cc::receive_floor`]): the rate over the
-/// last [`FLOOR_LOOKS`] looks, the highest floor of the last
-/// [`FLOOR_HOLD`].
+/// it gives its controller ([`crate::cc::receive_floor`]): that of the rate
+/// over the last [`FLOOR_LOOKS`] looks, or a higher one reached within the
+/// last [`FLOOR_HOLD`] (then the current one).
 #[derive(Debug)]
 struct FloorFollower {
     seen: std::collections::VecDeque<(Instant, u64)>,
@@ -465,7 +474,9 @@ fn grown(window: u64, bdp: u64, bound: u64) -> Option<u64> {
 /// need (2-5 DATA_BLOCKED per cold 200 MB get in the lab). A receiver that
 /// reads slower than the path (a slow disk) holds the sender too, but then
 /// what arrives is what it reads: a disk that takes a quarter window per
-/// RTT gets at most four times what it takes in flight, as [`grown`] gives.
+/// RTT gets at most eight times what it takes in flight (twice a window of
+/// four), and the tuner counts only DATA_BLOCKED that came two RTT after
+/// the last growth (the sender had seen it).
 fn grown_rx(window: u64, bdp: u64, blocked: bool, bound: u64) -> Option<u64> {
     let measured = grown(window, bdp, bound).unwrap_or(window);
     let w = if blocked && 4 * bdp >= window {
