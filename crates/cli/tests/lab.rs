@@ -389,14 +389,7 @@ fn rate_limit_delivers_the_configured_rate_and_honours_the_queue() {
         );
         // The emulator's own series of delivered bytes (by delivery time) and
         // of the least queue wait (by arrival time), per 100 ms.
-        let series = &down["series"];
-        let bytes: Vec<u64> = series["bytes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|b| b.as_u64().unwrap())
-            .collect();
-        let first = series["first"].as_u64().unwrap();
+        let bytes = series(&down["series"]);
         let queue = &down["queue"];
         let (qfirst, waits) = (
             queue["first"].as_u64().unwrap(),
@@ -411,7 +404,7 @@ fn rate_limit_delivers_the_configured_rate_and_honours_the_queue() {
                 .and_then(|w| w.as_u64())
                 .is_some_and(|w| w > 0 && w != u32::MAX as u64)
         };
-        let busy: Vec<(u64, u64)> = (first..)
+        let busy: Vec<(u64, u64)> = (0..)
             .zip(bytes.iter().copied())
             .filter(|&(_, b)| b > 0)
             .collect();
@@ -921,20 +914,18 @@ files = [{ size = "80MB", count = 1 }]
     assert_eq!(out.code, 0);
 }
 
-/// A 100 ms series of `lab stats --json` (`{bytes, first, interval_ms}`),
-/// bucket by bucket from the lab's start.
+/// A 100 ms series of delivered bytes from `lab stats --json` (`{bytes,
+/// first, interval_ms}`), bucket by bucket from the lab's start (the
+/// buckets before `first` are zero).
 fn series(v: &Value) -> Vec<u64> {
-    let first = v["first"].as_u64().unwrap_or(0) as usize;
+    let first = v["first"].as_u64().unwrap() as usize;
     let mut out = vec![0; first];
     out.extend(
         v["bytes"]
             .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|b| b.as_u64().unwrap_or(0))
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default(),
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap()),
     );
     out
 }
