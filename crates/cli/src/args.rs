@@ -267,6 +267,14 @@ pub struct TransferArgs {
     /// still run.
     #[arg(long, hide = true, conflicts_with = "no_fsync")]
     pub fsync: bool,
+    /// Run the transfer over N QUIC connections (at most 16), each with its
+    /// own socket, controller and thread, its data streams spread over them:
+    /// for hosts where one core cannot keep up with the link (10 Gbit/s).
+    /// Each connection runs its own congestion control, so N take about N
+    /// shares of a shared bottleneck. No rate memory is used or kept
+    /// [default: 1].
+    #[arg(long, value_name = "N")]
+    pub connections: Option<usize>,
     #[command(flatten)]
     pub net: NetArgs,
     #[command(flatten)]

@@ -16,6 +16,7 @@ use longhaul_quic::identity::{
     check_fingerprint_syntax, default_known_hosts, default_rates, default_state_dir, Identity,
     TrustPolicy,
 };
+use longhaul_quic::proto::MAX_CONNECTIONS;
 use longhaul_quic::NetOpts;
 use longhaul_quic::{join_host_port, split_host_port, DEFAULT_STREAMS};
 use longhaul_quic::{parse_rate, CcChoice};
@@ -74,14 +75,20 @@ fn main() {
     // caches), 1 CPU-s of 8.5 per GB on the lab's 1 Gbit/s path. Disk
     // writes, reads and hashing still run on the blocking pool. A server
     // (many sessions) keeps a worker per core, as does the demo.
+    // A transfer over N connections (`--connections`) gets N workers, so
+    // that each connection's packets may have a core.
     let mut rt = tokio::runtime::Builder::new_multi_thread();
-    let one_transfer = match &cli.command {
-        Command::Get(_) | Command::Put(_) => true,
-        Command::Serve(a) => a.once,
-        _ => false, // the demo runs a server and its clients in one process
+    let workers = match &cli.command {
+        Command::Get(args::GetArgs { t, .. }) | Command::Put(args::PutArgs { t, .. }) => Some(
+            t.connections
+                .unwrap_or(1)
+                .clamp(1, MAX_CONNECTIONS as usize),
+        ),
+        Command::Serve(a) if a.once => Some(1),
+        _ => None, // the demo runs a server and its clients in one process
     };
-    if one_transfer {
-        rt.worker_threads(1);
+    if let Some(n) = workers {
+        rt.worker_threads(n);
     }
     let rt = rt.enable_all().build().expect("tokio runtime");
     let code = rt.block_on(run(cli));
@@ -410,6 +417,16 @@ pub(crate) fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOp
             (false, false) => SyncMode::SizeMtime,
         },
         rates: (!a.no_rates).then(|| a.rates.clone().unwrap_or_else(default_rates)),
+        connections: match a.connections {
+            Some(0) => return Err(usage("--connections must be at least 1")),
+            Some(n) if n > MAX_CONNECTIONS as usize => {
+                return Err(usage(format!(
+                    "--connections is at most {MAX_CONNECTIONS}, not {n}"
+                )))
+            }
+            Some(n) => n,
+            None => 1,
+        },
         durable: !a.no_fsync,
         interrupt: Default::default(),
         connect_timeout: None,
@@ -574,7 +591,7 @@ fn summary(r: &ClientReport) -> String {
         "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {} symlink(s)\n\
          {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed, \
          {:.1} MB skipped; \
-         RTT {:.2} ms; {} B retransmitted; {} stream(s), cc {}{}{}",
+         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}",
         r.op,
         t.files,
         t.verified,
@@ -591,6 +608,10 @@ fn summary(r: &ClientReport) -> String {
         r.rtt_ms,
         r.retransmitted_bytes,
         r.streams,
+        match r.connections {
+            1 => String::new(),
+            n => format!(" over {n} connections"),
+        },
         r.cc,
         start,
         behind

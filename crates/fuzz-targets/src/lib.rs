@@ -222,6 +222,8 @@ fn seed_frames() -> Vec<Vec<u8>> {
         cc: None,
         fresh: true,
         streams: 4,
+        connections: 0,
+        session: vec![],
     });
     let mut two = encode(&hello);
     two.extend(encode(&Frame::ManifestEnd));

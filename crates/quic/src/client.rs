@@ -2,12 +2,13 @@
 //! request at once, then play receiver (get) or sender (put).
 
 use crate::cc::CcChoice;
+use crate::conns::Conns;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
 use crate::net::{
     endpoint, spawn_receive_floor, spawn_window_tuner, udp_socket, Flow, NetOpts, Tuned,
 };
-use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, ALPN, VERSION};
+use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, ALPN, MAX_CONNECTIONS, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, Destination, RecvOpts};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
@@ -41,6 +42,10 @@ pub struct ClientOpts {
     /// Data streams the sending side uses; 0 leaves it to that side (4, or a
     /// server's `--streams` on a get).
     pub streams: usize,
+    /// QUIC connections the transfer runs over (`--connections`), each its
+    /// own endpoint, socket and controller; 0 or 1: one. At most
+    /// [`MAX_CONNECTIONS`].
+    pub connections: usize,
     /// Which files already at the destination are skipped (`--sync`,
     /// `--sync --checksum`): the client applies it on a get, the server on a
     /// put (`Op::Put.sync`).
@@ -115,6 +120,7 @@ impl ClientOpts {
             cc: None,
             net: NetOpts::default(),
             streams: 0,
+            connections: 1,
             connect_timeout: None,
             sync: SyncMode::SizeMtime,
             rates: None,
@@ -162,13 +168,19 @@ pub struct ClientReport {
     /// quinn's round-trip time estimate of the path when the session ended,
     /// in milliseconds.
     pub rtt_ms: f64,
-    /// Bytes of packets QUIC declared lost and sent again.
+    /// Bytes of packets QUIC declared lost and sent again (over every
+    /// connection of the session).
     pub retransmitted_bytes: u64,
-    /// UDP payload bytes this client sent on the connection, handshake,
-    /// ACKs and retransmissions included.
+    /// UDP payload bytes this client sent on the session's connections,
+    /// handshake, ACKs and retransmissions included.
     pub udp_tx_bytes: u64,
-    /// UDP payload bytes this client received on the connection, likewise.
+    /// UDP payload bytes this client received on them, likewise.
     pub udp_rx_bytes: u64,
+    /// QUIC connections the session ran over (`--connections`); `rtt_ms`,
+    /// `mtu`, `peak_bps` and the start-up figures are the first one's.
+    pub connections: usize,
+    /// Each connection's share, the first (the control stream's) first.
+    pub per_connection: Vec<ConnUse>,
     /// UDP payload size the path settled on (MTU discovery).
     pub mtu: u16,
     /// The controller named for the sending side, as [`CcChoice::name`]
@@ -197,6 +209,19 @@ pub struct ClientReport {
     /// trip, at least 100 ms) first reached 90 % of `final_mbps`, at the
     /// window's end: the start-up. None with `final_mbps`.
     pub to_90pct_s: Option<f64>,
+}
+
+/// What one connection of a session carried.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnUse {
+    /// UDP payload bytes this client sent on it.
+    pub udp_tx_bytes: u64,
+    /// UDP payload bytes this client received on it.
+    pub udp_rx_bytes: u64,
+    /// Bytes of its packets declared lost and sent again.
+    pub retransmitted_bytes: u64,
+    /// quinn's round-trip time estimate at the end, milliseconds.
+    pub rtt_ms: f64,
 }
 
 /// Sums over a [`ClientReport`]'s files, with the session's directory and
@@ -270,6 +295,8 @@ pub fn split_host_port(s: &str) -> Result<(String, u16), String> {
 struct Session {
     endpoint: quinn::Endpoint,
     conn: quinn::Connection,
+    /// The session's other connections (`--connections`), joined.
+    extra: Vec<Extra>,
     ctl: CtlTx,
     writer: crate::control::Writer,
     rx: CtlRx,
@@ -284,6 +311,22 @@ struct Session {
     cc: Option<Arc<crate::cc::CcHandle>>,
 }
 
+impl Session {
+    /// Tunes the session's other connections as the first (their windows;
+    /// on a get, the receiver's floor under each controller) and returns
+    /// all of them for the role to run over.
+    fn tune_extra(&self, opts: &ClientOpts, flow: Flow) -> Conns {
+        for e in &self.extra {
+            spawn_window_tuner(e.conn.clone(), opts.net, flow, None);
+            if let (Flow::Rx, Some(cc)) = (flow, &e.cc) {
+                spawn_receive_floor(e.conn.clone(), cc.clone());
+            }
+        }
+        let others = self.extra.iter().map(|e| e.conn.clone()).collect();
+        Conns::known(self.conn.clone(), others)
+    }
+}
+
 /// Data streams a sender uses when nobody says (`--streams`).
 pub const DEFAULT_STREAMS: usize = 4;
 
@@ -291,20 +334,26 @@ fn conn_err(msg: impl Into<String>) -> Problem {
     Problem::new(Kind::Connection, msg)
 }
 
-async fn connect(
-    host: &str,
-    port: u16,
+/// The verifier's verdict on the server's certificate, once the handshake ran.
+type Outcome = Arc<std::sync::Mutex<Option<crate::identity::TrustOutcome>>>;
+
+/// An endpoint, its connection under way, the connection's controller, and
+/// the trust verdict to be.
+type Dialed = (
+    quinn::Endpoint,
+    quinn::Connecting,
+    Option<Arc<crate::cc::CcHandle>>,
+    Outcome,
+);
+
+/// A new endpoint (its own UDP socket) and a connection to `addr` under way,
+/// trusting the server as `trust` says; its controller's handle.
+fn dial(
+    addr: SocketAddr,
     opts: &ClientOpts,
-    op: Op,
-    fresh: bool,
-) -> Result<Session, Problem> {
-    let op_is_get = matches!(op, Op::Get { .. });
-    let addr: SocketAddr = tokio::net::lookup_host((host, port))
-        .await
-        .map_err(|e| conn_err(format!("cannot resolve {host}: {e}")))?
-        .next()
-        .ok_or_else(|| conn_err(format!("{host} has no address")))?;
-    let verifier = Arc::new(PinVerifier::new(opts.trust.clone()));
+    trust: TrustPolicy,
+) -> Result<Dialed, Problem> {
+    let verifier = Arc::new(PinVerifier::new(trust));
     let outcome = verifier.outcome.clone();
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -332,6 +381,95 @@ async fn connect(
         .map_err(|e| conn_err(format!("connecting to {addr}: {e}")))?;
     // (connect_with builds the connection, and its controller, at once.)
     let cc = factory.take_last();
+    Ok((endpoint, connecting, cc, outcome))
+}
+
+/// One more connection of a session over several (`--connections`): its own
+/// endpoint and socket, so that its packets are another task's and another
+/// socket's work.
+pub(crate) struct Extra {
+    /// Kept for the connection's life (its socket and driver).
+    _endpoint: quinn::Endpoint,
+    pub(crate) conn: quinn::Connection,
+    pub(crate) cc: Option<Arc<crate::cc::CcHandle>>,
+}
+
+/// The SHA-256 fingerprint of the certificate `conn`'s server presented.
+fn peer_fingerprint(conn: &quinn::Connection) -> Option<String> {
+    let certs = conn
+        .peer_identity()?
+        .downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+        .ok()?;
+    certs.first().map(|c| crate::identity::fingerprint(c))
+}
+
+/// Connection `index` of a session: the handshake (trusting only the
+/// certificate the first connection was shown), then a control stream whose
+/// only frame is the `Join`.
+async fn join(
+    addr: SocketAddr,
+    opts: ClientOpts,
+    trust: TrustPolicy,
+    session: Vec<u8>,
+    index: u32,
+) -> Result<Extra, Problem> {
+    let (endpoint, connecting, cc, _) = dial(addr, &opts, trust)?;
+    let t = opts.connect_timeout.unwrap_or(Duration::from_secs(15));
+    let conn = match tokio::time::timeout(t, connecting).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Err(conn_err(format!("connection {index}: {e}"))),
+        Err(_) => {
+            return Err(conn_err(format!(
+                "connection {index}: no answer within {} s",
+                t.as_secs()
+            )))
+        }
+    };
+    let join = Frame::Join {
+        version: VERSION,
+        token: opts.token.clone(),
+        session,
+        index,
+    };
+    let sent = async {
+        let (mut send, _recv) = conn.open_bi().await?;
+        send.write_all(&crate::proto::encode(&join)).await?;
+        send.finish()?;
+        Ok::<_, anyhow::Error>(())
+    };
+    sent.await
+        .map_err(|e| conn_err(format!("connection {index}: sending its Join: {e:#}")))?;
+    Ok(Extra {
+        _endpoint: endpoint,
+        conn,
+        cc,
+    })
+}
+
+/// A random session key ([`Hello::session`]).
+fn session_key() -> Result<Vec<u8>, Problem> {
+    use ring::rand::SecureRandom;
+    let mut key = vec![0u8; crate::proto::SESSION_KEY_LEN];
+    ring::rand::SystemRandom::new()
+        .fill(&mut key)
+        .map_err(|_| conn_err("no randomness for a session key"))?;
+    Ok(key)
+}
+
+async fn connect(
+    host: &str,
+    port: u16,
+    opts: &ClientOpts,
+    op: Op,
+    fresh: bool,
+) -> Result<Session, Problem> {
+    let op_is_get = matches!(op, Op::Get { .. });
+    let addr: SocketAddr = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| conn_err(format!("cannot resolve {host}: {e}")))?
+        .next()
+        .ok_or_else(|| conn_err(format!("{host} has no address")))?;
+    let (endpoint, connecting, cc, outcome) = dial(addr, opts, opts.trust.clone())?;
     let conn = match opts.connect_timeout {
         None => connecting.await,
         Some(t) => match tokio::time::timeout(t, connecting).await {
@@ -393,6 +531,25 @@ async fn connect(
         }
         _ => None,
     };
+    // The other connections handshake while the Hello goes out and is
+    // answered; each trusts only the certificate this one was shown.
+    let n = opts.connections.clamp(1, MAX_CONNECTIONS as usize);
+    let session = if n > 1 { session_key()? } else { vec![] };
+    let mut joining = Vec::new();
+    if n > 1 {
+        let fp = peer_fingerprint(&conn)
+            .ok_or_else(|| conn_err("the server presented no certificate"))?;
+        let trust = TrustPolicy {
+            host: opts.trust.host.clone(),
+            known_hosts: None,
+            pinned: Some(fp),
+            accept_new: false,
+        };
+        for index in 1..n as u32 {
+            let (opts, trust, session) = (opts.clone(), trust.clone(), session.clone());
+            joining.push(tokio::spawn(join(addr, opts, trust, session, index)));
+        }
+    }
     let (send, recv) = conn
         .open_bi()
         .await
@@ -411,6 +568,8 @@ async fn connect(
         } else {
             0
         },
+        connections: n as u32,
+        session,
     }))
     .await?;
     let (server, fresh, streams) = match rx.recv().await {
@@ -438,9 +597,14 @@ async fn connect(
             return Err(conn_err(format!("the server closed the connection {why}")));
         }
     };
+    let mut extra = Vec::new();
+    for j in joining {
+        extra.push(j.await.map_err(|e| conn_err(format!("joining: {e}")))??);
+    }
     Ok(Session {
         endpoint,
         conn,
+        extra,
         ctl,
         writer,
         rx,
@@ -468,6 +632,7 @@ async fn close(
     let Session {
         endpoint,
         conn,
+        extra,
         ctl,
         writer,
         mut rx,
@@ -502,7 +667,13 @@ async fn close(
     }
     let stats = conn.stats();
     tracing::debug!("connection stats: {stats:?}");
+    let mut all = vec![stats];
+    all.extend(extra.iter().map(|e| e.conn.stats()));
     close_sent(&conn, 0, b"done").await;
+    for e in &extra {
+        close_sent(&e.conn, 0, b"done").await;
+    }
+    drop(extra);
     drop(endpoint);
     let about = About {
         op,
@@ -511,7 +682,7 @@ async fn close(
         streams,
         data_seconds,
     };
-    build_report(r, about, opts, started, &stats)
+    build_report(r, about, opts, started, &all)
 }
 
 /// What a report says about its session besides its files.
@@ -531,8 +702,10 @@ fn build_report(
     about: About,
     opts: &ClientOpts,
     started: Instant,
-    stats: &quinn::ConnectionStats,
+    all: &[quinn::ConnectionStats],
 ) -> ClientReport {
+    let stats = &all[0];
+    let sum = |f: fn(&quinn::ConnectionStats) -> u64| all.iter().map(f).sum::<u64>();
     let About {
         op,
         server,
@@ -575,9 +748,19 @@ fn build_report(
         problems: r.problems,
         seconds,
         rtt_ms: stats.path.rtt.as_secs_f64() * 1e3,
-        retransmitted_bytes: stats.path.lost_bytes,
-        udp_tx_bytes: stats.udp_tx.bytes,
-        udp_rx_bytes: stats.udp_rx.bytes,
+        retransmitted_bytes: sum(|s| s.path.lost_bytes),
+        udp_tx_bytes: sum(|s| s.udp_tx.bytes),
+        udp_rx_bytes: sum(|s| s.udp_rx.bytes),
+        connections: all.len(),
+        per_connection: all
+            .iter()
+            .map(|s| ConnUse {
+                udp_tx_bytes: s.udp_tx.bytes,
+                udp_rx_bytes: s.udp_rx.bytes,
+                retransmitted_bytes: s.path.lost_bytes,
+                rtt_ms: s.path.rtt.as_secs_f64() * 1e3,
+            })
+            .collect(),
         mtu: stats.path.current_mtu,
         cc: opts.cc_choice().name(),
         streams: match op {
@@ -686,8 +869,9 @@ pub async fn get<R: AsRef<[u8]>>(
     if let Some(cc) = &s.cc {
         spawn_receive_floor(s.conn.clone(), cc.clone());
     }
+    let conns = s.tune_extra(opts, Flow::Rx);
     let r = run_receiver(
-        s.conn.clone(),
+        conns,
         s.ctl.clone(),
         &mut s.rx,
         spec,
@@ -813,8 +997,9 @@ pub async fn put(
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
     let tuned = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Tx, None);
+    let conns = s.tune_extra(opts, Flow::Tx);
     let r = run_sender(
-        s.conn.clone(),
+        conns,
         s.ctl.clone(),
         &mut s.rx,
         sources,
@@ -850,7 +1035,9 @@ fn server_key(op: &str, opts: &ClientOpts) -> String {
 /// them and that rate (0: none).
 fn recall_rate(opts: &ClientOpts, op: &str) -> (ClientOpts, u64) {
     let mut o = opts.clone();
-    let unhinted = opts.cc_choice() == CcChoice::Wan(0) && opts.net.max_rate == 0;
+    // (Over several connections each controller would start at it: none.)
+    let unhinted =
+        opts.cc_choice() == CcChoice::Wan(0) && opts.net.max_rate == 0 && opts.connections <= 1;
     let remembered = match &opts.rates {
         Some(p) if unhinted => RateMemory::new(p.clone())
             .recall(&server_key(op, opts), SystemTime::now())
@@ -877,7 +1064,10 @@ fn remember_rate(
     report.remembered_bps = remembered;
     report.peak_bps = peak;
     let t = &report.totals;
-    let wan = matches!(opts.cc_choice(), CcChoice::Wan(_)) && opts.net.max_rate == 0;
+    // (Over several connections the peak is the first one's share.)
+    let wan = matches!(opts.cc_choice(), CcChoice::Wan(_))
+        && opts.net.max_rate == 0
+        && opts.connections <= 1;
     if let (Some(p), true) = (
         &opts.rates,
         wan && report.ok && worth_remembering(t.bytes_transferred, t.verified),
@@ -907,6 +1097,9 @@ async fn finish(
     };
     let why = s.conn.close_reason();
     s.conn.close(1u32.into(), p.message.as_bytes());
+    for e in &s.extra {
+        e.conn.close(1u32.into(), p.message.as_bytes());
+    }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), s.endpoint.wait_idle()).await;
     let p = match why {
         Some(quinn::ConnectionError::ApplicationClosed(a)) if p.kind == Kind::Connection => {
@@ -929,5 +1122,7 @@ async fn finish(
         streams: s.streams,
         data_seconds: s.welcomed.elapsed().as_secs_f64(),
     };
-    Ok(build_report(report, about, opts, started, &s.conn.stats()))
+    let mut all = vec![s.conn.stats()];
+    all.extend(s.extra.iter().map(|e| e.conn.stats()));
+    Ok(build_report(report, about, opts, started, &all))
 }

@@ -17,6 +17,7 @@
 
 mod cc;
 mod client;
+mod conns;
 mod control;
 mod core;
 mod disk;
@@ -34,8 +35,8 @@ pub mod wan;
 
 pub use cc::{parse_rate, CcChoice};
 pub use client::{
-    get, join_host_port, put, split_host_port, ClientOpts, ClientReport, Interrupt, Totals,
-    DEFAULT_STREAMS,
+    get, join_host_port, put, split_host_port, ClientOpts, ClientReport, ConnUse, Interrupt,
+    Totals, DEFAULT_STREAMS,
 };
 pub use net::{NetOpts, SendBudget};
 pub use report::{FileReport, Kind, Problem, Progress, SessionReport, Status};

@@ -1,4 +1,4 @@
-//! Wire format of protocol version 7 (see docs/PROTOCOL.md). Sans-IO: encoders and
+//! Wire format of protocol version 8 (see docs/PROTOCOL.md). Sans-IO: encoders and
 //! decoders over byte buffers, no sockets.
 //!
 //! Control stream (the connection's first bidirectional stream): frames of
@@ -30,7 +30,10 @@ use serde::{Deserialize, Serialize};
 /// for the idle timeout).
 /// 7: `Done.behind_ms`: the receiver's time behind reaches the sender (a
 /// put's client says when the server's disk set the pace).
-pub const VERSION: u32 = 7;
+/// 8: `Hello.connections` and `Hello.session`, and the `Join` frame: one
+/// transfer over several QUIC connections (`--connections N`), each its own
+/// endpoint and socket; the extra ones join the session by its key.
+pub const VERSION: u32 = 8;
 /// TLS ALPN both sides require; it names the protocol family and stays
 /// `longhaul/1` across versions ([`VERSION`] is in the `Hello`).
 pub const ALPN: &[u8] = b"longhaul/1";
@@ -162,10 +165,23 @@ pub struct Hello {
     /// Get only: data streams the server sends on at once (`--streams`); 0
     /// leaves it to the server. A server caps it at [`MAX_STREAMS`].
     pub streams: u32,
+    /// The QUIC connections the session runs over, this one included (1, or
+    /// 0 from a client that does not say: one). Each of the others sends a
+    /// [`Frame::Join`] with `session` as its first frame; the data streams
+    /// are spread over all of them. At most [`MAX_CONNECTIONS`].
+    pub connections: u32,
+    /// The session's key: [`SESSION_KEY_LEN`] random bytes chosen by the
+    /// client when `connections` > 1, else empty. Only the client and the
+    /// server know it (it travels inside TLS).
+    pub session: Vec<u8>,
 }
 
 /// Most data streams a client may ask a server to send on at once.
 pub const MAX_STREAMS: u32 = 64;
+/// Most QUIC connections one session may run over.
+pub const MAX_CONNECTIONS: u32 = 16;
+/// Bytes of a session key ([`Hello::session`]).
+pub const SESSION_KEY_LEN: usize = 16;
 
 /// What the receiver wants of one file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -296,6 +312,22 @@ pub enum Frame {
         /// was behind (its disk or CPU): the sender's report says so too
         /// (since version 7).
         behind_ms: u64,
+    },
+    /// client → server, the first frame on an extra connection of a session
+    /// that runs over several (since version 8): the connection joins the
+    /// session whose `Hello.session` is `session`. The server answers
+    /// nothing; it refuses with `Fatal` (then closes) a wrong version or
+    /// token, an unknown session, or one that has all its connections.
+    Join {
+        /// The client's [`VERSION`].
+        version: u32,
+        /// The server's token, as in the `Hello`.
+        token: Vec<u8>,
+        /// The session's key ([`Hello::session`]).
+        session: Vec<u8>,
+        /// Which of the session's connections this is: 1 to
+        /// `Hello.connections` − 1 (the `Hello`'s is 0).
+        index: u32,
     },
 }
 
@@ -498,6 +530,8 @@ mod tests {
                 cc: Some("bbr".into()),
                 fresh: true,
                 streams: 7,
+                connections: 3,
+                session: vec![5; SESSION_KEY_LEN],
             }),
             Frame::Hello(Hello {
                 version: VERSION,
@@ -515,6 +549,8 @@ mod tests {
                 cc: None,
                 fresh: false,
                 streams: 0,
+                connections: 0,
+                session: vec![],
             }),
             Frame::Welcome {
                 version: VERSION,
@@ -553,6 +589,12 @@ mod tests {
                 ok: true,
                 behind_ms: 7,
             },
+            Frame::Join {
+                version: VERSION,
+                token: b"t".to_vec(),
+                session: vec![5; SESSION_KEY_LEN],
+                index: 2,
+            },
         ]
     }
 
@@ -586,6 +628,17 @@ mod tests {
             behind_ms: 1500,
         });
         assert_eq!(d, [0, 0, 0, 4, 11, 1, 0xdc, 0x0b]);
+        // Variant 12 (Join): version 8, a 1-byte token, a 16-byte key, index 2.
+        let j = encode(&Frame::Join {
+            version: 8,
+            token: b"t".to_vec(),
+            session: vec![0xab; SESSION_KEY_LEN],
+            index: 2,
+        });
+        let mut want = vec![0, 0, 0, 22, 12, 8, 1, b't', 16];
+        want.extend([0xab; 16]);
+        want.push(2);
+        assert_eq!(j, want);
         let f = encode(&Frame::Fatal {
             code: ErrorCode::Verify,
             message: "x".into(),

@@ -9,6 +9,7 @@
 //! reading while the core holds 256 KiB or 64 of them: a slow disk holds the
 //! streams, and QUIC's flow control holds the sender.
 
+use crate::conns::Conns;
 use crate::control::{CtlRx, CtlTx};
 use crate::core::recv::{Done, Event, Job, Record, RecvConfig, RecvCore, MAX_WAITING};
 use crate::core::Role;
@@ -78,7 +79,7 @@ fn protocol(msg: impl Into<String>) -> Problem {
 
 /// Run the receiving role until every entry is settled; sends `Done`.
 pub(crate) async fn run_receiver(
-    conn: quinn::Connection,
+    conns: Conns,
     ctl: CtlTx,
     rx: &mut CtlRx,
     dest: Destination,
@@ -103,36 +104,37 @@ pub(crate) async fn run_receiver(
     let heard = disk.heard();
     let gate = Arc::new(Semaphore::new(IN_HAND as usize));
     let held: Held = Default::default();
+    let conn = conns.first.clone();
     let acceptor = {
-        let (tx, conn, heard) = (tx.clone(), conn.clone(), heard.clone());
-        let (gate, held) = (gate.clone(), held.clone());
-        let progress = progress.clone();
+        let accept = Accept {
+            tx: tx.clone(),
+            heard: heard.clone(),
+            gate: gate.clone(),
+            held: held.clone(),
+            progress: progress.clone(),
+            next: Default::default(),
+        };
         tokio::spawn(async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            let mut next = 0u64;
-            while let Ok(s) = conn.accept_uni().await {
-                progress.first_data.get_or_init(std::time::Instant::now);
-                while tasks.try_join_next().is_some() {}
-                next += 1;
-                let (ready, wait) = mpsc::channel(STREAM_RECORDS);
-                if tx.send(Input::Stream { id: next, ready }).await.is_err() {
-                    break;
+            let Conns {
+                first, mut more, ..
+            } = conns;
+            // One acceptor per connection; dropping the set (the task is
+            // aborted at the end) stops them and their streams' tasks.
+            let mut each = tokio::task::JoinSet::new();
+            each.spawn(accept.clone().on(first));
+            let mut joining = true;
+            loop {
+                tokio::select! {
+                    c = more.recv(), if joining => match c {
+                        Some((_, c)) => {
+                            each.spawn(accept.clone().on(c));
+                        }
+                        None => joining = false,
+                    },
+                    Some(_) = each.join_next(), if !each.is_empty() => {}
+                    else => break,
                 }
-                let (tx, id, heard) = (tx.clone(), next, heard.clone());
-                let (gate, held) = (gate.clone(), held.clone());
-                tasks.spawn(async move {
-                    let _open = HeldBack::open(&held);
-                    let behind = Behind {
-                        gate: &gate,
-                        held: &held,
-                    };
-                    if let Err(p) = read_stream(id, s, &tx, wait, &heard, behind).await {
-                        let _ = tx.send(Input::Failed(p)).await;
-                    }
-                });
             }
-            // The connection is gone: let the tasks see it and end.
-            while tasks.join_next().await.is_some() {}
         })
     };
     let behind = Behind {
@@ -161,6 +163,57 @@ pub(crate) async fn run_receiver(
         most as f64 / (1 << 20) as f64
     );
     (core.take_report(), result)
+}
+
+/// What a connection's acceptor needs: every data stream it accepts gets a
+/// task that reads its records for the driver.
+#[derive(Clone)]
+struct Accept {
+    tx: mpsc::Sender<Input>,
+    heard: Heard,
+    gate: Arc<Semaphore>,
+    held: Held,
+    progress: Arc<Progress>,
+    /// Numbers the streams of every connection of the session.
+    next: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Accept {
+    /// Accepts `conn`'s data streams until it is gone.
+    async fn on(self, conn: quinn::Connection) {
+        let Accept {
+            tx,
+            heard,
+            gate,
+            held,
+            progress,
+            next,
+        } = self;
+        let mut tasks = tokio::task::JoinSet::new();
+        while let Ok(s) = conn.accept_uni().await {
+            progress.first_data.get_or_init(std::time::Instant::now);
+            while tasks.try_join_next().is_some() {}
+            let id = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let (ready, wait) = mpsc::channel(STREAM_RECORDS);
+            if tx.send(Input::Stream { id, ready }).await.is_err() {
+                break;
+            }
+            let (tx, heard) = (tx.clone(), heard.clone());
+            let (gate, held) = (gate.clone(), held.clone());
+            tasks.spawn(async move {
+                let _open = HeldBack::open(&held);
+                let behind = Behind {
+                    gate: &gate,
+                    held: &held,
+                };
+                if let Err(p) = read_stream(id, s, &tx, wait, &heard, behind).await {
+                    let _ = tx.send(Input::Failed(p)).await;
+                }
+            });
+        }
+        // The connection is gone: let the tasks see it and end.
+        while tasks.join_next().await.is_some() {}
+    }
 }
 
 /// Inputs fed to a core at most before its output is acted on.

@@ -5,6 +5,7 @@
 //! `--streams`. Reads up to 64 KiB run on the driver's own task, larger ones
 //! and whole-file hashes on the blocking pool.
 
+use crate::conns::{ConnSlot, Conns, Slots};
 use crate::control::{CtlRx, CtlTx};
 use crate::core::send::{in_hand_limit, Done, Job, SendConfig, SendCore, Transmit, Walked};
 use crate::core::Role;
@@ -75,7 +76,7 @@ enum Input {
 
 /// Run the sending role until the receiver says `Done` (or the session fails).
 pub(crate) async fn run_sender(
-    conn: quinn::Connection,
+    conns: Conns,
     ctl: CtlTx,
     rx: &mut CtlRx,
     sources: Vec<SendRootResult>,
@@ -86,7 +87,10 @@ pub(crate) async fn run_sender(
         fresh: opts.fresh,
         max_rate: opts.max_rate,
     };
-    let lanes = opts.streams.max(1);
+    let conn = conns.first.clone();
+    let slots = Slots::new(conns);
+    // Every connection carries at least one lane.
+    let lanes = opts.streams.max(slots.count());
     let mut core: SendCore<Src> = SendCore::new(cfg, lanes, progress.clone());
     let (tx, mut inputs) = mpsc::channel::<Input>(1024);
     let walker = {
@@ -98,9 +102,9 @@ pub(crate) async fn run_sender(
     for lane in 0..lanes {
         let (ltx, lrx) = mpsc::unbounded_channel();
         lane_txs.push(ltx);
-        let (tx, conn, progress) = (tx.clone(), conn.clone(), progress.clone());
+        let (tx, slot, progress) = (tx.clone(), slots.for_lane(lane), progress.clone());
         lane_tasks.push(tokio::spawn(async move {
-            if let Err(p) = run_lane(lane, conn, lrx, &tx, &progress).await {
+            if let Err(p) = run_lane(lane, slot, lrx, &tx, &progress).await {
                 let _ = tx.send(Input::Failed(p)).await;
             }
         }));
@@ -109,6 +113,7 @@ pub(crate) async fn run_sender(
     let lanes = Lanes {
         txs: lane_txs,
         send_window: opts.send_window,
+        connections: slots.count() as u64,
     };
     let result = match drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &lanes).await {
         Err(p) => Err(crate::control::with_close_reason(&conn, p).await),
@@ -140,7 +145,8 @@ async fn drive(
 ) -> Result<(), Problem> {
     let mut control_open = true;
     loop {
-        let window = lanes.send_window.load(Ordering::Relaxed);
+        // (The other connections' windows are taken to be the first's: one path.)
+        let window = lanes.send_window.load(Ordering::Relaxed) * lanes.connections;
         core.set_in_hand(Instant::now(), in_hand_limit(window));
         loop {
             let mut idle = true;
@@ -208,14 +214,17 @@ async fn drive(
 /// The lanes' channels, and the send window that bounds what they hold.
 struct Lanes {
     txs: Vec<mpsc::UnboundedSender<Transmit>>,
+    /// The first connection's send window.
     send_window: Arc<AtomicU64>,
+    /// The connections the lanes are spread over.
+    connections: u64,
 }
 
 /// One lane: puts the records it is given on its data stream (a new one
 /// when the core says so), paced, and says when it is free again.
 async fn run_lane(
     lane: usize,
-    conn: quinn::Connection,
+    mut slot: ConnSlot,
     mut records: mpsc::UnboundedReceiver<Transmit>,
     tx: &mpsc::Sender<Input>,
     progress: &Progress,
@@ -227,7 +236,12 @@ async fn run_lane(
         )
     };
     let mut stream: Option<quinn::SendStream> = None;
+    let mut up: Option<quinn::Connection> = None;
     while let Some(t) = records.recv().await {
+        let conn = match &up {
+            Some(c) => c.clone(),
+            None => up.insert(slot.get().await?).clone(),
+        };
         if t.rotate {
             if let Some(mut old) = stream.take() {
                 let _ = old.finish();

@@ -2,12 +2,15 @@
 //! `put` (as receiver) confined to the root.
 
 use crate::cc::{CcChoice, CcFactory, CcHandle};
+use crate::conns::{Conns, JOIN_WAIT};
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, Identity};
 use crate::net::{
     endpoint, spawn_receive_floor, spawn_window_tuner, udp_socket, Flow, NetOpts, SendBudget,
 };
-use crate::proto::{ErrorCode, Frame, Hello, Op, ALPN, MAX_STREAMS, VERSION};
+use crate::proto::{
+    ErrorCode, Frame, Op, ALPN, MAX_CONNECTIONS, MAX_STREAMS, SESSION_KEY_LEN, VERSION,
+};
 use crate::receiver::{run_receiver, Destination, RecvOpts};
 use crate::report::{Problem, Progress, SessionReport};
 use crate::sender::{run_sender, SendOpts, SendRoot, SendRootResult};
@@ -16,12 +19,14 @@ use anyhow::{Context, Result};
 use cap_std::fs::Dir;
 use longhaul_transfer::landing::{dest_is_dir as lands_in_dir, Landing};
 use longhaul_transfer::RelPath;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
+use tokio::sync::mpsc;
 
 /// The UDP port a server listens on, and a client connects to, when none is
 /// given.
@@ -154,6 +159,7 @@ impl Server {
             budget: (self.opts.send_buffer > 0).then(|| SendBudget::new(self.opts.send_buffer)),
             authed: AtomicBool::new(false),
             done: tokio::sync::Notify::new(),
+            joins: Default::default(),
         });
         let once = self.opts.once;
         // `once`: a client must pass the token check within this.
@@ -256,6 +262,20 @@ struct Ctx {
     authed: AtomicBool,
     /// `once`: the session served has ended.
     done: tokio::sync::Notify,
+    /// Sessions over several connections whose others may still join, by
+    /// their key ([`crate::proto::Hello::session`]).
+    joins: std::sync::Mutex<HashMap<Vec<u8>, Joining>>,
+}
+
+/// A connection that joined a session, and its controller.
+type Joined = (u32, quinn::Connection, Option<Arc<CcHandle>>);
+
+/// A session over several connections, open for the others to join.
+struct Joining {
+    /// Which connections have joined (or are the first), by index.
+    seen: Vec<bool>,
+    /// To the session.
+    tx: mpsc::UnboundedSender<Joined>,
 }
 
 /// Hands the heap's free memory back to the system 2 s after sessions stop
@@ -368,7 +388,9 @@ fn closed_done(conn: &quinn::Connection) -> bool {
     )
 }
 
-async fn hello(rx: &mut CtlRx) -> Result<Hello, (ErrorCode, String)> {
+/// The first frame of a connection's control stream: a `Hello` (a new
+/// session) or a `Join` (another connection of one).
+async fn first_frame(rx: &mut CtlRx) -> Result<Frame, (ErrorCode, String)> {
     let protocol = |m: String| (ErrorCode::Protocol, m);
     match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
         Err(_) => Err(protocol("no Hello within 10 s".into())),
@@ -376,10 +398,97 @@ async fn hello(rx: &mut CtlRx) -> Result<Hello, (ErrorCode, String)> {
         // A Hello of another version, which did not decode as ours.
         Ok(Some(Err(p))) if p.peer_version.is_some() => Err((ErrorCode::Version, p.message)),
         Ok(Some(Err(p))) => Err(protocol(p.message)),
-        Ok(Some(Ok(Frame::Hello(h)))) => Ok(h),
+        Ok(Some(Ok(f @ (Frame::Hello(_) | Frame::Join { .. })))) => Ok(f),
         Ok(Some(Ok(other))) => Err(protocol(format!(
             "protocol error: expected Hello, got {other:?}"
         ))),
+    }
+}
+
+/// Closes a session's other connections when the session's task ends, at
+/// whichever return.
+struct CloseOthers(Vec<quinn::Connection>);
+
+impl Drop for CloseOthers {
+    fn drop(&mut self) {
+        for c in &self.0 {
+            c.close(VarIntCode::DONE, b"done");
+        }
+    }
+}
+
+/// The token check of a `Hello` or a `Join` from `remote`, with the
+/// throttle on wrong guesses; Err: the refusal's message.
+fn check_token(ctx: &Ctx, remote: SocketAddr, token: &[u8]) -> Result<(), String> {
+    if ctx.opts.token.is_none() {
+        return Ok(());
+    }
+    let ip = remote.ip();
+    let refused = ctx.throttle.lock().unwrap().refused_for(ip, Instant::now());
+    if let Some(wait) = refused {
+        return Err(format!(
+            "access denied: too many wrong tokens from {ip}; try again in {} s",
+            wait.as_secs() + 1
+        ));
+    }
+    if !token_ok(&ctx.opts.token, token) {
+        let (n, block) = ctx.throttle.lock().unwrap().failed(ip, Instant::now());
+        if let Some(b) = block {
+            tracing::warn!(
+                "{ip}: {n} wrong tokens in a row: refused for {} s",
+                b.as_secs()
+            );
+        }
+        return Err("access denied: wrong or missing token".to_string());
+    }
+    ctx.throttle.lock().unwrap().succeeded(ip);
+    Ok(())
+}
+
+/// A connection's `Join`: hands it to the session it names, waiting up to
+/// [`JOIN_WAIT`] for that session's `Hello` (which travels on another
+/// connection and may come later). Err: the refusal.
+async fn join(
+    ctx: &Ctx,
+    conn: &quinn::Connection,
+    cc: Option<Arc<CcHandle>>,
+    version: u32,
+    token: &[u8],
+    session: &[u8],
+    index: u32,
+) -> Result<(), (ErrorCode, String)> {
+    if version != VERSION {
+        let m =
+            format!("protocol version {version} is not supported (this server speaks {VERSION})");
+        return Err((ErrorCode::Version, m));
+    }
+    check_token(ctx, conn.remote_address(), token).map_err(|m| (ErrorCode::Auth, m))?;
+    let deadline = Instant::now() + JOIN_WAIT;
+    loop {
+        {
+            let mut joins = ctx.joins.lock().unwrap();
+            if let Some(s) = joins.get_mut(session) {
+                let i = index as usize;
+                if i >= s.seen.len() || s.seen[i] {
+                    let m = format!(
+                        "connection {index} cannot join: the session runs over {} and has it",
+                        s.seen.len()
+                    );
+                    return Err((ErrorCode::Protocol, m));
+                }
+                s.seen[i] = true;
+                let _ = s.tx.send((index, conn.clone(), cc));
+                if s.seen.iter().all(|&b| b) {
+                    joins.remove(session);
+                }
+                return Ok(());
+            }
+        }
+        if Instant::now() >= deadline {
+            let m = "no session to join with this key (unknown, or over)".to_string();
+            return Err((ErrorCode::Protocol, m));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -413,8 +522,21 @@ async fn session(
     };
     let (ctl, writer) = spawn_writer(send);
     let mut rx = spawn_reader(recv);
-    let h = match hello(&mut rx).await {
-        Ok(h) => h,
+    let h = match first_frame(&mut rx).await {
+        Ok(Frame::Hello(h)) => h,
+        Ok(Frame::Join {
+            version,
+            token,
+            session,
+            index,
+        }) => {
+            let joined = join(&ctx, &conn, cc, version, &token, &session, index).await;
+            if let Err((code, m)) = joined {
+                fatal(&ctl, &conn, code, m).await;
+            }
+            return;
+        }
+        Ok(_) => unreachable!("first_frame returns a Hello or a Join"),
         Err((code, m)) => return fatal(&ctl, &conn, code, m).await,
     };
     if h.version != VERSION {
@@ -424,28 +546,8 @@ async fn session(
         );
         return fatal(&ctl, &conn, ErrorCode::Version, m).await;
     }
-    if ctx.opts.token.is_some() {
-        let ip = remote.ip();
-        let refused = ctx.throttle.lock().unwrap().refused_for(ip, Instant::now());
-        if let Some(wait) = refused {
-            let m = format!(
-                "access denied: too many wrong tokens from {ip}; try again in {} s",
-                wait.as_secs() + 1
-            );
-            return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
-        }
-        if !token_ok(&ctx.opts.token, &h.token) {
-            let (n, block) = ctx.throttle.lock().unwrap().failed(ip, Instant::now());
-            if let Some(b) = block {
-                tracing::warn!(
-                    "{ip}: {n} wrong tokens in a row: refused for {} s",
-                    b.as_secs()
-                );
-            }
-            let m = "access denied: wrong or missing token".to_string();
-            return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
-        }
-        ctx.throttle.lock().unwrap().succeeded(ip);
+    if let Err(m) = check_token(&ctx, remote, &h.token) {
+        return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
     }
     // `once`: the first session past the token check is the one served.
     if ctx.authed.swap(true, Ordering::Relaxed) && ctx.opts.once {
@@ -458,13 +560,22 @@ async fn session(
         (c, 0) => c,
         (c, s) => c.min(s),
     };
+    let choice = match h.cc.as_deref().map(CcChoice::parse) {
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => return fatal(&ctl, &conn, ErrorCode::Protocol, e.to_string()).await,
+        None => None,
+    };
     if let Some(handle) = &cc {
-        let choice = match h.cc.as_deref().map(CcChoice::parse) {
-            Some(Ok(c)) => Some(c),
-            Some(Err(e)) => return fatal(&ctl, &conn, ErrorCode::Protocol, e.to_string()).await,
-            None => None,
-        };
         handle.set(choice, rate);
+    }
+    let n = h.connections.max(1);
+    if n > MAX_CONNECTIONS {
+        let m = format!("a session runs over at most {MAX_CONNECTIONS} connections, not {n}");
+        return fatal(&ctl, &conn, ErrorCode::Protocol, m).await;
+    }
+    if n > 1 && h.session.len() != SESSION_KEY_LEN {
+        let m = format!("a session key is {SESSION_KEY_LEN} bytes");
+        return fatal(&ctl, &conn, ErrorCode::Protocol, m).await;
     }
     let started = Instant::now();
     let progress = Arc::new(Progress::default());
@@ -478,6 +589,48 @@ async fn session(
     if let (true, Some(cc)) = (put, &cc) {
         spawn_receive_floor(conn.clone(), cc.clone());
     }
+    let others = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let conns = if n > 1 {
+        let (tx, mut joined) = mpsc::unbounded_channel::<Joined>();
+        let mut seen = vec![false; n as usize];
+        seen[0] = true;
+        let taken = {
+            let mut joins = ctx.joins.lock().unwrap();
+            let taken = joins.contains_key(&h.session);
+            if !taken {
+                joins.insert(h.session.clone(), Joining { seen, tx });
+            }
+            taken
+        };
+        if taken {
+            let m = "another session has this session key".to_string();
+            return fatal(&ctl, &conn, ErrorCode::Protocol, m).await;
+        }
+        // Each connection that joins is set up as the first was, then goes
+        // to the role.
+        let (more_tx, more) = mpsc::unbounded_channel();
+        let (ctx2, others2) = (ctx.clone(), others.clone());
+        tokio::spawn(async move {
+            while let Some((i, c, cc)) = joined.recv().await {
+                if let Some(handle) = &cc {
+                    handle.set(choice, rate);
+                    if put {
+                        spawn_receive_floor(c.clone(), handle.clone());
+                    }
+                }
+                spawn_window_tuner(c.clone(), ctx2.opts.net, flow, ctx2.budget.clone());
+                others2.lock().unwrap().push(c.clone());
+                let _ = more_tx.send((i, c));
+            }
+        });
+        Conns {
+            first: conn.clone(),
+            count: n as usize,
+            more,
+        }
+    } else {
+        Conns::one(conn.clone())
+    };
     let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
         Op::Get { paths } => {
             let sources: Vec<SendRootResult> = paths
@@ -508,7 +661,7 @@ async fn session(
                 .await;
             let what = format!("get of {} path(s)", paths.len());
             let (report, result) = run_sender(
-                conn.clone(),
+                conns,
                 ctl.clone(),
                 &mut rx,
                 sources,
@@ -574,10 +727,16 @@ async fn session(
                 durable,
             };
             let (report, result) =
-                run_receiver(conn.clone(), ctl.clone(), &mut rx, spec, opts, progress).await;
+                run_receiver(conns, ctl.clone(), &mut rx, spec, opts, progress).await;
             (what, result.map(|()| report))
         }
     };
+    if n > 1 {
+        ctx.joins.lock().unwrap().remove(&h.session);
+    }
+    // The session's other connections end with it.
+    let others = std::mem::take(&mut *others.lock().unwrap());
+    let _close_others = CloseOthers(others);
     let secs = started.elapsed().as_secs_f64();
     tracing::debug!("{remote}: connection stats: {:?}", conn.stats());
     // A get's client closes as soon as it has settled every file; its Done

@@ -92,6 +92,8 @@ impl Raw {
             cc: None,
             fresh: false,
             streams: 0,
+            connections: 0,
+            session: vec![],
         }))
         .await;
     }

@@ -8,6 +8,7 @@
 mod access;
 mod bulk;
 mod close;
+mod connections;
 mod diskfull;
 mod hostile_size;
 mod interrupt;

@@ -5,7 +5,7 @@
 
 use longhaul_quic::proto::{
     encode, ErrorCode, Frame, Hello, Op, Outcome, PutSync, RecordHeader, RootSpec, Want,
-    DATA_PRELUDE, VERSION,
+    DATA_PRELUDE, MAX_CONNECTIONS, SESSION_KEY_LEN, VERSION,
 };
 use longhaul_quic::Progress;
 use longhaul_testkit::raw::Raw;
@@ -216,6 +216,8 @@ async fn garbage_on_the_control_stream() {
         cc: None,
         fresh: false,
         streams: 0,
+        connections: 0,
+        session: vec![],
     }))
     .await;
     r.expect_fatal(
@@ -236,6 +238,8 @@ async fn garbage_on_the_control_stream() {
         cc: None,
         fresh: false,
         streams: 0,
+        connections: 0,
+        session: vec![],
     }));
     v2.pop();
     let len = (v2.len() - 4) as u32;
@@ -741,5 +745,99 @@ async fn fresh_put_data() {
     r.expect_fatal_frame(ErrorCode::Protocol, &["data for unknown or settled file 5"])
         .await;
     writer.abort();
+    normal_get_works(&s).await;
+}
+
+/// A raw Hello of a put of `in/x` over `connections` with session key `key`.
+async fn put_over(s: &Srv, connections: u32, key: &[u8]) -> Raw {
+    let mut r = connect(s).await;
+    r.frame(&Frame::Hello(Hello {
+        version: VERSION,
+        token: vec![],
+        op: Op::Put {
+            dest: b"in".to_vec(),
+            dest_is_dir: true,
+            roots: vec![RootSpec {
+                name: b"x".to_vec(),
+            }],
+            sync: PutSync::Always,
+            durable: false,
+        },
+        max_rate: 0,
+        cc: None,
+        fresh: false,
+        streams: 0,
+        connections,
+        session: key.to_vec(),
+    }))
+    .await;
+    r
+}
+
+/// A raw connection whose first frame is a `Join`.
+async fn join_as(s: &Srv, version: u32, key: &[u8], index: u32) -> Raw {
+    let mut r = connect(s).await;
+    r.frame(&Frame::Join {
+        version,
+        token: vec![],
+        session: key.to_vec(),
+        index,
+    })
+    .await;
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joins_to_no_session_or_past_its_connections() {
+    let s = start();
+    // Too many connections, or a session key of the wrong size.
+    put_over(&s, MAX_CONNECTIONS + 1, &[1; SESSION_KEY_LEN])
+        .await
+        .expect_fatal(ErrorCode::Protocol, &["at most 16 connections, not 17"])
+        .await;
+    put_over(&s, 2, b"short")
+        .await
+        .expect_fatal(ErrorCode::Protocol, &["a session key is 16 bytes"])
+        .await;
+    // A Join of another version.
+    join_as(&s, 99, &[2; SESSION_KEY_LEN], 1)
+        .await
+        .expect_fatal(
+            ErrorCode::Version,
+            &["protocol version 99 is not supported"],
+        )
+        .await;
+    // A session over 2 connections: its connection 1 may join once, no
+    // other index; a second session may not take its key.
+    let key = [3; SESSION_KEY_LEN];
+    let mut first = put_over(&s, 2, &key).await;
+    assert!(first.welcome().await, "a fresh put");
+    join_as(&s, VERSION, &key, 2)
+        .await
+        .expect_fatal(ErrorCode::Protocol, &["connection 2 cannot join"])
+        .await;
+    join_as(&s, VERSION, &key, 0)
+        .await
+        .expect_fatal(ErrorCode::Protocol, &["connection 0 cannot join"])
+        .await;
+    put_over(&s, 2, &key)
+        .await
+        .expect_fatal(
+            ErrorCode::Protocol,
+            &["another session has this session key"],
+        )
+        .await;
+    let joined = join_as(&s, VERSION, &key, 1).await;
+    // Now every connection of it has joined: the key names no open session
+    // (refused after the server waited for one to open under it).
+    let mut late = join_as(&s, VERSION, &key, 1).await;
+    late.patience = Duration::from_secs(20);
+    late.expect_fatal(ErrorCode::Protocol, &["no session to join with this key"])
+        .await;
+    assert!(
+        joined.conn.close_reason().is_none(),
+        "the joined connection is still up"
+    );
+    drop((first, joined));
     normal_get_works(&s).await;
 }
