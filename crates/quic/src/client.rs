@@ -348,11 +348,7 @@ type Dialed = (
 
 /// A new endpoint (its own UDP socket) and a connection to `addr` under way,
 /// trusting the server as `trust` says; its controller's handle.
-fn dial(
-    addr: SocketAddr,
-    opts: &ClientOpts,
-    trust: TrustPolicy,
-) -> Result<Dialed, Problem> {
+fn dial(addr: SocketAddr, opts: &ClientOpts, trust: TrustPolicy) -> Result<Dialed, Problem> {
     let verifier = Arc::new(PinVerifier::new(trust));
     let outcome = verifier.outcome.clone();
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
@@ -403,47 +399,52 @@ fn peer_fingerprint(conn: &quinn::Connection) -> Option<String> {
     certs.first().map(|c| crate::identity::fingerprint(c))
 }
 
-/// Connection `index` of a session: the handshake (trusting only the
-/// certificate the first connection was shown), then a control stream whose
-/// only frame is the `Join`.
-async fn join(
+/// Another connection of a session: the handshake, trusting only the
+/// certificate the first connection was shown.
+async fn handshake(
     addr: SocketAddr,
     opts: ClientOpts,
     trust: TrustPolicy,
-    session: Vec<u8>,
-    index: u32,
 ) -> Result<Extra, Problem> {
     let (endpoint, connecting, cc, _) = dial(addr, &opts, trust)?;
     let t = opts.connect_timeout.unwrap_or(Duration::from_secs(15));
     let conn = match tokio::time::timeout(t, connecting).await {
         Ok(Ok(c)) => c,
-        Ok(Err(e)) => return Err(conn_err(format!("connection {index}: {e}"))),
-        Err(_) => {
-            return Err(conn_err(format!(
-                "connection {index}: no answer within {} s",
-                t.as_secs()
-            )))
-        }
+        Ok(Err(e)) => return Err(conn_err(e.to_string())),
+        Err(_) => return Err(conn_err(format!("no answer within {} s", t.as_secs()))),
     };
-    let join = Frame::Join {
-        version: VERSION,
-        token: opts.token.clone(),
-        session,
-        index,
-    };
-    let sent = async {
-        let (mut send, _recv) = conn.open_bi().await?;
-        send.write_all(&crate::proto::encode(&join)).await?;
-        send.finish()?;
-        Ok::<_, anyhow::Error>(())
-    };
-    sent.await
-        .map_err(|e| conn_err(format!("connection {index}: sending its Join: {e:#}")))?;
     Ok(Extra {
         _endpoint: endpoint,
         conn,
         cc,
     })
+}
+
+/// Joins `extra` to the session as connection `index`: a control stream
+/// whose only frame is the `Join`. Sent after the session's `Welcome` (a
+/// refused `Hello` then costs no Join, nor a wrong token N guesses); the
+/// server answers nothing unless it refuses (then it closes the
+/// connection, and the session fails, naming why).
+async fn send_join(
+    extra: &Extra,
+    opts: &ClientOpts,
+    session: &[u8],
+    index: u32,
+) -> Result<(), Problem> {
+    let join = Frame::Join {
+        version: VERSION,
+        token: opts.token.clone(),
+        session: session.to_vec(),
+        index,
+    };
+    let sent = async {
+        let (mut send, _recv) = extra.conn.open_bi().await?;
+        send.write_all(&crate::proto::encode(&join)).await?;
+        send.finish()?;
+        Ok::<_, anyhow::Error>(())
+    };
+    sent.await
+        .map_err(|e| conn_err(format!("connection {index}: sending its Join: {e:#}")))
 }
 
 /// A random session key ([`Hello::session`]).
@@ -545,9 +546,9 @@ async fn connect(
             pinned: Some(fp),
             accept_new: false,
         };
-        for index in 1..n as u32 {
-            let (opts, trust, session) = (opts.clone(), trust.clone(), session.clone());
-            joining.push(tokio::spawn(join(addr, opts, trust, session, index)));
+        for _ in 1..n {
+            let (opts, trust) = (opts.clone(), trust.clone());
+            joining.push(tokio::spawn(handshake(addr, opts, trust)));
         }
     }
     let (send, recv) = conn
@@ -569,7 +570,7 @@ async fn connect(
             0
         },
         connections: n as u32,
-        session,
+        session: session.clone(),
     }))
     .await?;
     let (server, fresh, streams) = match rx.recv().await {
@@ -598,8 +599,14 @@ async fn connect(
         }
     };
     let mut extra = Vec::new();
-    for j in joining {
-        extra.push(j.await.map_err(|e| conn_err(format!("joining: {e}")))??);
+    for (i, j) in joining.into_iter().enumerate() {
+        let index = i as u32 + 1;
+        let e = j
+            .await
+            .map_err(|e| conn_err(format!("connection {index}: {e}")))?
+            .map_err(|p| conn_err(format!("connection {index}: {}", p.message)))?;
+        send_join(&e, opts, &session, index).await?;
+        extra.push(e);
     }
     Ok(Session {
         endpoint,
@@ -1096,6 +1103,21 @@ async fn finish(
         Err(p) => p,
     };
     let why = s.conn.close_reason();
+    // A connection the server refused to join says why in its close (a
+    // Fatal, code 1).
+    let mut p = p;
+    for (i, e) in s.extra.iter().enumerate() {
+        if let Some(quinn::ConnectionError::ApplicationClosed(a)) = e.conn.close_reason() {
+            if a.error_code == quinn::VarInt::from_u32(1) {
+                p.message = format!(
+                    "{} (the server refused connection {}: {})",
+                    p.message,
+                    i + 1,
+                    String::from_utf8_lossy(&a.reason)
+                );
+            }
+        }
+    }
     s.conn.close(1u32.into(), p.message.as_bytes());
     for e in &s.extra {
         e.conn.close(1u32.into(), p.message.as_bytes());

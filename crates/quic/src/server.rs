@@ -2,7 +2,7 @@
 //! `put` (as receiver) confined to the root.
 
 use crate::cc::{CcChoice, CcFactory, CcHandle};
-use crate::conns::{Conns, JOIN_WAIT};
+use crate::conns::Conns;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, Identity};
 use crate::net::{
@@ -159,6 +159,7 @@ impl Server {
             budget: (self.opts.send_buffer > 0).then(|| SendBudget::new(self.opts.send_buffer)),
             authed: AtomicBool::new(false),
             done: tokio::sync::Notify::new(),
+            sessions: AtomicUsize::new(0),
             joins: Default::default(),
         });
         let once = self.opts.once;
@@ -194,17 +195,17 @@ impl Server {
                 }
             };
             let cc = self.factory.take_last();
+            // Sessions are counted at their Hello (a session may run over
+            // several connections); connections before that, up to as many
+            // as that many full sessions may have.
             let max = self.opts.max_sessions;
-            if max > 0 && ctx.live.load(Ordering::Relaxed) >= max {
+            if max > 0 && ctx.live.load(Ordering::Relaxed) >= max * MAX_CONNECTIONS as usize {
                 tracing::warn!(
                     "{remote}: refused: already serving {max} session(s) (--max-sessions)"
                 );
                 tokio::spawn(async move {
                     if let Ok(conn) = connecting.await {
-                        let m = format!(
-                            "the server is busy: it already serves {max} session(s) (its --max-sessions); try again later"
-                        );
-                        crate::client::close_sent(&conn, BUSY, m.as_bytes()).await;
+                        busy(&conn, max).await;
                     }
                 });
                 continue;
@@ -262,6 +263,8 @@ struct Ctx {
     authed: AtomicBool,
     /// `once`: the session served has ended.
     done: tokio::sync::Notify,
+    /// Sessions (a `Hello` taken) being served: what `--max-sessions` caps.
+    sessions: AtomicUsize,
     /// Sessions over several connections whose others may still join, by
     /// their key ([`crate::proto::Hello::session`]).
     joins: std::sync::Mutex<HashMap<Vec<u8>, Joining>>,
@@ -380,6 +383,53 @@ impl VarIntCode {
     const FATAL: quinn::VarInt = quinn::VarInt::from_u32(1);
 }
 
+/// Refuses `conn`: the server already serves `max` sessions.
+async fn busy(conn: &quinn::Connection, max: usize) {
+    let m = format!(
+        "the server is busy: it already serves {max} session(s) (its --max-sessions); try again later"
+    );
+    crate::client::close_sent(conn, BUSY, m.as_bytes()).await;
+}
+
+/// Counts a session (a `Hello` taken) while it lives.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A session's entry in the registry of those others may join
+/// ([`Ctx::joins`]), and the connections that joined it: dropping it, at
+/// whichever return of the session, removes the entry (if it is still this
+/// session's) and closes them; one that joins after that is closed by the
+/// task that hands it on.
+struct Registered {
+    ctx: Arc<Ctx>,
+    key: Vec<u8>,
+    tx: mpsc::UnboundedSender<Joined>,
+    /// None once the session is over.
+    others: Arc<std::sync::Mutex<Option<Vec<quinn::Connection>>>>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        {
+            let mut joins = self.ctx.joins.lock().unwrap();
+            if joins
+                .get(&self.key)
+                .is_some_and(|j| j.tx.same_channel(&self.tx))
+            {
+                joins.remove(&self.key);
+            }
+        }
+        for c in self.others.lock().unwrap().take().unwrap_or_default() {
+            c.close(VarIntCode::DONE, b"done");
+        }
+    }
+}
+
 /// The peer closed the connection with code 0 (`done`).
 fn closed_done(conn: &quinn::Connection) -> bool {
     matches!(
@@ -402,18 +452,6 @@ async fn first_frame(rx: &mut CtlRx) -> Result<Frame, (ErrorCode, String)> {
         Ok(Some(Ok(other))) => Err(protocol(format!(
             "protocol error: expected Hello, got {other:?}"
         ))),
-    }
-}
-
-/// Closes a session's other connections when the session's task ends, at
-/// whichever return.
-struct CloseOthers(Vec<quinn::Connection>);
-
-impl Drop for CloseOthers {
-    fn drop(&mut self) {
-        for c in &self.0 {
-            c.close(VarIntCode::DONE, b"done");
-        }
     }
 }
 
@@ -445,10 +483,9 @@ fn check_token(ctx: &Ctx, remote: SocketAddr, token: &[u8]) -> Result<(), String
     Ok(())
 }
 
-/// A connection's `Join`: hands it to the session it names, waiting up to
-/// [`JOIN_WAIT`] for that session's `Hello` (which travels on another
-/// connection and may come later). Err: the refusal.
-async fn join(
+/// A connection's `Join`: hands it to the session it names. Err: the
+/// refusal.
+fn join(
     ctx: &Ctx,
     conn: &quinn::Connection,
     cc: Option<Arc<CcHandle>>,
@@ -463,33 +500,24 @@ async fn join(
         return Err((ErrorCode::Version, m));
     }
     check_token(ctx, conn.remote_address(), token).map_err(|m| (ErrorCode::Auth, m))?;
-    let deadline = Instant::now() + JOIN_WAIT;
-    loop {
-        {
-            let mut joins = ctx.joins.lock().unwrap();
-            if let Some(s) = joins.get_mut(session) {
-                let i = index as usize;
-                if i >= s.seen.len() || s.seen[i] {
-                    let m = format!(
-                        "connection {index} cannot join: the session runs over {} and has it",
-                        s.seen.len()
-                    );
-                    return Err((ErrorCode::Protocol, m));
-                }
-                s.seen[i] = true;
-                let _ = s.tx.send((index, conn.clone(), cc));
-                if s.seen.iter().all(|&b| b) {
-                    joins.remove(session);
-                }
-                return Ok(());
-            }
-        }
-        if Instant::now() >= deadline {
-            let m = "no session to join with this key (unknown, or over)".to_string();
-            return Err((ErrorCode::Protocol, m));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    // (The client sends its Joins after the Welcome, which the server
+    // sends after registering the session: an unknown key is not early.)
+    let mut joins = ctx.joins.lock().unwrap();
+    let Some(s) = joins.get_mut(session) else {
+        let m = "no session to join with this key (unknown, or over)".to_string();
+        return Err((ErrorCode::Protocol, m));
+    };
+    let i = index as usize;
+    if i >= s.seen.len() || s.seen[i] {
+        let m = format!(
+            "connection {index} cannot join: the session runs over {} and has it",
+            s.seen.len()
+        );
+        return Err((ErrorCode::Protocol, m));
     }
+    s.seen[i] = true;
+    let _ = s.tx.send((index, conn.clone(), cc));
+    Ok(())
 }
 
 fn token_ok(expected: &Option<Vec<u8>>, got: &[u8]) -> bool {
@@ -530,7 +558,7 @@ async fn session(
             session,
             index,
         }) => {
-            let joined = join(&ctx, &conn, cc, version, &token, &session, index).await;
+            let joined = join(&ctx, &conn, cc, version, &token, &session, index);
             if let Err((code, m)) = joined {
                 fatal(&ctl, &conn, code, m).await;
             }
@@ -539,6 +567,13 @@ async fn session(
         Ok(_) => unreachable!("first_frame returns a Hello or a Join"),
         Err((code, m)) => return fatal(&ctl, &conn, code, m).await,
     };
+    let max = ctx.opts.max_sessions;
+    let before = ctx.sessions.fetch_add(1, Ordering::Relaxed);
+    let _counted = Counted(&ctx.sessions);
+    if max > 0 && before >= max {
+        tracing::warn!("{remote}: refused: already serving {max} session(s) (--max-sessions)");
+        return busy(&conn, max).await;
+    }
     if h.version != VERSION {
         let m = format!(
             "protocol version {} is not supported (this server speaks {VERSION})",
@@ -589,7 +624,7 @@ async fn session(
     if let (true, Some(cc)) = (put, &cc) {
         spawn_receive_floor(conn.clone(), cc.clone());
     }
-    let others = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut registered = None;
     let conns = if n > 1 {
         let (tx, mut joined) = mpsc::unbounded_channel::<Joined>();
         let mut seen = vec![false; n as usize];
@@ -598,6 +633,7 @@ async fn session(
             let mut joins = ctx.joins.lock().unwrap();
             let taken = joins.contains_key(&h.session);
             if !taken {
+                let tx = tx.clone();
                 joins.insert(h.session.clone(), Joining { seen, tx });
             }
             taken
@@ -606,12 +642,20 @@ async fn session(
             let m = "another session has this session key".to_string();
             return fatal(&ctl, &conn, ErrorCode::Protocol, m).await;
         }
+        let others = Arc::new(std::sync::Mutex::new(Some(Vec::new())));
         // Each connection that joins is set up as the first was, then goes
-        // to the role.
+        // to the role; one that comes after the session is closed.
         let (more_tx, more) = mpsc::unbounded_channel();
         let (ctx2, others2) = (ctx.clone(), others.clone());
         tokio::spawn(async move {
             while let Some((i, c, cc)) = joined.recv().await {
+                match others2.lock().unwrap().as_mut() {
+                    Some(o) => o.push(c.clone()),
+                    None => {
+                        c.close(VarIntCode::DONE, b"the session is over");
+                        continue;
+                    }
+                }
                 if let Some(handle) = &cc {
                     handle.set(choice, rate);
                     if put {
@@ -619,9 +663,14 @@ async fn session(
                     }
                 }
                 spawn_window_tuner(c.clone(), ctx2.opts.net, flow, ctx2.budget.clone());
-                others2.lock().unwrap().push(c.clone());
                 let _ = more_tx.send((i, c));
             }
+        });
+        registered = Some(Registered {
+            ctx: ctx.clone(),
+            key: h.session.clone(),
+            tx,
+            others,
         });
         Conns {
             first: conn.clone(),
@@ -647,10 +696,12 @@ async fn session(
                 })
                 .collect();
             // The client's --streams, else ours.
+            // (At least one per connection.)
             let streams = match h.streams {
                 0 => ctx.opts.streams,
                 n => n.min(MAX_STREAMS) as usize,
-            };
+            }
+            .max(n as usize);
             let _ = ctl
                 .send(Frame::Welcome {
                     version: VERSION,
@@ -731,12 +782,8 @@ async fn session(
             (what, result.map(|()| report))
         }
     };
-    if n > 1 {
-        ctx.joins.lock().unwrap().remove(&h.session);
-    }
-    // The session's other connections end with it.
-    let others = std::mem::take(&mut *others.lock().unwrap());
-    let _close_others = CloseOthers(others);
+    // The session's other connections end with it (and none joins now).
+    let _registered = registered;
     let secs = started.elapsed().as_secs_f64();
     tracing::debug!("{remote}: connection stats: {:?}", conn.stats());
     // A get's client closes as soon as it has settled every file; its Done

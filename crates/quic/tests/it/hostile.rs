@@ -828,16 +828,27 @@ async fn joins_to_no_session_or_past_its_connections() {
         )
         .await;
     let joined = join_as(&s, VERSION, &key, 1).await;
-    // Now every connection of it has joined: the key names no open session
-    // (refused after the server waited for one to open under it).
-    let mut late = join_as(&s, VERSION, &key, 1).await;
-    late.patience = Duration::from_secs(20);
-    late.expect_fatal(ErrorCode::Protocol, &["no session to join with this key"])
+    // Once it has joined, the index is taken for the session's life; a key
+    // no open session has is refused at once.
+    join_as(&s, VERSION, &key, 1)
+        .await
+        .expect_fatal(ErrorCode::Protocol, &["connection 1 cannot join"])
+        .await;
+    join_as(&s, VERSION, &[4; SESSION_KEY_LEN], 1)
+        .await
+        .expect_fatal(ErrorCode::Protocol, &["no session to join with this key"])
         .await;
     assert!(
         joined.conn.close_reason().is_none(),
         "the joined connection is still up"
     );
-    drop((first, joined));
+    // The session's end closes the connection that joined it.
+    drop(first);
+    let closed = tokio::time::timeout(Duration::from_secs(20), joined.conn.closed()).await;
+    assert!(
+        closed.is_ok(),
+        "the joined connection was closed with its session"
+    );
+    drop(joined);
     normal_get_works(&s).await;
 }
