@@ -154,6 +154,10 @@ pub struct ServeArgs {
     /// ssh session ended), or when no client has come within 60 s.
     #[arg(long)]
     pub once: bool,
+    /// Worker threads of the server's runtime [default: one per core; one
+    /// with --once]. A client over ssh with --connections N asks for N.
+    #[arg(long, value_name = "N", hide = true)]
+    pub workers: Option<usize>,
     /// UDP ports to take the first free one of (LOW-HIGH), for firewalls
     /// that open a range.
     #[arg(long, value_name = "LOW-HIGH", conflicts_with = "listen")]

@@ -84,7 +84,11 @@ fn main() {
                 .unwrap_or(1)
                 .clamp(1, MAX_CONNECTIONS as usize),
         ),
-        Command::Serve(a) if a.once => Some(1),
+        Command::Serve(a) => match (a.workers, a.once) {
+            (Some(n), _) => Some(n.clamp(1, 64)),
+            (None, true) => Some(1),
+            (None, false) => None,
+        },
         _ => None, // the demo runs a server and its clients in one process
     };
     if let Some(n) = workers {

@@ -191,18 +191,25 @@ fn get_and_put_over_ssh_copy_an_awkward_tree_and_leave_nothing_behind() {
     assert_no_server_left();
 
     // A directory on the way that is an absolute link (~/data -> /scratch
-    // as people have it): followed, as scp would.
+    // as people have it): followed, as scp would. Over two connections (the
+    // far side is asked for a worker each).
     let via = t.join("via-link");
     std::os::unix::fs::symlink(b.tree.parent().unwrap(), &via).unwrap();
     let dest3 = t.join("dest3");
     std::fs::create_dir(&dest3).unwrap();
     let mut remote = OsString::from("127.0.0.1:");
     remote.push(via.join("tree"));
+    let two = ["--connections".into(), "2".into(), "--json".into()];
+    let args: Vec<OsString> = two
+        .into_iter()
+        .chain([remote, dest3.clone().into()])
+        .collect();
     let out = run_timeout(
-        over_ssh(&sshd, &home, "get", &[remote, dest3.clone().into()]),
+        over_ssh(&sshd, &home, "get", &args),
         Duration::from_secs(120),
     );
     out.expect_code(0);
+    assert_eq!(out.json()["connections"], 2);
     assert_same_tree(&b.tree, &dest3.join("tree"), Compare::ALL);
     assert_no_server_left();
 
