@@ -246,7 +246,8 @@ A suite file (TOML):
   # A tool may carry settings, which then label its runs:
   #   ftp:parallel=N  gridftp:p=N,cc=N,pp=yes|no,fast=yes|no,tcp-bs=SIZE
   #   uftp:rate=RATE  longhaul-mc:rate=RATE  iperf3:streams=N,cc=cubic|bbr|reno
-  #   longhaul:cc=wan|wan:HINT|fair|bbr|cubic|reno|fixed:RATE,max-rate=RATE
+  #   longhaul:cc=wan|wan:HINT|fair|bbr|cubic|reno|fixed:RATE,max-rate=RATE,
+  #     connections=N
   background = { tcp_flows = 3 }   # or { udp_pps = 20000, udp_size = 1250 }:
                                    # iperf3 from srv to the first receiver
   [profile.quick]

@@ -32,6 +32,11 @@ impl Adapter for Longhaul {
                 "longhaul --window: memory bound of the client's windows, default 1GiB (with op=put the receiving server keeps its own)",
                 size,
             ),
+            (
+                "connections",
+                "longhaul --connections: QUIC connections of the transfer, each its own socket and thread, default 1",
+                count_1_to_16,
+            ),
         ]
     }
 
@@ -126,7 +131,7 @@ fn longhaul_client(exe: &str, op: &str, known_hosts: &Path, settings: &Settings)
     .iter()
     .map(|x| x.to_string())
     .collect();
-    for k in ["cc", "max-rate", "window"] {
+    for k in ["cc", "max-rate", "window", "connections"] {
         if let Some(x) = settings.get(k) {
             argv.extend([format!("--{k}"), x.clone()]);
         }

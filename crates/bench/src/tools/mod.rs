@@ -346,6 +346,13 @@ type Check = fn(&str) -> Result<()>;
 /// A setting a suite may give a tool: (key, what it does, its check).
 pub type Setting = (&'static str, &'static str, Check);
 
+fn count_1_to_16(v: &str) -> Result<()> {
+    match v.parse::<u32>() {
+        Ok(n) if (1..=16).contains(&n) => Ok(()),
+        _ => bail!("a whole number from 1 to 16"),
+    }
+}
+
 fn count_1_to_64(v: &str) -> Result<()> {
     match v.parse::<u32>() {
         Ok(n) if (1..=64).contains(&n) => Ok(()),
