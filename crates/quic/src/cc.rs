@@ -68,6 +68,19 @@ impl CcChoice {
         })
     }
 
+    /// This choice for each of `n` connections that share one path (a
+    /// session over several, `--connections`): a start hint or a fixed rate
+    /// is the whole path's, so each gets its `n`th part; the others are
+    /// unchanged.
+    pub fn shared(self, n: usize) -> CcChoice {
+        let n = n.max(1) as u64;
+        match self {
+            CcChoice::Wan(h) => CcChoice::Wan(h / n),
+            CcChoice::Fixed(r) => CcChoice::Fixed(r / n),
+            other => other,
+        }
+    }
+
     /// The name [`CcChoice::parse`] reads back (rates in plain bits/s): what
     /// `Hello.cc` carries and reports show.
     pub fn name(&self) -> String {
@@ -448,6 +461,12 @@ mod tests {
         let hinted = CcChoice::parse("wan:900M").unwrap();
         assert_eq!(hinted, CcChoice::Wan(900_000_000));
         assert_eq!(CcChoice::parse(&hinted.name()).unwrap(), hinted);
+        // Over 3 connections each gets a third of a hint or a fixed rate.
+        assert_eq!(hinted.shared(3), CcChoice::Wan(300_000_000));
+        assert_eq!(CcChoice::Fixed(90).shared(3), CcChoice::Fixed(30));
+        assert_eq!(CcChoice::Wan(0).shared(4), CcChoice::Wan(0));
+        assert_eq!(CcChoice::Bbr.shared(2), CcChoice::Bbr);
+        assert_eq!(hinted.shared(0), hinted);
     }
 
     /// A controller of `choice` as a connection gets it, and its handle.

@@ -361,7 +361,9 @@ fn dial(addr: SocketAddr, opts: &ClientOpts, trust: TrustPolicy) -> Result<Diale
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .map_err(|e| conn_err(e.to_string()))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
-    let factory = crate::cc::CcFactory::new(opts.cc_choice(), opts.net.max_rate);
+    // (Each connection of a session over several gets its part of a hint.)
+    let choice = opts.cc_choice().shared(opts.connections);
+    let factory = crate::cc::CcFactory::new(choice, opts.net.max_rate);
     cfg.transport_config(Arc::new(opts.net.transport(addr, factory.clone())));
     let bind: SocketAddr = if addr.is_ipv6() {
         "[::]:0"

@@ -600,10 +600,12 @@ async fn session(
         Some(Err(e)) => return fatal(&ctl, &conn, ErrorCode::Protocol, e.to_string()).await,
         None => None,
     };
+    let n = h.connections.max(1);
+    // Each connection of a session over several gets its part of a hint.
+    let choice = choice.map(|c| c.shared(n as usize));
     if let Some(handle) = &cc {
         handle.set(choice, rate);
     }
-    let n = h.connections.max(1);
     if n > MAX_CONNECTIONS {
         let m = format!("a session runs over at most {MAX_CONNECTIONS} connections, not {n}");
         return fatal(&ctl, &conn, ErrorCode::Protocol, m).await;
