@@ -37,9 +37,10 @@ impl Conns {
     }
 }
 
-/// Connection `i` of a session for the lanes that use it, once it is up.
-pub(crate) struct Slots {
-    slots: Vec<watch::Receiver<Option<quinn::Connection>>>,
+/// Connection `i` of a session for the lanes that use it, once it is up
+/// (`C`: a connection; generic for the tests).
+pub(crate) struct Slots<C = quinn::Connection> {
+    slots: Vec<watch::Receiver<Option<C>>>,
     /// Fills the slots as the connections come; aborted on drop.
     filler: tokio::task::JoinHandle<()>,
 }
@@ -47,11 +48,14 @@ pub(crate) struct Slots {
 impl Slots {
     /// Slots for `conns`, the first filled at once.
     pub(crate) fn new(conns: Conns) -> Slots {
-        let Conns {
-            first,
-            count,
-            mut more,
-        } = conns;
+        Slots::of(conns.first, conns.count, conns.more)
+    }
+}
+
+impl<C: Clone + Send + Sync + 'static> Slots<C> {
+    /// Slots for `count` connections: `first`, then the others from `more`
+    /// (index, connection) as they come.
+    fn of(first: C, count: usize, mut more: mpsc::UnboundedReceiver<(u32, C)>) -> Slots<C> {
         let (txs, slots): (Vec<_>, Vec<_>) = (0..count.max(1))
             .map(|i| watch::channel((i == 0).then(|| first.clone())))
             .unzip();
@@ -72,7 +76,7 @@ impl Slots {
 
     /// The connection lane `lane` sends or receives on, waiting up to
     /// [`JOIN_WAIT`] for it to join.
-    pub(crate) fn for_lane(&self, lane: usize) -> ConnSlot {
+    pub(crate) fn for_lane(&self, lane: usize) -> ConnSlot<C> {
         let i = lane % self.slots.len();
         ConnSlot {
             index: i,
@@ -81,21 +85,21 @@ impl Slots {
     }
 }
 
-impl Drop for Slots {
+impl<C> Drop for Slots<C> {
     fn drop(&mut self) {
         self.filler.abort();
     }
 }
 
 /// One lane's connection, possibly not up yet.
-pub(crate) struct ConnSlot {
+pub(crate) struct ConnSlot<C = quinn::Connection> {
     index: usize,
-    rx: watch::Receiver<Option<quinn::Connection>>,
+    rx: watch::Receiver<Option<C>>,
 }
 
-impl ConnSlot {
+impl<C: Clone> ConnSlot<C> {
     /// The connection, once it has joined (at once for the first).
-    pub(crate) async fn get(&mut self) -> Result<quinn::Connection, Problem> {
+    pub(crate) async fn get(&mut self) -> Result<C, Problem> {
         let index = self.index;
         let missing = || {
             Problem::new(
@@ -110,5 +114,38 @@ impl ConnSlot {
             Ok(Ok(c)) => Ok(c.clone().expect("waited for it")),
             _ => Err(missing()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn lanes_take_their_connection_once_it_joins_or_fail_after_the_wait() {
+        let (tx, more) = mpsc::unbounded_channel();
+        let slots = Slots::of("first", 3, more);
+        assert_eq!(slots.count(), 3);
+        // Lanes 0 and 3 on the first, 1 and 4 on the second, 2 on the third.
+        assert_eq!(slots.for_lane(3).get().await.unwrap(), "first");
+        let mut second = slots.for_lane(4);
+        let mut third = slots.for_lane(2);
+        let waiting = tokio::spawn(async move { second.get().await });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!waiting.is_finished(), "the lane waits for its connection");
+        tx.send((1, "second")).unwrap();
+        assert_eq!(waiting.await.unwrap().unwrap(), "second");
+        // The third never joins: its lane gives up after JOIN_WAIT.
+        let started = tokio::time::Instant::now();
+        let e = third.get().await.unwrap_err();
+        assert_eq!(started.elapsed(), JOIN_WAIT);
+        assert!(
+            e.message
+                .contains("connection 2 of the session did not join within 10 s"),
+            "{e}"
+        );
+        // An index past the session's connections is ignored.
+        tx.send((7, "stray")).unwrap();
+        assert_eq!(slots.for_lane(1).get().await.unwrap(), "second");
     }
 }
