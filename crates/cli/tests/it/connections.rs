@@ -105,3 +105,35 @@ fn a_get_and_a_put_over_several_connections() {
         out.stderr
     );
 }
+
+/// A server at `--max-sessions 1` serves one session over several
+/// connections: it counts sessions, not connections.
+#[test]
+fn max_sessions_counts_a_session_over_several_connections_once() {
+    let t = Tmp::new("connections-max");
+    let root = t.join("root");
+    let payload = tree(&root.join("set"));
+    let srv = ServeCfg::new(&root, &t.join("state"))
+        .arg("--max-sessions")
+        .arg("1")
+        .start();
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let out = c.run(
+        "get",
+        [
+            OsString::from("--fingerprint"),
+            srv.fingerprint.clone().into(),
+            "--json".into(),
+            "--connections".into(),
+            "4".into(),
+            srv.remote("set"),
+            dest.clone().into(),
+        ],
+    );
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(j["totals"]["verified"], 201, "{j}");
+    shares(&j, 4, "udp_rx_bytes", payload);
+}
