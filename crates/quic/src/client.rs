@@ -312,19 +312,29 @@ struct Session {
 }
 
 impl Session {
-    /// Tunes the session's other connections as the first (their windows;
-    /// on a get, the receiver's floor under each controller) and returns
-    /// all of them for the role to run over.
-    fn tune_extra(&self, opts: &ClientOpts, flow: Flow) -> Conns {
-        for e in &self.extra {
-            spawn_window_tuner(e.conn.clone(), opts.net, flow, None);
-            if let (Flow::Rx, Some(cc)) = (flow, &e.cc) {
-                spawn_receive_floor(e.conn.clone(), cc.clone());
+    /// Tunes every connection of the session for the role of `flow` (its
+    /// windows; on a get, the receiver's floor under its controller) and
+    /// returns the first one's tuner and all of them for the role to run over.
+    fn tune(&self, opts: &ClientOpts, flow: Flow) -> (Tuned, Conns) {
+        let tune = |conn: &quinn::Connection, cc: &Option<Arc<crate::cc::CcHandle>>| {
+            if let (Flow::Rx, Some(cc)) = (flow, cc) {
+                spawn_receive_floor(conn.clone(), cc.clone());
             }
+            spawn_window_tuner(conn.clone(), opts.net, flow, None)
+        };
+        let tuned = tune(&self.conn, &self.cc);
+        for e in &self.extra {
+            tune(&e.conn, &e.cc);
         }
         let others = self.extra.iter().map(|e| e.conn.clone()).collect();
-        Conns::known(self.conn.clone(), others)
+        (tuned, Conns::known(self.conn.clone(), others))
     }
+}
+
+/// quinn's figures of a session's connections, the first first.
+fn stats_of(first: &quinn::Connection, extra: &[Extra]) -> Vec<quinn::ConnectionStats> {
+    let extra = extra.iter().map(|e| e.conn.stats());
+    std::iter::once(first.stats()).chain(extra).collect()
 }
 
 /// Data streams a sender uses when nobody says (`--streams`).
@@ -674,10 +684,8 @@ async fn close(
         })
         .await;
     }
-    let stats = conn.stats();
-    tracing::debug!("connection stats: {stats:?}");
-    let mut all = vec![stats];
-    all.extend(extra.iter().map(|e| e.conn.stats()));
+    let all = stats_of(&conn, &extra);
+    tracing::debug!("connection stats: {:?}", all[0]);
     close_sent(&conn, 0, b"done").await;
     for e in &extra {
         close_sent(&e.conn, 0, b"done").await;
@@ -874,11 +882,7 @@ pub async fn get<R: AsRef<[u8]>>(
         let failed = (SessionReport::default(), Err(conn_err(m)));
         return finish(s, started, "get", opts, failed).await;
     }
-    let tuned = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Rx, None);
-    if let Some(cc) = &s.cc {
-        spawn_receive_floor(s.conn.clone(), cc.clone());
-    }
-    let conns = s.tune_extra(opts, Flow::Rx);
+    let (tuned, conns) = s.tune(opts, Flow::Rx);
     let r = run_receiver(
         conns,
         s.ctl.clone(),
@@ -1005,8 +1009,7 @@ pub async fn put(
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
-    let tuned = spawn_window_tuner(s.conn.clone(), opts.net, Flow::Tx, None);
-    let conns = s.tune_extra(opts, Flow::Tx);
+    let (tuned, conns) = s.tune(opts, Flow::Tx);
     let r = run_sender(
         conns,
         s.ctl.clone(),
@@ -1146,7 +1149,6 @@ async fn finish(
         streams: s.streams,
         data_seconds: s.welcomed.elapsed().as_secs_f64(),
     };
-    let mut all = vec![s.conn.stats()];
-    all.extend(s.extra.iter().map(|e| e.conn.stats()));
+    let all = stats_of(&s.conn, &s.extra);
     Ok(build_report(report, about, opts, started, &all))
 }

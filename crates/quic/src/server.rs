@@ -6,7 +6,7 @@ use crate::conns::Conns;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, Identity};
 use crate::net::{
-    endpoint, spawn_receive_floor, spawn_window_tuner, udp_socket, Flow, NetOpts, SendBudget,
+    endpoint, spawn_receive_floor, spawn_window_tuner, udp_socket, Flow, NetOpts, SendBudget, Tuned,
 };
 use crate::proto::{
     ErrorCode, Frame, Op, ALPN, MAX_CONNECTIONS, MAX_STREAMS, SESSION_KEY_LEN, VERSION,
@@ -455,6 +455,31 @@ async fn first_frame(rx: &mut CtlRx) -> Result<Frame, (ErrorCode, String)> {
     }
 }
 
+/// The refusal of a `Hello` or a `Join` of another protocol version.
+fn unsupported(version: u32) -> (ErrorCode, String) {
+    let m = format!("protocol version {version} is not supported (this server speaks {VERSION})");
+    (ErrorCode::Version, m)
+}
+
+/// Sets a session's connection up for its role: its controller as the
+/// client asked, the receiver's floor under it on a put, and its windows'
+/// tuner (the first connection's and each that joins).
+fn set_up(
+    ctx: &Ctx,
+    conn: &quinn::Connection,
+    cc: &Option<Arc<CcHandle>>,
+    (choice, rate): (Option<CcChoice>, u64),
+    flow: Flow,
+) -> Tuned {
+    if let Some(handle) = cc {
+        handle.set(choice, rate);
+        if flow == Flow::Rx {
+            spawn_receive_floor(conn.clone(), handle.clone());
+        }
+    }
+    spawn_window_tuner(conn.clone(), ctx.opts.net, flow, ctx.budget.clone())
+}
+
 /// The token check of a `Hello` or a `Join` from `remote`, with the
 /// throttle on wrong guesses; Err: the refusal's message.
 fn check_token(ctx: &Ctx, remote: SocketAddr, token: &[u8]) -> Result<(), String> {
@@ -495,9 +520,7 @@ fn join(
     index: u32,
 ) -> Result<(), (ErrorCode, String)> {
     if version != VERSION {
-        let m =
-            format!("protocol version {version} is not supported (this server speaks {VERSION})");
-        return Err((ErrorCode::Version, m));
+        return Err(unsupported(version));
     }
     check_token(ctx, conn.remote_address(), token).map_err(|m| (ErrorCode::Auth, m))?;
     // (The client sends its Joins after the Welcome, which the server
@@ -575,11 +598,8 @@ async fn session(
         return busy(&conn, max).await;
     }
     if h.version != VERSION {
-        let m = format!(
-            "protocol version {} is not supported (this server speaks {VERSION})",
-            h.version
-        );
-        return fatal(&ctl, &conn, ErrorCode::Version, m).await;
+        let (code, m) = unsupported(h.version);
+        return fatal(&ctl, &conn, code, m).await;
     }
     if let Err(m) = check_token(&ctx, remote, &h.token) {
         return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
@@ -603,9 +623,6 @@ async fn session(
     let n = h.connections.max(1);
     // Each connection of a session over several gets its part of a hint.
     let choice = choice.map(|c| c.shared(n as usize));
-    if let Some(handle) = &cc {
-        handle.set(choice, rate);
-    }
     if n > MAX_CONNECTIONS {
         let m = format!("a session runs over at most {MAX_CONNECTIONS} connections, not {n}");
         return fatal(&ctl, &conn, ErrorCode::Protocol, m).await;
@@ -622,10 +639,7 @@ async fn session(
         Op::Put { .. } => Flow::Rx,
     };
     let put = flow == Flow::Rx;
-    let tuned = spawn_window_tuner(conn.clone(), ctx.opts.net, flow, ctx.budget.clone());
-    if let (true, Some(cc)) = (put, &cc) {
-        spawn_receive_floor(conn.clone(), cc.clone());
-    }
+    let tuned = set_up(&ctx, &conn, &cc, (choice, rate), flow);
     let mut registered = None;
     let conns = if n > 1 {
         let (tx, mut joined) = mpsc::unbounded_channel::<Joined>();
@@ -658,13 +672,7 @@ async fn session(
                         continue;
                     }
                 }
-                if let Some(handle) = &cc {
-                    handle.set(choice, rate);
-                    if put {
-                        spawn_receive_floor(c.clone(), handle.clone());
-                    }
-                }
-                spawn_window_tuner(c.clone(), ctx2.opts.net, flow, ctx2.budget.clone());
+                set_up(&ctx2, &c, &cc, (choice, rate), flow);
                 let _ = more_tx.send((i, c));
             }
         });

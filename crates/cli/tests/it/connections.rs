@@ -41,6 +41,26 @@ fn shares(j: &serde_json::Value, n: usize, field: &str, payload: u64) {
     }
 }
 
+/// A get of the tree `set` into a new directory `dest` over `n`
+/// connections, trusting the server by `trust`: every file verified, every
+/// connection carried a share.
+fn get_set(c: &Client, srv: &Server, trust: &[OsString], n: usize, dest: &Path, payload: u64) {
+    std::fs::create_dir(dest).unwrap();
+    let mut args = trust.to_vec();
+    args.extend([
+        "--json".into(),
+        "--connections".into(),
+        n.to_string().into(),
+        srv.remote("set"),
+        dest.into(),
+    ]);
+    let out = c.run("get", args);
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(j["totals"]["verified"], 201, "{j}");
+    shares(&j, n, "udp_rx_bytes", payload);
+}
+
 #[test]
 fn a_get_and_a_put_over_several_connections() {
     let t = Tmp::new("connections");
@@ -50,22 +70,7 @@ fn a_get_and_a_put_over_several_connections() {
     let c = Client::new(t.join("kh"));
 
     let dest = t.join("dest");
-    std::fs::create_dir(&dest).unwrap();
-    let out = c.run(
-        "get",
-        [
-            OsString::from("--accept-new"),
-            "--json".into(),
-            "--connections".into(),
-            "3".into(),
-            srv.remote("set"),
-            dest.clone().into(),
-        ],
-    );
-    out.expect_code(0);
-    let j = out.json();
-    assert_eq!(j["totals"]["verified"], 201, "{j}");
-    shares(&j, 3, "udp_rx_bytes", payload);
+    get_set(&c, &srv, &["--accept-new".into()], 3, &dest, payload);
     let inside = Compare {
         top_meta: false,
         ..Compare::ALL
@@ -118,22 +123,6 @@ fn max_sessions_counts_a_session_over_several_connections_once() {
         .arg("1")
         .start();
     let c = Client::new(t.join("kh"));
-    let dest = t.join("dest");
-    std::fs::create_dir(&dest).unwrap();
-    let out = c.run(
-        "get",
-        [
-            OsString::from("--fingerprint"),
-            srv.fingerprint.clone().into(),
-            "--json".into(),
-            "--connections".into(),
-            "4".into(),
-            srv.remote("set"),
-            dest.clone().into(),
-        ],
-    );
-    out.expect_code(0);
-    let j = out.json();
-    assert_eq!(j["totals"]["verified"], 201, "{j}");
-    shares(&j, 4, "udp_rx_bytes", payload);
+    let trust = ["--fingerprint".into(), srv.fingerprint.clone().into()];
+    get_set(&c, &srv, &trust, 4, &t.join("dest"), payload);
 }
