@@ -591,11 +591,23 @@ fn summary(r: &ClientReport) -> String {
         (Some(f), _, _) => format!("\nfirst data after {f:.2} s"),
         _ => String::new(),
     };
+    let repair = match (r.repair_bytes, r.op) {
+        (0, _) => String::new(),
+        (b, "get") => format!(
+            "\ntail repair: {} stream(s) of the last window rebuilt from {:.1} kB of repair symbols",
+            r.rebuilt_streams,
+            b as f64 / 1e3
+        ),
+        (b, _) => format!(
+            "\ntail repair: {:.1} kB of repair symbols sent for the last window",
+            b as f64 / 1e3
+        ),
+    };
     format!(
         "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {} symlink(s)\n\
          {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed, \
          {:.1} MB skipped; \
-         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}",
+         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}",
         r.op,
         t.files,
         t.verified,
@@ -618,6 +630,7 @@ fn summary(r: &ClientReport) -> String {
         },
         r.cc,
         start,
+        repair,
         behind
     )
 }

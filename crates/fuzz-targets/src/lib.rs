@@ -9,7 +9,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-use longhaul_quic::proto::{encode, Frame, FrameDecoder, RecordHeader, RECORD_HEADER_LEN};
+use longhaul_quic::proto::{encode, Frame, FrameDecoder, RecordHeader, Repair, RECORD_HEADER_LEN};
 use longhaul_transfer::journal;
 use std::io::Write;
 
@@ -20,6 +20,7 @@ pub type Target = (&'static str, fn(&[u8]));
 pub const TARGETS: &[Target] = &[
     ("frames", frames),
     ("record_header", record_header),
+    ("repair", repair),
     ("journal", journal_file),
     ("mcast_wire", mcast_wire),
     ("mcast_manifest", mcast_manifest),
@@ -68,6 +69,14 @@ pub fn record_header(data: &[u8]) {
     let b: &[u8; RECORD_HEADER_LEN] = b.try_into().unwrap();
     if let Ok(h) = RecordHeader::decode(b) {
         assert_eq!(RecordHeader::decode(&h.encode()).ok(), Some(h));
+    }
+}
+
+/// A tail-repair datagram (a QUIC datagram from the peer): what decodes
+/// re-encodes to the same bytes.
+pub fn repair(data: &[u8]) {
+    if let Ok(r) = Repair::decode(bytes::Bytes::copy_from_slice(data)) {
+        assert_eq!(r.encode(), data, "round trip");
     }
 }
 
@@ -184,6 +193,14 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
     match name {
         "frames" => seed_frames(),
         "record_header" => vec![vec![0; RECORD_HEADER_LEN]],
+        "repair" => vec![Repair {
+            stream: 3,
+            len: 5000,
+            symbol_size: 1024,
+            esi: 5,
+            symbol: vec![1; 1024].into(),
+        }
+        .encode()],
         "journal" => {
             let h = journal::JournalHeader {
                 size: 3 << 20,

@@ -11,7 +11,7 @@
 /// multiple of the 8-byte alignment used here).
 pub(crate) const MIN_SYMBOL: u16 = 64;
 pub(crate) const MAX_SYMBOL: u16 = 8192;
-pub(crate) const ALIGN: u16 = 8;
+pub(crate) const ALIGN: u16 = longhaul_transfer::fec::ALIGN;
 /// Largest number of source symbols per block accepted (RFC 6330 allows 56403).
 pub(crate) const MAX_BLOCK_SYMBOLS: u16 = 8192;
 /// Largest manifest accepted (64 MiB: about a million entries).

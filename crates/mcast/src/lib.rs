@@ -13,7 +13,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod fec;
+pub use longhaul_transfer::fec;
 mod json;
 mod layout;
 pub mod manifest;

@@ -209,6 +209,19 @@ pub struct ClientReport {
     /// trip, at least 100 ms) first reached 90 % of `final_mbps`, at the
     /// window's end: the start-up. None with `final_mbps`.
     pub to_90pct_s: Option<f64>,
+    /// Bytes of tail-repair symbols (RaptorQ, in QUIC datagrams) this
+    /// client received (get) or sent (put): the last window's protection
+    /// against a round trip for its lost packets.
+    pub repair_bytes: u64,
+    /// Data streams this client (get) rebuilt from repair symbols instead
+    /// of waiting for QUIC to resend what was lost (0 on a put: the server
+    /// rebuilds).
+    pub rebuilt_streams: u64,
+    /// On a get: seconds from the last new data of the transfer's last
+    /// window (its protected streams) until all of it was there: what the
+    /// last packets' losses cost. None on a put, or when no stream was
+    /// protected.
+    pub tail_s: Option<f64>,
 }
 
 /// What one connection of a session carried.
@@ -785,6 +798,9 @@ fn build_report(
             _ => opts.send_streams(),
         },
         receiver_behind_s: r.held_back_s,
+        repair_bytes: r.repair_bytes,
+        rebuilt_streams: r.rebuilt_streams,
+        tail_s: r.tail_s,
         first_data_s: None,
         final_mbps: None,
         to_90pct_s: None,

@@ -53,6 +53,10 @@ pub(crate) const MAX_UDP_PAYLOAD: u16 = 6500;
 /// bounded by the connection window.
 pub(crate) const MAX_UNI_STREAMS: u32 = 1024;
 
+/// Bytes of datagrams (tail repair) quinn queues to send, and holds received
+/// until read.
+const DATAGRAM_BUFFER: usize = 8 << 20;
+
 /// Smallest window ever used: enough for 1 Gbit/s at 100 ms.
 pub(crate) const MIN_WINDOW: u64 = 16 << 20;
 
@@ -92,6 +96,11 @@ impl NetOpts {
             // (docs/PERFORMANCE.md); the control stream's priority still
             // puts it first.
             .send_fairness(false)
+            // Tail repair's symbols (protocol 9): a 256 MiB last window at
+            // 1e-2 loss sends about 5 MiB of them, mostly ahead of its
+            // queued stream data; quinn drops the oldest past these bounds.
+            .datagram_send_buffer_size(DATAGRAM_BUFFER)
+            .datagram_receive_buffer_size(Some(DATAGRAM_BUFFER))
             .congestion_controller_factory(factory);
         // Probe up to what the outgoing interface allows, at most MAX_UDP_PAYLOAD.
         // (9000 and 16000 were tried on loopback: ten of them make a GSO batch

@@ -1,4 +1,4 @@
-//! Wire format of protocol version 8 (see docs/PROTOCOL.md). Sans-IO: encoders and
+//! Wire format of protocol version 9 (see docs/PROTOCOL.md). Sans-IO: encoders and
 //! decoders over byte buffers, no sockets.
 //!
 //! Control stream (the connection's first bidirectional stream): frames of
@@ -6,6 +6,8 @@
 //! Data streams (unidirectional, sender to receiver): the 4-byte prelude `LHD1`,
 //! then records of a 20-byte [`RecordHeader`] followed by `len` payload bytes
 //! and, for a file's only chunk, its 32-byte BLAKE3 ([`RecordHeader::hash`]).
+//! The streams of a transfer's last window start with `LHR1` instead, and
+//! QUIC datagrams carry RaptorQ repair symbols of them ([`Repair`]).
 
 use longhaul_transfer::sync::SyncMode;
 use longhaul_transfer::{Entry, CHUNK_SIZE};
@@ -33,7 +35,11 @@ use serde::{Deserialize, Serialize};
 /// 8: `Hello.connections` and `Hello.session`, and the `Join` frame: one
 /// transfer over several QUIC connections (`--connections N`), each its own
 /// endpoint and socket; the extra ones join the session by its key.
-pub const VERSION: u32 = 8;
+/// 9: tail repair: the data streams of a transfer's last window start with
+/// [`REPAIRED_PRELUDE`], and RaptorQ symbols of each ([`Repair`]) follow as
+/// QUIC datagrams, from which the receiver rebuilds what the path lost
+/// instead of waiting a round trip for QUIC's retransmission.
+pub const VERSION: u32 = 9;
 /// TLS ALPN both sides require; it names the protocol family and stays
 /// `longhaul/1` across versions ([`VERSION`] is in the `Hello`).
 pub const ALPN: &[u8] = b"longhaul/1";
@@ -42,6 +48,9 @@ pub const MAX_FRAME: usize = 1 << 20;
 /// The first 4 bytes of every data stream; a receiver refuses a stream that
 /// starts otherwise ([`ProtoError::BadPrelude`]).
 pub const DATA_PRELUDE: &[u8; 4] = b"LHD1";
+/// The first 4 bytes of a data stream protected by tail repair (version 9):
+/// the same records, and [`Repair`] datagrams that name the stream.
+pub const REPAIRED_PRELUDE: &[u8; 4] = b"LHR1";
 /// Bytes of an encoded [`RecordHeader`] on a data stream.
 pub const RECORD_HEADER_LEN: usize = 20;
 /// The bit of a record's `len` field that says the file's hash follows the data.
@@ -343,8 +352,11 @@ pub enum ProtoError {
     #[error("malformed control frame: {0}")]
     Malformed(String),
     /// A data stream whose first 4 bytes are not [`DATA_PRELUDE`].
-    #[error("data stream does not start with the LHD1 prelude")]
+    #[error("data stream does not start with the LHD1 or LHR1 prelude")]
     BadPrelude,
+    /// A datagram that is not a well-formed [`Repair`].
+    #[error("malformed repair datagram: {0}")]
+    BadRepair(&'static str),
     /// A record whose `len` (bytes) is over the chunk size.
     #[error("data record of {0} bytes exceeds the chunk size")]
     RecordTooLarge(u32),
@@ -513,10 +525,148 @@ impl RecordHeader {
     }
 }
 
+/// Bytes of a [`Repair`] datagram before its symbol.
+pub const REPAIR_HEADER_LEN: usize = 20;
+/// The tag byte a [`Repair`] datagram starts with.
+const REPAIR_TAG: u8 = b'R';
+/// Largest protected stream (bytes from its prelude to its end): a sender
+/// starts a new one after 512 KiB (PROTOCOL.md §1.11), and one
+/// record (a chunk) may take it past that.
+pub const MAX_PROTECTED: u32 = 4 << 20;
+/// Smallest symbol a [`Repair`] may carry: with [`MAX_PROTECTED`] a block
+/// has at most 8,192 symbols (RaptorQ takes 56,403).
+pub const MIN_REPAIR_SYMBOL: u16 = 512;
+
+/// One RaptorQ repair symbol of a protected data stream (version 9), sent
+/// as a QUIC datagram on the stream's connection. The stream's bytes, from
+/// its prelude to its end (`len`), are one source block of `ceil(len /
+/// symbol_size)` symbols, the last padded with zeros; `esi` counts from
+/// there (RFC 6330's encoding symbol id).
+///
+/// Wire: `'R'`, a zero byte, `symbol_size` (u16), `stream` (the QUIC stream
+/// id, u64), `len` (u32), `esi` (u32), all little endian, then the symbol's
+/// `symbol_size` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repair {
+    /// The protected stream's QUIC stream id.
+    pub stream: u64,
+    /// The stream's bytes, prelude included.
+    pub len: u32,
+    /// Bytes of each symbol (the datagram's, less this header).
+    pub symbol_size: u16,
+    /// RaptorQ's encoding symbol id, at least [`Repair::source_symbols`].
+    pub esi: u32,
+    /// The symbol.
+    pub symbol: bytes::Bytes,
+}
+
+impl Repair {
+    /// Source symbols of the block (`K`).
+    pub fn source_symbols(&self) -> u32 {
+        self.len.div_ceil(self.symbol_size as u32)
+    }
+
+    /// The datagram's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(REPAIR_HEADER_LEN + self.symbol.len());
+        b.extend_from_slice(&[REPAIR_TAG, 0]);
+        b.extend_from_slice(&self.symbol_size.to_le_bytes());
+        b.extend_from_slice(&self.stream.to_le_bytes());
+        b.extend_from_slice(&self.len.to_le_bytes());
+        b.extend_from_slice(&self.esi.to_le_bytes());
+        b.extend_from_slice(&self.symbol);
+        b
+    }
+
+    /// Reads a datagram; refuses anything but a repair symbol (at least
+    /// K, at most RaptorQ's largest id) of a block this protocol can make.
+    pub fn decode(d: bytes::Bytes) -> Result<Repair, ProtoError> {
+        use longhaul_transfer::fec::{ALIGN, MAX_ESI};
+        if d.len() < REPAIR_HEADER_LEN || d[0] != REPAIR_TAG || d[1] != 0 {
+            return Err(ProtoError::BadRepair("not a repair symbol"));
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(d[i..i + 4].try_into().unwrap());
+        let r = Repair {
+            symbol_size: u16::from_le_bytes([d[2], d[3]]),
+            stream: u64::from_le_bytes(d[4..12].try_into().unwrap()),
+            len: u32_at(12),
+            esi: u32_at(16),
+            symbol: d.slice(REPAIR_HEADER_LEN..),
+        };
+        if r.symbol_size < MIN_REPAIR_SYMBOL || !r.symbol_size.is_multiple_of(ALIGN) {
+            return Err(ProtoError::BadRepair("symbol size"));
+        }
+        if r.symbol.len() != r.symbol_size as usize {
+            return Err(ProtoError::BadRepair("symbol length"));
+        }
+        if r.len < DATA_PRELUDE.len() as u32 || r.len > MAX_PROTECTED {
+            return Err(ProtoError::BadRepair("block length"));
+        }
+        if r.esi < r.source_symbols() || r.esi > MAX_ESI {
+            return Err(ProtoError::BadRepair("symbol id"));
+        }
+        Ok(r)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use longhaul_transfer::EntryKind;
+
+    #[test]
+    fn repair_datagram_golden_bytes_and_refusals() {
+        let r = Repair {
+            stream: 0x0203,
+            len: 5000,
+            symbol_size: 1024,
+            esi: 5,
+            symbol: bytes::Bytes::from(vec![0xab; 1024]),
+        };
+        let b = r.encode();
+        assert_eq!(
+            &b[..REPAIR_HEADER_LEN],
+            &[b'R', 0, 0x00, 0x04, 0x03, 0x02, 0, 0, 0, 0, 0, 0, 0x88, 0x13, 0, 0, 5, 0, 0, 0]
+        );
+        assert_eq!(r.source_symbols(), 5);
+        assert_eq!(Repair::decode(b.clone().into()).unwrap(), r);
+        let bad = |f: &dyn Fn(&mut Vec<u8>), why: &'static str| {
+            let mut x = b.clone();
+            f(&mut x);
+            assert_eq!(
+                Repair::decode(x.into()),
+                Err(ProtoError::BadRepair(match why {
+                    "tag" => "not a repair symbol",
+                    w => w,
+                })),
+                "{why}"
+            );
+        };
+        bad(&|x| x[0] = b'X', "tag");
+        bad(&|x| x.truncate(10), "tag");
+        bad(&|x| x.truncate(REPAIR_HEADER_LEN + 1000), "symbol length");
+        bad(
+            &|x| x[2..4].copy_from_slice(&1001u16.to_le_bytes()),
+            "symbol size",
+        );
+        bad(
+            &|x| x[2..4].copy_from_slice(&256u16.to_le_bytes()),
+            "symbol size",
+        );
+        bad(
+            &|x| x[12..16].copy_from_slice(&(5u32 << 20).to_le_bytes()),
+            "block length",
+        );
+        // A source symbol's id (under K = 5) is never sent as a datagram.
+        bad(
+            &|x| x[16..20].copy_from_slice(&4u32.to_le_bytes()),
+            "symbol id",
+        );
+        bad(
+            &|x| x[16..20].copy_from_slice(&(1u32 << 24).to_le_bytes()),
+            "symbol id",
+        );
+    }
 
     fn sample() -> Vec<Frame> {
         vec![

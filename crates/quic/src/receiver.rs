@@ -12,16 +12,21 @@
 use crate::conns::Conns;
 use crate::control::{CtlRx, CtlTx};
 use crate::core::recv::{Done, Event, Job, Record, RecvConfig, RecvCore, MAX_WAITING};
+use crate::core::repair::Block;
 use crate::core::Role;
 use crate::disk::RecvDisk;
-use crate::proto::{ProtoError, RecordHeader, DATA_PRELUDE, RECORD_HASH_LEN, RECORD_HEADER_LEN};
+use crate::proto::{
+    ProtoError, RecordHeader, Repair, DATA_PRELUDE, RECORD_HASH_LEN, RECORD_HEADER_LEN,
+    REPAIRED_PRELUDE,
+};
 use crate::report::{Kind, Problem, Progress, SessionReport};
 use cap_std::fs::Dir;
 use longhaul_transfer::landing::Landing;
 use longhaul_transfer::place::Heard;
 use longhaul_transfer::sync::SyncMode;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{mpsc, Semaphore};
 
@@ -104,6 +109,7 @@ pub(crate) async fn run_receiver(
     let heard = disk.heard();
     let gate = Arc::new(Semaphore::new(IN_HAND as usize));
     let held: Held = Default::default();
+    let repair: Arc<RepairCounts> = Default::default();
     let conn = conns.first.clone();
     let acceptor = {
         let accept = Accept {
@@ -113,6 +119,7 @@ pub(crate) async fn run_receiver(
             held: held.clone(),
             progress: progress.clone(),
             next: Default::default(),
+            repair: repair.clone(),
         };
         tokio::spawn(async move {
             let Conns {
@@ -162,7 +169,93 @@ pub(crate) async fn run_receiver(
         "{ahead} record(s) came before their manifest entry, at most {:.1} MiB at once",
         most as f64 / (1 << 20) as f64
     );
-    (core.take_report(), result)
+    let mut report = core.take_report();
+    report.repair_bytes = repair.bytes.load(Ordering::Relaxed);
+    report.rebuilt_streams = repair.rebuilt.load(Ordering::Relaxed);
+    report.tail_s = repair.tail();
+    (report, result)
+}
+
+/// A session's tail repair, as the receiver saw it.
+#[derive(Debug, Default)]
+struct RepairCounts {
+    /// Bytes of repair datagrams that came.
+    bytes: AtomicU64,
+    /// Protected streams rebuilt from them.
+    rebuilt: AtomicU64,
+    /// When bytes past everything a protected stream held last came (new
+    /// data, not a retransmission), and when one was last complete.
+    times: Mutex<(Option<Instant>, Option<Instant>)>,
+}
+
+impl RepairCounts {
+    /// From the last new data of the protected streams until the last of
+    /// them was whole: the round trips the tail cost.
+    fn tail(&self) -> Option<f64> {
+        match *self.times.lock().unwrap() {
+            (Some(new), Some(whole)) => Some(whole.saturating_duration_since(new).as_secs_f64()),
+            _ => None,
+        }
+    }
+}
+
+/// Repair symbols that came before their stream was accepted wait, at
+/// most this many per connection (an honest sender's come at most a
+/// congestion window early: its datagrams go ahead of queued stream data).
+const EARLY_SYMBOLS: usize = 16_384;
+
+/// Where one connection's repair datagrams go: to the task of the
+/// protected stream they name, or to wait for it.
+#[derive(Default)]
+struct Board {
+    slots: HashMap<u64, Slot>,
+    early: usize,
+}
+
+enum Slot {
+    Early(Vec<Repair>),
+    Open(mpsc::UnboundedSender<Repair>),
+    /// The stream is done with: its symbols are dropped.
+    Closed,
+}
+
+type SharedBoard = Arc<Mutex<Board>>;
+
+impl Board {
+    fn deliver(&mut self, r: Repair) {
+        match self.slots.get_mut(&r.stream) {
+            Some(Slot::Open(tx)) => {
+                let _ = tx.send(r);
+            }
+            Some(Slot::Closed) => {}
+            Some(Slot::Early(v)) if self.early < EARLY_SYMBOLS => {
+                v.push(r);
+                self.early += 1;
+            }
+            None if self.early < EARLY_SYMBOLS => {
+                self.early += 1;
+                self.slots.insert(r.stream, Slot::Early(vec![r]));
+            }
+            _ => {}
+        }
+    }
+
+    /// A protected stream's symbols from now on (those that came early first).
+    fn open(&mut self, stream: u64) -> mpsc::UnboundedReceiver<Repair> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Some(Slot::Early(v)) = self.slots.remove(&stream) {
+            self.early -= v.len();
+            for r in v {
+                let _ = tx.send(r);
+            }
+        }
+        self.slots.insert(stream, Slot::Open(tx));
+        rx
+    }
+
+    fn close(&mut self, stream: u64) {
+        self.slots.insert(stream, Slot::Closed);
+    }
 }
 
 /// What a connection's acceptor needs: every data stream it accepts gets a
@@ -176,6 +269,7 @@ struct Accept {
     progress: Arc<Progress>,
     /// Numbers the streams of every connection of the session.
     next: Arc<std::sync::atomic::AtomicU64>,
+    repair: Arc<RepairCounts>,
 }
 
 impl Accept {
@@ -188,8 +282,25 @@ impl Accept {
             held,
             progress,
             next,
+            repair,
         } = self;
         let mut tasks = tokio::task::JoinSet::new();
+        let board: SharedBoard = Default::default();
+        {
+            let (conn, board, repair) = (conn.clone(), board.clone(), repair.clone());
+            tasks.spawn(async move {
+                while let Ok(d) = conn.read_datagram().await {
+                    let n = d.len() as u64;
+                    match Repair::decode(d) {
+                        Ok(r) => {
+                            repair.bytes.fetch_add(n, Ordering::Relaxed);
+                            board.lock().unwrap().deliver(r);
+                        }
+                        Err(e) => tracing::debug!("datagram dropped: {e}"),
+                    }
+                }
+            });
+        }
         while let Ok(s) = conn.accept_uni().await {
             progress.first_data.get_or_init(std::time::Instant::now);
             while tasks.try_join_next().is_some() {}
@@ -200,13 +311,17 @@ impl Accept {
             }
             let (tx, heard) = (tx.clone(), heard.clone());
             let (gate, held) = (gate.clone(), held.clone());
+            let repair = Repairs {
+                board: board.clone(),
+                counts: repair.clone(),
+            };
             tasks.spawn(async move {
                 let _open = HeldBack::open(&held);
                 let behind = Behind {
                     gate: &gate,
                     held: &held,
                 };
-                if let Err(p) = read_stream(id, s, &tx, wait, &heard, behind).await {
+                if let Err(p) = read_stream(id, s, &tx, wait, &heard, behind, repair).await {
                     let _ = tx.send(Input::Failed(p)).await;
                 }
             });
@@ -433,14 +548,19 @@ async fn read_stream(
     mut ready: mpsc::Receiver<Vec<u8>>,
     heard: &Heard,
     behind: Behind<'_>,
+    repairs: Repairs,
 ) -> Result<(), Problem> {
     let mut pre = [0u8; 4];
     if !read_exact_or_eof(&mut rs, &mut pre).await? {
         return Ok(());
     }
-    if &pre != DATA_PRELUDE {
+    let mut rs = if &pre == DATA_PRELUDE {
+        Incoming::Plain(rs)
+    } else if &pre == REPAIRED_PRELUDE {
+        Incoming::Repaired(Box::new(Repaired::new(rs, &pre, repairs)))
+    } else {
         return Err(protocol(ProtoError::BadPrelude.to_string()));
-    }
+    };
     let mut spares: Vec<Vec<u8>> = Vec::new();
     let (mut held, mut held_bytes) = (0usize, 0u64);
     loop {
@@ -463,7 +583,7 @@ async fn read_stream(
             spares.push(buf);
         }
         let mut hdr = [0u8; RECORD_HEADER_LEN];
-        if !read_exact_or_eof(&mut rs, &mut hdr).await? {
+        if !rs.read_exact_or_eof(&mut hdr, heard).await? {
             return Ok(());
         }
         let header = RecordHeader::decode(&hdr).map_err(|e| protocol(e.to_string()))?;
@@ -488,18 +608,17 @@ async fn read_stream(
         data.clear();
         data.reserve(header.len as usize);
         while data.len() < header.len as usize {
-            match rs.read_chunk(header.len as usize - data.len(), true).await {
-                Ok(Some(c)) => {
-                    heard.now();
-                    data.extend_from_slice(&c.bytes)
-                }
-                Ok(None) => return Err(protocol(ProtoError::Truncated.to_string())),
-                Err(e) => return Err(stream_lost(&e)),
+            match rs
+                .read_chunk(header.len as usize - data.len(), heard)
+                .await?
+            {
+                Some(c) => data.extend_from_slice(&c),
+                None => return Err(protocol(ProtoError::Truncated.to_string())),
             }
         }
         let hash = if header.hash {
             let mut hash = [0u8; RECORD_HASH_LEN];
-            if !read_exact_or_eof(&mut rs, &mut hash).await? {
+            if !rs.read_exact_or_eof(&mut hash, heard).await? {
                 return Err(protocol(ProtoError::Truncated.to_string()));
             }
             Some(hash)
@@ -518,6 +637,167 @@ async fn read_stream(
         }
         held += 1;
         held_bytes += len;
+    }
+}
+
+/// A connection's repair datagrams, for its stream tasks.
+struct Repairs {
+    board: SharedBoard,
+    counts: Arc<RepairCounts>,
+}
+
+/// A data stream as its records are read: in order from quinn, or (a
+/// protected stream) rebuilt in a [`Block`] from what quinn hands over in
+/// any order and the stream's repair symbols.
+enum Incoming {
+    Plain(quinn::RecvStream),
+    Repaired(Box<Repaired>),
+}
+
+impl Incoming {
+    /// Fill `buf`; false at the stream's end before any of it.
+    async fn read_exact_or_eof(&mut self, buf: &mut [u8], heard: &Heard) -> Result<bool, Problem> {
+        match self {
+            Incoming::Plain(rs) => read_exact_or_eof(rs, buf).await,
+            Incoming::Repaired(r) => {
+                let mut got = 0;
+                while got < buf.len() {
+                    match r.next(buf.len() - got, heard).await? {
+                        Some(c) => {
+                            buf[got..got + c.len()].copy_from_slice(&c);
+                            got += c.len();
+                        }
+                        None if got == 0 => return Ok(false),
+                        None => return Err(protocol(ProtoError::Truncated.to_string())),
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// The next bytes, at most `max`; None at the stream's end.
+    async fn read_chunk(
+        &mut self,
+        max: usize,
+        heard: &Heard,
+    ) -> Result<Option<bytes::Bytes>, Problem> {
+        match self {
+            Incoming::Plain(rs) => match rs.read_chunk(max, true).await {
+                Ok(Some(c)) => {
+                    heard.now();
+                    Ok(Some(c.bytes))
+                }
+                Ok(None) => Ok(None),
+                Err(e) => Err(stream_lost(&e)),
+            },
+            Incoming::Repaired(r) => r.next(max, heard).await,
+        }
+    }
+}
+
+/// A protected stream being read.
+struct Repaired {
+    rs: quinn::RecvStream,
+    block: Block,
+    symbols: mpsc::UnboundedReceiver<Repair>,
+    stream: u64,
+    repairs: Repairs,
+    /// Bytes handed to the record reader, from the stream's start.
+    at: u64,
+    /// quinn has nothing more: the stream ended whole, or it was rebuilt
+    /// and stopped.
+    quinn_done: bool,
+}
+
+impl Repaired {
+    fn new(rs: quinn::RecvStream, prelude: &[u8], repairs: Repairs) -> Repaired {
+        let stream = u64::from(rs.id());
+        let symbols = repairs.board.lock().unwrap().open(stream);
+        let mut block = Block::default();
+        block
+            .insert(0, prelude)
+            .expect("the prelude fits any block");
+        Repaired {
+            rs,
+            block,
+            symbols,
+            stream,
+            repairs,
+            at: prelude.len() as u64,
+            quinn_done: false,
+        }
+    }
+
+    async fn next(&mut self, max: usize, heard: &Heard) -> Result<Option<bytes::Bytes>, Problem> {
+        loop {
+            let end = self.block.contiguous();
+            if end > self.at {
+                let to = end.min(self.at + max as u64);
+                let b = bytes::Bytes::copy_from_slice(self.block.slice(self.at, to));
+                self.at = to;
+                return Ok(Some(b));
+            }
+            if self.block.len() == Some(self.at) && self.block.complete() {
+                return Ok(None);
+            }
+            let whole = self.block.complete();
+            if !whole && tracing::enabled!(tracing::Level::TRACE) {
+                let (symbols, holes) = self.block.shortfall();
+                tracing::trace!(
+                    "protected stream {}: waits at {} of {:?} bytes ({} held), {holes} symbols missing, {symbols} repair symbols",
+                    self.stream,
+                    self.at,
+                    self.block.len(),
+                    self.block.contiguous(),
+                );
+            }
+            tokio::select! {
+                c = self.rs.read_chunk(usize::MAX, false), if !self.quinn_done => match c {
+                    Ok(Some(c)) => {
+                        heard.now();
+                        let new = c.offset + c.bytes.len() as u64 > self.block.extent();
+                        self.block.insert(c.offset, &c.bytes).map_err(protocol)?;
+                        if new {
+                            self.repairs.counts.times.lock().unwrap().0 = Some(Instant::now());
+                        }
+                        self.rebuild();
+                    }
+                    Ok(None) => {
+                        self.quinn_done = true;
+                        self.block.finished().map_err(protocol)?;
+                    }
+                    Err(e) => return Err(stream_lost(&e)),
+                },
+                r = self.symbols.recv() => {
+                    let r = r.expect("the board holds the sender while the stream is open");
+                    self.block.add(r).map_err(protocol)?;
+                    self.rebuild();
+                }
+            }
+            if !whole && self.block.complete() {
+                self.repairs.counts.times.lock().unwrap().1 = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Fill the holes from the repair symbols once they suffice (a symbol
+    /// or the data may come last).
+    fn rebuild(&mut self) {
+        if self.block.try_rebuild() {
+            tracing::debug!("protected stream {} rebuilt", self.stream);
+            self.repairs.counts.rebuilt.fetch_add(1, Ordering::Relaxed);
+            // Nothing more is needed from QUIC: its sender may stop
+            // retransmitting.
+            let _ = self.rs.stop(quinn::VarInt::from_u32(0));
+            self.quinn_done = true;
+        }
+    }
+}
+
+impl Drop for Repaired {
+    fn drop(&mut self) {
+        self.repairs.board.lock().unwrap().close(self.stream);
     }
 }
 

@@ -143,6 +143,15 @@ pub struct SessionReport {
     /// transfer went at its pace, not the network's. The sending side has
     /// the receiver's figure from its `Done` (0 before it came).
     pub held_back_s: f64,
+    /// Bytes of tail-repair symbols (QUIC datagrams) this side sent (the
+    /// sender) or received (the receiver).
+    pub repair_bytes: u64,
+    /// Protected data streams the receiver rebuilt from repair symbols
+    /// instead of waiting for QUIC's retransmission.
+    pub rebuilt_streams: u64,
+    /// The receiver's seconds from the last new data on a protected stream
+    /// until the last of them was whole (None: no protected stream).
+    pub tail_s: Option<f64>,
 }
 
 impl SessionReport {

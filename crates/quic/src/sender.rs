@@ -7,9 +7,10 @@
 
 use crate::conns::{ConnSlot, Conns, Slots};
 use crate::control::{CtlRx, CtlTx};
+use crate::core::repair::{repair_symbols, repairs_needed, symbol_size, LossMeter};
 use crate::core::send::{in_hand_limit, Done, Job, SendConfig, SendCore, Transmit, Walked};
 use crate::core::Role;
-use crate::proto::{ErrorCode, DATA_PRELUDE};
+use crate::proto::{ErrorCode, DATA_PRELUDE, MAX_PROTECTED, REPAIRED_PRELUDE};
 use crate::receiver::BATCH;
 use crate::report::{Kind, Problem, Progress, SessionReport};
 use bytes::Bytes;
@@ -99,12 +100,14 @@ pub(crate) async fn run_sender(
     };
     let mut lane_txs = Vec::new();
     let mut lane_tasks = Vec::new();
+    let repair_bytes = Arc::new(AtomicU64::new(0));
     for lane in 0..lanes {
         let (ltx, lrx) = mpsc::unbounded_channel();
         lane_txs.push(ltx);
         let (tx, slot, progress) = (tx.clone(), slots.for_lane(lane), progress.clone());
+        let repair_bytes = repair_bytes.clone();
         lane_tasks.push(tokio::spawn(async move {
-            if let Err(p) = run_lane(lane, slot, lrx, &tx, &progress).await {
+            if let Err(p) = run_lane(lane, slot, lrx, &tx, &progress, &repair_bytes).await {
                 let _ = tx.send(Input::Failed(p)).await;
             }
         }));
@@ -114,6 +117,8 @@ pub(crate) async fn run_sender(
         txs: lane_txs,
         send_window: opts.send_window,
         connections: slots.count() as u64,
+        first: conn.clone(),
+        tail: Default::default(),
     };
     let result = match drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &lanes).await {
         Err(p) => Err(crate::control::with_close_reason(&conn, p).await),
@@ -131,7 +136,9 @@ pub(crate) async fn run_sender(
     } else {
         lane_tasks.iter().for_each(|t| t.abort());
     }
-    (core.take_report(), result)
+    let mut report = core.take_report();
+    report.repair_bytes = repair_bytes.load(Ordering::Relaxed);
+    (report, result)
 }
 
 async fn drive(
@@ -148,6 +155,7 @@ async fn drive(
         // (The other connections' windows are taken to be the first's: one path.)
         let window = lanes.send_window.load(Ordering::Relaxed) * lanes.connections;
         core.set_in_hand(Instant::now(), in_hand_limit(window));
+        core.set_tail(lanes.tail());
         loop {
             let mut idle = true;
             while let Some(f) = core.poll_frame() {
@@ -218,16 +226,111 @@ struct Lanes {
     send_window: Arc<AtomicU64>,
     /// The connections the lanes are spread over.
     connections: u64,
+    first: quinn::Connection,
+    /// The last [`Lanes::tail`], and when it was read.
+    tail: Mutex<Option<(Instant, u64)>>,
+}
+
+impl Lanes {
+    /// The transfer's last window, protected by tail repair: what the
+    /// congestion windows hold (a quarter more), at most [`MAX_TAIL`]; none
+    /// while the controller times its first train (its window is then
+    /// unbounded) or when the peer takes no datagrams. Read from the
+    /// connection at most every [`TAIL_EVERY`].
+    fn tail(&self) -> u64 {
+        let now = Instant::now();
+        let mut last = self.tail.lock().unwrap();
+        if let Some((at, tail)) = *last {
+            if now < at + TAIL_EVERY {
+                return tail;
+            }
+        }
+        let cwnd = self.first.stats().path.cwnd;
+        let tail = match self.first.max_datagram_size().and_then(symbol_size) {
+            Some(_) if cwnd < 1 << 30 => (cwnd * self.connections * 5 / 4).min(MAX_TAIL),
+            _ => 0,
+        };
+        *last = Some((now, tail));
+        tail
+    }
+}
+
+/// How often the driver reads the congestion window for [`Lanes::tail`].
+const TAIL_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The most a transfer protects at its end (a gigabit's worth of a 2 s
+/// round trip).
+const MAX_TAIL: u64 = 256 << 20;
+
+/// A lane finishes its protected stream, and sends its repair, when no
+/// record came for this long.
+const REPAIR_IDLE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// A lane's open data stream.
+struct Open {
+    s: quinn::SendStream,
+    /// A protected stream's bytes so far, prelude included.
+    block: Option<Vec<u8>>,
+}
+
+impl Open {
+    fn put(&mut self, b: &[u8]) {
+        if let Some(block) = &mut self.block {
+            block.extend_from_slice(b);
+        }
+    }
+
+    /// Finish the stream; a protected one's repair symbols follow as
+    /// datagrams, as many as the connection's loss rate asks for.
+    async fn finish(
+        mut self,
+        conn: &quinn::Connection,
+        meter: &LossMeter,
+        repair_bytes: &AtomicU64,
+    ) {
+        let _ = self.s.finish();
+        let Some(block) = self.block.take() else {
+            return;
+        };
+        let path = conn.stats().path;
+        let loss = meter.rate(Instant::now(), path.rtt, path.lost_packets);
+        let Some(t) = conn.max_datagram_size().and_then(symbol_size) else {
+            return;
+        };
+        let k = block.len().div_ceil(t as usize) as u32;
+        let count = repairs_needed(k, loss);
+        if count == 0 || block.len() > MAX_PROTECTED as usize {
+            return;
+        }
+        let stream = u64::from(self.s.id());
+        tracing::debug!(
+            "protected stream {stream}: {} bytes, {k} symbols of {t}, {count} repair at loss {loss:.5}",
+            block.len()
+        );
+        let symbols =
+            tokio::task::spawn_blocking(move || repair_symbols(stream, &block, t, count)).await;
+        for r in symbols.unwrap_or_default() {
+            let d = bytes::Bytes::from(r.encode());
+            let n = d.len() as u64;
+            if conn.send_datagram_wait(d).await.is_err() {
+                return; // the connection is closing
+            }
+            repair_bytes.fetch_add(n, Ordering::Relaxed);
+        }
+    }
 }
 
 /// One lane: puts the records it is given on its data stream (a new one
-/// when the core says so), paced, and says when it is free again.
+/// when the core says so), paced, and says when it is free again. A
+/// protected stream (tail repair) is finished, and its repair sent, when
+/// the core rotates it or no record came for [`REPAIR_IDLE`].
 async fn run_lane(
     lane: usize,
     mut slot: ConnSlot,
     mut records: mpsc::UnboundedReceiver<Transmit>,
     tx: &mpsc::Sender<Input>,
     progress: &Progress,
+    repair_bytes: &AtomicU64,
 ) -> Result<(), Problem> {
     let lost = |e: quinn::WriteError| {
         Problem::new(
@@ -235,24 +338,52 @@ async fn run_lane(
             format!("data stream: {}", crate::control::chain(&e)),
         )
     };
-    let mut stream: Option<quinn::SendStream> = None;
+    let mut stream: Option<Open> = None;
     let mut up: Option<quinn::Connection> = None;
-    while let Some(t) = records.recv().await {
+    let mut meter = LossMeter::default();
+    loop {
+        let now = Instant::now();
+        if let Some(c) = up.as_ref().filter(|_| meter.due(now)) {
+            meter.note(now, c.stats().path.sent_packets);
+        }
+        let protected = stream.as_ref().is_some_and(|o| o.block.is_some());
+        let t = if protected {
+            match tokio::time::timeout(REPAIR_IDLE, records.recv()).await {
+                Ok(t) => t,
+                Err(_) => {
+                    let (open, conn) = (stream.take().expect("protected"), up.as_ref());
+                    let conn = conn.expect("opened on it");
+                    open.finish(conn, &meter, repair_bytes).await;
+                    continue;
+                }
+            }
+        } else {
+            records.recv().await
+        };
+        let Some(t) = t else { break };
         let conn = match &up {
             Some(c) => c.clone(),
             None => up.insert(slot.get().await?).clone(),
         };
         if t.rotate {
-            if let Some(mut old) = stream.take() {
-                let _ = old.finish();
+            if let Some(old) = stream.take() {
+                old.finish(&conn, &meter, repair_bytes).await;
             }
         }
         if stream.is_none() {
             let mut s = conn.open_uni().await.map_err(|e| {
                 Problem::new(Kind::Connection, format!("opening a data stream: {e}"))
             })?;
-            s.write_all(DATA_PRELUDE).await.map_err(lost)?;
-            stream = Some(s);
+            let prelude = if t.protect {
+                REPAIRED_PRELUDE
+            } else {
+                DATA_PRELUDE
+            };
+            s.write_all(prelude).await.map_err(lost)?;
+            stream = Some(Open {
+                s,
+                block: t.protect.then(|| prelude.to_vec()),
+            });
         }
         if let Some(at) = t.not_before {
             // A slow --max-rate books slots seconds ahead: a connection
@@ -267,22 +398,26 @@ async fn run_lane(
                 }
             }
         }
-        let s = stream.as_mut().expect("opened above");
-        s.write_all(&t.header.encode()).await.map_err(lost)?;
+        let o = stream.as_mut().expect("opened above");
+        let header = t.header.encode();
+        o.s.write_all(&header).await.map_err(lost)?;
+        o.put(&header);
         let n = t.data.len() as u64;
-        s.write_chunk(t.data).await.map_err(lost)?;
+        o.put(&t.data);
+        o.s.write_chunk(t.data).await.map_err(lost)?;
         // (After a slow --max-rate's wait for its slot, not at the stream's
         // opening.)
         progress.first_data.get_or_init(Instant::now);
         if let Some(h) = t.hash {
-            s.write_all(&h).await.map_err(lost)?;
+            o.s.write_all(&h).await.map_err(lost)?;
+            o.put(&h);
         }
         if tx.send(Input::Written(lane, n)).await.is_err() {
             break;
         }
     }
-    if let Some(mut s) = stream {
-        let _ = s.finish();
+    if let (Some(o), Some(conn)) = (stream, up) {
+        o.finish(&conn, &meter, repair_bytes).await;
     }
     Ok(())
 }

@@ -17,6 +17,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod chunk;
+pub mod fec;
 pub mod journal;
 pub mod landing;
 pub mod manifest;

@@ -3,6 +3,7 @@
 //! ([`crate::receiver`], [`crate::sender`]) move bytes between them and quinn and run the jobs.
 
 pub(crate) mod recv;
+pub(crate) mod repair;
 pub(crate) mod send;
 
 use crate::proto::Frame;

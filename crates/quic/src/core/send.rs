@@ -19,6 +19,7 @@
 //! `S` is the driver's handle on a source file; the core only hands it back
 //! in jobs.
 
+use super::repair::PROTECT_BYTES;
 use super::{Role, State};
 use crate::proto::{Frame, Outcome, RecordHeader, Want, RECORD_HASH_LEN, RECORD_HEADER_LEN};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
@@ -142,6 +143,9 @@ pub(crate) struct Transmit {
     pub hash: Option<Digest>,
     /// Not before this time (`--max-rate`).
     pub not_before: Option<Instant>,
+    /// On a protected stream (tail repair, [`crate::core::repair`]): the
+    /// record is in the transfer's last window.
+    pub protect: bool,
 }
 
 #[derive(Debug)]
@@ -185,6 +189,8 @@ enum Work {
 struct Lane {
     /// Bytes the current stream carried.
     carried: u64,
+    /// The current stream is protected (tail repair).
+    protected: bool,
     /// Bytes being read for it or handed to it and not yet written
     /// ([`LANE_BYTES`]).
     pending: u64,
@@ -220,6 +226,11 @@ pub(crate) struct SendCore<S> {
     in_hand: u64,
     /// `--max-rate`: when the next record may leave.
     next_departure: Option<Instant>,
+    /// The walk is over: every file is known.
+    walked: bool,
+    /// The records of the transfer's last this many bytes go on protected
+    /// streams ([`Self::set_tail`]).
+    tail: u64,
     frames: VecDeque<Frame>,
     jobs: VecDeque<Job<S>>,
     transmits: VecDeque<Transmit>,
@@ -245,6 +256,8 @@ impl<S: Clone> SendCore<S> {
             lanes: (0..lanes.max(1)).map(|_| Lane::default()).collect(),
             in_hand: u64::MAX,
             next_departure: None,
+            walked: false,
+            tail: 0,
             frames: VecDeque::new(),
             jobs: VecDeque::new(),
             transmits: VecDeque::new(),
@@ -310,7 +323,10 @@ impl<S: Clone> SendCore<S> {
                 path,
                 message,
             }),
-            Walked::End => self.frames.push_back(Frame::ManifestEnd),
+            Walked::End => {
+                self.walked = true;
+                self.frames.push_back(Frame::ManifestEnd)
+            }
             Walked::Entry {
                 root,
                 mut entry,
@@ -507,6 +523,13 @@ impl<S: Clone> SendCore<S> {
         if more {
             self.assign(now);
         }
+    }
+
+    /// The transfer's last `bytes` (about a congestion window: what is on
+    /// the wire in its last round trip) go on protected streams, whose
+    /// losses repair symbols replace ([`crate::core::repair`]); 0: none.
+    pub(crate) fn set_tail(&mut self, bytes: u64) {
+        self.tail = bytes;
     }
 
     /// Hand queued work to lanes with room, while the lanes together hold
@@ -731,12 +754,19 @@ impl<S: Clone> SendCore<S> {
     ) {
         let hash_len = if hash.is_some() { RECORD_HASH_LEN } else { 0 };
         let record = (RECORD_HEADER_LEN + data.len() + hash_len) as u64;
+        // Within the last `tail` bytes once every file is known (what is
+        // left counts what is handed out with this record as done).
+        let left = Progress::get(&self.progress.bytes_total)
+            .saturating_sub(Progress::get(&self.progress.bytes_done));
+        let protect = self.walked && left + data.len() as u64 <= self.tail;
         let l = &mut self.lanes[lane];
-        let rotate = l.carried > 0 && l.carried + record > STREAM_BYTES;
+        let limit = if protect { PROTECT_BYTES } else { STREAM_BYTES };
+        let rotate = l.carried > 0 && (l.carried + record > limit || protect != l.protected);
         if rotate {
             l.carried = 0;
         }
         l.carried += record;
+        l.protected = protect;
         let not_before = (self.cfg.max_rate > 0).then(|| {
             let start = self.next_departure.map_or(now, |t| t.max(now));
             let secs = data.len() as f64 * 8.0 / self.cfg.max_rate as f64;
@@ -755,6 +785,7 @@ impl<S: Clone> SendCore<S> {
             data,
             hash,
             not_before,
+            protect,
         });
     }
 }

@@ -4,8 +4,8 @@
 //! nothing outside the root, and leave the server serving normal clients.
 
 use longhaul_quic::proto::{
-    encode, ErrorCode, Frame, Hello, Op, Outcome, PutSync, RecordHeader, RootSpec, Want,
-    DATA_PRELUDE, MAX_CONNECTIONS, SESSION_KEY_LEN, VERSION,
+    encode, ErrorCode, Frame, Hello, Op, Outcome, PutSync, RecordHeader, Repair, RootSpec, Want,
+    DATA_PRELUDE, MAX_CONNECTIONS, REPAIRED_PRELUDE, SESSION_KEY_LEN, VERSION,
 };
 use longhaul_quic::Progress;
 use longhaul_testkit::raw::Raw;
@@ -424,9 +424,31 @@ async fn broken_data_streams() {
     data(&r, b"LHD2\0\0\0\0").await;
     r.expect_fatal(
         ErrorCode::Protocol,
-        &["data stream does not start with the LHD1 prelude"],
+        &["data stream does not start with the LHD1 or LHR1 prelude"],
     )
     .await;
+    // (e) Version 9: a protected stream (tail repair) whose repair symbol
+    // says it ends before the data that came. The stream stays open, so the
+    // receiver waits for its next record whichever comes first.
+    let r = ready(&s, 200).await;
+    let mut u = r.conn.open_uni().await.unwrap();
+    let mut bytes = REPAIRED_PRELUDE.to_vec();
+    bytes.extend_from_slice(&record(2, 0, 200, &[7; 200])[DATA_PRELUDE.len()..]);
+    u.write_all(&bytes).await.unwrap();
+    let repair = Repair {
+        stream: u.id().into(),
+        len: 100,
+        symbol_size: 512,
+        esi: 1,
+        symbol: vec![0; 512].into(),
+    };
+    r.conn.send_datagram(repair.encode().into()).unwrap();
+    r.expect_fatal(
+        ErrorCode::Protocol,
+        &["data past the protected stream's end"],
+    )
+    .await;
+    drop(u);
     // (d) A record for a file id the manifest never named.
     let r = ready(&s, 10).await;
     data(&r, &record(999, 0, 10, b"0123456789")).await;

@@ -1,4 +1,5 @@
-//! RaptorQ (RFC 6330, the `raptorq` crate) over one source block.
+//! RaptorQ (RFC 6330, the `raptorq` crate) over one source block: the
+//! multicast sender's repair, and a unicast transfer's tail repair.
 //!
 //! Symbols are identified by their encoding symbol id (ESI): `0..K` are the block's
 //! own bytes (the code is systematic, so source symbols need no encoding at all),
@@ -14,13 +15,16 @@ use raptorq::{
 /// Largest ESI RaptorQ allows (24 bits).
 pub const MAX_ESI: u32 = (1 << 24) - 1;
 
+/// Symbol sizes are multiples of this (RaptorQ's symbol alignment `Al`).
+pub const ALIGN: u16 = 8;
+
 fn config(k: u16, symbol_size: u16) -> ObjectTransmissionInformation {
     ObjectTransmissionInformation::new(
         k as u64 * symbol_size as u64,
         symbol_size,
         1,
         1,
-        crate::layout::ALIGN as u8,
+        ALIGN as u8,
     )
 }
 
