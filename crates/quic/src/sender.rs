@@ -7,7 +7,7 @@
 
 use crate::conns::{ConnSlot, Conns, Slots};
 use crate::control::{CtlRx, CtlTx};
-use crate::core::repair::{repair_symbols, repairs_needed, symbol_size, LossMeter};
+use crate::core::repair::{repair_symbols, repairs_worth_it, symbol_size, LossMeter};
 use crate::core::send::{in_hand_limit, Done, Job, SendConfig, SendCore, Transmit, Walked};
 use crate::core::Role;
 use crate::proto::{ErrorCode, DATA_PRELUDE, MAX_PROTECTED, REPAIRED_PRELUDE};
@@ -298,7 +298,8 @@ impl Open {
             return;
         };
         let k = block.len().div_ceil(t as usize) as u32;
-        let count = repairs_needed(k, loss);
+        let rate = path.cwnd as f64 / path.rtt.as_secs_f64().max(1e-3);
+        let count = repairs_worth_it(k, t, loss, rate, path.rtt);
         if count == 0 || block.len() > MAX_PROTECTED as usize {
             return;
         }
