@@ -696,6 +696,10 @@ impl Incoming {
     }
 }
 
+/// How long a protected stream's reader waits for more before it tries a
+/// rebuild with what it has.
+const QUIET: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// A protected stream being read.
 struct Repaired {
     rs: quinn::RecvStream,
@@ -705,6 +709,8 @@ struct Repaired {
     repairs: Repairs,
     /// Bytes handed to the record reader, from the stream's start.
     at: u64,
+    /// Something came since the last try after a quiet spell.
+    quiet_armed: bool,
     /// quinn has nothing more: the stream ended whole, or it was rebuilt
     /// and stopped.
     quinn_done: bool,
@@ -725,6 +731,7 @@ impl Repaired {
             stream,
             repairs,
             at: prelude.len() as u64,
+            quiet_armed: false,
             quinn_done: false,
         }
     }
@@ -752,6 +759,13 @@ impl Repaired {
                     self.block.contiguous(),
                 );
             }
+            // A rebuild is tried once the stream's last bytes came (what
+            // is missing then was lost, not still on its way), or when
+            // nothing came for QUIET (its last packet may be the lost one):
+            // decoding while the data still streams in rebuilt every
+            // block of a lossless transfer, at a few ms of CPU each.
+            let quiet = tokio::time::sleep(QUIET);
+            let can_wait = self.quiet_armed && self.block.has_symbols() && !whole;
             tokio::select! {
                 c = self.rs.read_chunk(usize::MAX, false), if !self.quinn_done => match c {
                     Ok(Some(c)) => {
@@ -761,7 +775,10 @@ impl Repaired {
                         if new {
                             self.repairs.counts.times.lock().unwrap().0 = Some(Instant::now());
                         }
-                        self.rebuild();
+                        self.quiet_armed = true;
+                        if self.block.all_sent() {
+                            self.rebuild();
+                        }
                     }
                     Ok(None) => {
                         self.quinn_done = true;
@@ -772,6 +789,13 @@ impl Repaired {
                 r = self.symbols.recv() => {
                     let r = r.expect("the board holds the sender while the stream is open");
                     self.block.add(r).map_err(protocol)?;
+                    self.quiet_armed = true;
+                    if self.block.all_sent() {
+                        self.rebuild();
+                    }
+                }
+                _ = quiet, if can_wait => {
+                    self.quiet_armed = false;
                     self.rebuild();
                 }
             }
@@ -784,7 +808,15 @@ impl Repaired {
     /// Fill the holes from the repair symbols once they suffice (a symbol
     /// or the data may come last).
     fn rebuild(&mut self) {
-        if self.block.try_rebuild() {
+        // RaptorQ takes a few ms: off the runtime's worker (a get has one,
+        // which also drives the connection) where the runtime allows.
+        let rebuilt = match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| self.block.try_rebuild())
+            }
+            _ => self.block.try_rebuild(),
+        };
+        if rebuilt {
             tracing::debug!("protected stream {} rebuilt", self.stream);
             self.repairs.counts.rebuilt.fetch_add(1, Ordering::Relaxed);
             // Nothing more is needed from QUIC: its sender may stop

@@ -298,6 +298,17 @@ impl Block {
         (self.repairs.len(), missing)
     }
 
+    /// Repair symbols are held.
+    pub(crate) fn has_symbols(&self) -> bool {
+        !self.repairs.is_empty()
+    }
+
+    /// The stream's last bytes came: what is missing now was lost (the
+    /// sender sends a stream's bytes in order).
+    pub(crate) fn all_sent(&self) -> bool {
+        self.len.is_some_and(|l| self.extent() == l)
+    }
+
     /// Where the furthest bytes held end.
     pub(crate) fn extent(&self) -> u64 {
         self.data.len() as u64
