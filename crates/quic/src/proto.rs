@@ -530,12 +530,16 @@ pub const REPAIR_HEADER_LEN: usize = 20;
 /// The tag byte a [`Repair`] datagram starts with.
 const REPAIR_TAG: u8 = b'R';
 /// Largest protected stream (bytes from its prelude to its end): a sender
-/// starts a new one after 512 KiB (PROTOCOL.md §1.11), and one
-/// record (a chunk) may take it past that.
-pub const MAX_PROTECTED: u32 = 4 << 20;
-/// Smallest symbol a [`Repair`] may carry: with [`MAX_PROTECTED`] a block
-/// has at most 8,192 symbols (RaptorQ takes 56,403).
-pub const MIN_REPAIR_SYMBOL: u16 = 512;
+/// starts a new one after 512 KiB (PROTOCOL.md §1.11), and one record (a
+/// chunk of 1 MiB, its header and hash) may take it past that.
+pub const MAX_PROTECTED: u32 = (3 << 19) + 4096;
+/// Smallest symbol a [`Repair`] may carry (a datagram on a 1,200-byte
+/// path carries 1,144): with [`MAX_PROTECTED`] a block has at most 1,540
+/// symbols.
+pub const MIN_REPAIR_SYMBOL: u16 = 1024;
+/// Largest symbol a [`Repair`] may carry (datagrams are at most 6,500
+/// bytes).
+pub const MAX_REPAIR_SYMBOL: u16 = 8192;
 
 /// One RaptorQ repair symbol of a protected data stream (version 9), sent
 /// as a QUIC datagram on the stream's connection. The stream's bytes, from
@@ -566,6 +570,13 @@ impl Repair {
         self.len.div_ceil(self.symbol_size as u32)
     }
 
+    /// The largest `esi` a block of this size gets: a sender sends at most
+    /// `K / 4 + 1` repair symbols of one.
+    pub fn most_esi(&self) -> u32 {
+        let k = self.source_symbols();
+        k + k / 4
+    }
+
     /// The datagram's bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(REPAIR_HEADER_LEN + self.symbol.len());
@@ -581,7 +592,7 @@ impl Repair {
     /// Reads a datagram; refuses anything but a repair symbol (at least
     /// K, at most RaptorQ's largest id) of a block this protocol can make.
     pub fn decode(d: bytes::Bytes) -> Result<Repair, ProtoError> {
-        use longhaul_transfer::fec::{ALIGN, MAX_ESI};
+        use longhaul_transfer::fec::ALIGN;
         if d.len() < REPAIR_HEADER_LEN || d[0] != REPAIR_TAG || d[1] != 0 {
             return Err(ProtoError::BadRepair("not a repair symbol"));
         }
@@ -593,7 +604,9 @@ impl Repair {
             esi: u32_at(16),
             symbol: d.slice(REPAIR_HEADER_LEN..),
         };
-        if r.symbol_size < MIN_REPAIR_SYMBOL || !r.symbol_size.is_multiple_of(ALIGN) {
+        if !(MIN_REPAIR_SYMBOL..=MAX_REPAIR_SYMBOL).contains(&r.symbol_size)
+            || !r.symbol_size.is_multiple_of(ALIGN)
+        {
             return Err(ProtoError::BadRepair("symbol size"));
         }
         if r.symbol.len() != r.symbol_size as usize {
@@ -602,7 +615,7 @@ impl Repair {
         if r.len < DATA_PRELUDE.len() as u32 || r.len > MAX_PROTECTED {
             return Err(ProtoError::BadRepair("block length"));
         }
-        if r.esi < r.source_symbols() || r.esi > MAX_ESI {
+        if r.esi < r.source_symbols() || r.esi > r.most_esi() {
             return Err(ProtoError::BadRepair("symbol id"));
         }
         Ok(r)

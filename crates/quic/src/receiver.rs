@@ -286,6 +286,7 @@ impl Accept {
         } = self;
         let mut tasks = tokio::task::JoinSet::new();
         let board: SharedBoard = Default::default();
+        let protected_held: Arc<AtomicU64> = Default::default();
         {
             let (conn, board, repair) = (conn.clone(), board.clone(), repair.clone());
             tasks.spawn(async move {
@@ -314,6 +315,7 @@ impl Accept {
             let repair = Repairs {
                 board: board.clone(),
                 counts: repair.clone(),
+                held: protected_held.clone(),
             };
             tasks.spawn(async move {
                 let _open = HeldBack::open(&held);
@@ -644,7 +646,16 @@ async fn read_stream(
 struct Repairs {
     board: SharedBoard,
     counts: Arc<RepairCounts>,
+    /// Bytes the connection's protected streams hold ([`Block::footprint`]).
+    held: Arc<AtomicU64>,
 }
+
+/// The most a connection's protected streams may hold at once. Their data
+/// is read out of order, and QUIC gives its flow-control credit back as it
+/// is read: this bound, not the receive window, limits what a sender can
+/// make them keep. An honest one protects at most 256 MiB (and each stream
+/// is read as it comes).
+const PROTECTED_HELD: u64 = 512 << 20;
 
 /// A data stream as its records are read: in order from quinn, or (a
 /// protected stream) rebuilt in a [`Block`] from what quinn hands over in
@@ -711,6 +722,8 @@ struct Repaired {
     at: u64,
     /// Something came since the last try after a quiet spell.
     quiet_armed: bool,
+    /// What this stream's block is counted for in [`Repairs::held`].
+    charged: u64,
     /// quinn has nothing more: the stream ended whole, or it was rebuilt
     /// and stopped.
     quinn_done: bool,
@@ -732,6 +745,7 @@ impl Repaired {
             repairs,
             at: prelude.len() as u64,
             quiet_armed: false,
+            charged: 0,
             quinn_done: false,
         }
     }
@@ -745,7 +759,9 @@ impl Repaired {
                 self.at = to;
                 return Ok(Some(b));
             }
-            if self.block.len() == Some(self.at) && self.block.complete() {
+            // The end: every byte read, and QUIC's end of the stream seen
+            // (its length checked against the symbols') or the block rebuilt.
+            if self.block.len() == Some(self.at) && self.block.complete() && self.quinn_done {
                 return Ok(None);
             }
             let whole = self.block.complete();
@@ -776,8 +792,9 @@ impl Repaired {
                             self.repairs.counts.times.lock().unwrap().0 = Some(Instant::now());
                         }
                         self.quiet_armed = true;
+                        self.charge()?;
                         if self.block.all_sent() {
-                            self.rebuild();
+                            self.rebuild(false);
                         }
                     }
                     Ok(None) => {
@@ -790,13 +807,14 @@ impl Repaired {
                     let r = r.expect("the board holds the sender while the stream is open");
                     self.block.add(r).map_err(protocol)?;
                     self.quiet_armed = true;
+                    self.charge()?;
                     if self.block.all_sent() {
-                        self.rebuild();
+                        self.rebuild(true);
                     }
                 }
                 _ = quiet, if can_wait => {
                     self.quiet_armed = false;
-                    self.rebuild();
+                    self.rebuild(true);
                 }
             }
             if !whole && self.block.complete() {
@@ -807,14 +825,38 @@ impl Repaired {
 
     /// Fill the holes from the repair symbols once they suffice (a symbol
     /// or the data may come last).
-    fn rebuild(&mut self) {
+    /// Count the block's growth against the connection's bound.
+    fn charge(&mut self) -> Result<(), Problem> {
+        let now = self.block.footprint();
+        let grew = now.saturating_sub(self.charged);
+        self.charged = now.max(self.charged);
+        let all = self.repairs.held.fetch_add(grew, Ordering::Relaxed) + grew;
+        if all > PROTECTED_HELD {
+            return Err(protocol(format!(
+                "protected streams hold more than {} MiB",
+                PROTECTED_HELD >> 20
+            )));
+        }
+        Ok(())
+    }
+
+    /// `now`: also when little data came since the block's last count (a
+    /// quiet spell, or a new symbol).
+    fn rebuild(&mut self, now: bool) {
+        let attempt = |b: &mut Block| {
+            if now {
+                b.try_rebuild_now()
+            } else {
+                b.try_rebuild()
+            }
+        };
         // RaptorQ takes a few ms: off the runtime's worker (a get has one,
         // which also drives the connection) where the runtime allows.
         let rebuilt = match tokio::runtime::Handle::current().runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| self.block.try_rebuild())
+                tokio::task::block_in_place(|| attempt(&mut self.block))
             }
-            _ => self.block.try_rebuild(),
+            _ => attempt(&mut self.block),
         };
         if rebuilt {
             tracing::debug!("protected stream {} rebuilt", self.stream);
@@ -830,6 +872,7 @@ impl Repaired {
 impl Drop for Repaired {
     fn drop(&mut self) {
         self.repairs.board.lock().unwrap().close(self.stream);
+        self.repairs.held.fetch_sub(self.charged, Ordering::Relaxed);
     }
 }
 

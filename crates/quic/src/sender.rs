@@ -101,13 +101,19 @@ pub(crate) async fn run_sender(
     let mut lane_txs = Vec::new();
     let mut lane_tasks = Vec::new();
     let repair_bytes = Arc::new(AtomicU64::new(0));
+    let meter: Arc<Mutex<LossMeter>> = Default::default();
     for lane in 0..lanes {
         let (ltx, lrx) = mpsc::unbounded_channel();
         lane_txs.push(ltx);
         let (tx, slot, progress) = (tx.clone(), slots.for_lane(lane), progress.clone());
         let repair_bytes = repair_bytes.clone();
+        let loss = Loss {
+            shared: meter.clone(),
+            first: conn.stable_id(),
+            own: LossMeter::default(),
+        };
         lane_tasks.push(tokio::spawn(async move {
-            if let Err(p) = run_lane(lane, slot, lrx, &tx, &progress, &repair_bytes).await {
+            if let Err(p) = run_lane(lane, slot, lrx, &tx, &progress, &repair_bytes, loss).await {
                 let _ = tx.send(Input::Failed(p)).await;
             }
         }));
@@ -119,6 +125,7 @@ pub(crate) async fn run_sender(
         connections: slots.count() as u64,
         first: conn.clone(),
         tail: Default::default(),
+        meter,
     };
     let result = match drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &lanes).await {
         Err(p) => Err(crate::control::with_close_reason(&conn, p).await),
@@ -229,6 +236,8 @@ struct Lanes {
     first: quinn::Connection,
     /// The last [`Lanes::tail`], and when it was read.
     tail: Mutex<Option<(Instant, u64)>>,
+    /// The first connection's loss meter, sampled with the tail.
+    meter: Arc<Mutex<LossMeter>>,
 }
 
 impl Lanes {
@@ -245,7 +254,9 @@ impl Lanes {
                 return tail;
             }
         }
-        let cwnd = self.first.stats().path.cwnd;
+        let path = self.first.stats().path;
+        self.meter.lock().unwrap().note(now, path.sent_packets);
+        let cwnd = path.cwnd;
         let tail = match self.first.max_datagram_size().and_then(symbol_size) {
             Some(_) if cwnd < 1 << 30 => (cwnd * self.connections * 5 / 4).min(MAX_TAIL),
             _ => 0,
@@ -281,19 +292,21 @@ impl Open {
     }
 
     /// Finish the stream; a protected one's repair symbols follow as
-    /// datagrams, as many as the connection's loss rate asks for.
-    async fn finish(
+    /// datagrams, as many as the connection's loss rate (`loss`) asks for,
+    /// made and sent by a task in `jobs` (the lane goes on with its next
+    /// record meanwhile).
+    fn finish(
         mut self,
         conn: &quinn::Connection,
-        meter: &LossMeter,
-        repair_bytes: &AtomicU64,
+        loss: f64,
+        repair_bytes: &Arc<AtomicU64>,
+        jobs: &mut tokio::task::JoinSet<()>,
     ) {
         let _ = self.s.finish();
         let Some(block) = self.block.take() else {
             return;
         };
         let path = conn.stats().path;
-        let loss = meter.rate(Instant::now(), path.rtt, path.lost_packets);
         let Some(t) = conn.max_datagram_size().and_then(symbol_size) else {
             return;
         };
@@ -308,15 +321,50 @@ impl Open {
             "protected stream {stream}: {} bytes, {k} symbols of {t}, {count} repair at loss {loss:.5}",
             block.len()
         );
-        let symbols =
-            tokio::task::spawn_blocking(move || repair_symbols(stream, &block, t, count)).await;
-        for r in symbols.unwrap_or_default() {
-            let d = bytes::Bytes::from(r.encode());
-            let n = d.len() as u64;
-            if conn.send_datagram_wait(d).await.is_err() {
-                return; // the connection is closing
+        let (conn, repair_bytes) = (conn.clone(), repair_bytes.clone());
+        jobs.spawn(async move {
+            let symbols =
+                tokio::task::spawn_blocking(move || repair_symbols(stream, &block, t, count)).await;
+            for r in symbols.unwrap_or_default() {
+                let d = bytes::Bytes::from(r.encode());
+                let n = d.len() as u64;
+                if conn.send_datagram_wait(d).await.is_err() {
+                    return; // the connection is closing
+                }
+                repair_bytes.fetch_add(n, Ordering::Relaxed);
             }
-            repair_bytes.fetch_add(n, Ordering::Relaxed);
+        });
+    }
+}
+
+/// The loss rate tail repair sizes for: the lanes of the session's first
+/// connection share one [`LossMeter`], which the driver samples every 5 ms
+/// ([`Lanes::tail`]); a lane on another connection samples its own as it
+/// writes.
+struct Loss {
+    shared: Arc<Mutex<LossMeter>>,
+    first: usize,
+    own: LossMeter,
+}
+
+impl Loss {
+    fn note(&mut self, conn: &quinn::Connection) {
+        let now = Instant::now();
+        if conn.stable_id() != self.first && self.own.due(now) {
+            self.own.note(now, conn.stats().path.sent_packets);
+        }
+    }
+
+    fn rate(&self, conn: &quinn::Connection) -> f64 {
+        let path = conn.stats().path;
+        let now = Instant::now();
+        if conn.stable_id() == self.first {
+            self.shared
+                .lock()
+                .unwrap()
+                .rate(now, path.rtt, path.lost_packets)
+        } else {
+            self.own.rate(now, path.rtt, path.lost_packets)
         }
     }
 }
@@ -331,7 +379,8 @@ async fn run_lane(
     mut records: mpsc::UnboundedReceiver<Transmit>,
     tx: &mpsc::Sender<Input>,
     progress: &Progress,
-    repair_bytes: &AtomicU64,
+    repair_bytes: &Arc<AtomicU64>,
+    mut loss: Loss,
 ) -> Result<(), Problem> {
     let lost = |e: quinn::WriteError| {
         Problem::new(
@@ -341,12 +390,14 @@ async fn run_lane(
     };
     let mut stream: Option<Open> = None;
     let mut up: Option<quinn::Connection> = None;
-    let mut meter = LossMeter::default();
+    // Repair being made and sent; what is left when the lane ends (the
+    // session is over) is dropped.
+    let mut jobs = tokio::task::JoinSet::new();
     loop {
-        let now = Instant::now();
-        if let Some(c) = up.as_ref().filter(|_| meter.due(now)) {
-            meter.note(now, c.stats().path.sent_packets);
+        if let Some(c) = &up {
+            loss.note(c);
         }
+        while jobs.try_join_next().is_some() {}
         let protected = stream.as_ref().is_some_and(|o| o.block.is_some());
         let t = if protected {
             match tokio::time::timeout(REPAIR_IDLE, records.recv()).await {
@@ -354,7 +405,7 @@ async fn run_lane(
                 Err(_) => {
                     let (open, conn) = (stream.take().expect("protected"), up.as_ref());
                     let conn = conn.expect("opened on it");
-                    open.finish(conn, &meter, repair_bytes).await;
+                    open.finish(conn, loss.rate(conn), repair_bytes, &mut jobs);
                     continue;
                 }
             }
@@ -368,7 +419,7 @@ async fn run_lane(
         };
         if t.rotate {
             if let Some(old) = stream.take() {
-                old.finish(&conn, &meter, repair_bytes).await;
+                old.finish(&conn, loss.rate(&conn), repair_bytes, &mut jobs);
             }
         }
         if stream.is_none() {
@@ -417,8 +468,9 @@ async fn run_lane(
             break;
         }
     }
-    if let (Some(o), Some(conn)) = (stream, up) {
-        o.finish(&conn, &meter, repair_bytes).await;
+    if let Some(mut o) = stream {
+        // The session is over: no repair for the last stream.
+        let _ = o.s.finish();
     }
     Ok(())
 }

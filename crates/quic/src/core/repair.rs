@@ -192,6 +192,11 @@ pub(crate) struct Block {
     /// Symbols at hand when a rebuild last failed (none is tried again
     /// until two more came).
     tried: usize,
+    /// Bytes held when the source symbols were last counted: data is
+    /// counted again only once a symbol's worth more came (a peer that
+    /// trickles bytes into holes would make every byte cost a scan of the
+    /// block).
+    counted_at: u64,
     /// Rebuilds tried and failed (at most [`MAX_TRIES`]: a sender that
     /// feeds symbols one by one cannot keep the receiver decoding).
     failures: u32,
@@ -211,6 +216,7 @@ impl Block {
         if self.rebuilt {
             return Ok(()); // a retransmission of what was rebuilt
         }
+        // (Within MAX_PROTECTED: at most 1.5 MiB held per stream.)
         if self.data.len() < end as usize {
             self.data.resize(end as usize, 0);
         }
@@ -264,6 +270,8 @@ impl Block {
         }
         self.len = Some(len);
         self.symbol_size = Some(r.symbol_size);
+        // The datagram's decoder bounds `esi` to K + K / 4: at most that
+        // many symbols are held, however many a peer sends.
         if !self.rebuilt {
             self.repairs.insert(r.esi, r.symbol);
         }
@@ -296,6 +304,11 @@ impl Block {
             .filter(|&i| !self.holds(i * t, ((i + 1) * t).min(len)))
             .count();
         (self.repairs.len(), missing)
+    }
+
+    /// Bytes this block holds: its data (holes included) and its symbols.
+    pub(crate) fn footprint(&self) -> u64 {
+        self.data.len() as u64 + self.repairs.len() as u64 * self.symbol_size.unwrap_or(0) as u64
     }
 
     /// Repair symbols are held.
@@ -341,25 +354,39 @@ impl Block {
     /// (true when that was done now). Cheap while the bytes held and the
     /// symbols' bytes together fall short of the stream.
     pub(crate) fn try_rebuild(&mut self) -> bool {
+        self.rebuild(false)
+    }
+
+    /// [`Self::try_rebuild`], also when little data came since the last
+    /// count (a quiet spell, or new symbols).
+    pub(crate) fn try_rebuild_now(&mut self) -> bool {
+        self.rebuild(true)
+    }
+
+    fn rebuild(&mut self, now: bool) -> bool {
         let (Some(len), Some(t)) = (self.len, self.symbol_size) else {
             return false;
         };
         if self.rebuilt || self.complete() || self.repairs.is_empty() {
             return false;
         }
+        if self.failures >= MAX_TRIES {
+            return false;
+        }
         let t64 = t as u64;
         if self.held + self.repairs.len() as u64 * t64 < len {
             return false;
         }
+        if !now && self.held < self.counted_at + t64 {
+            return false;
+        }
+        self.counted_at = self.held;
         let k = len.div_ceil(t64) as u32;
         let source: Vec<u32> = (0..k)
             .filter(|&i| self.holds(i as u64 * t64, ((i as u64 + 1) * t64).min(len)))
             .collect();
         let at_hand = source.len() + self.repairs.len();
         if at_hand < k as usize || (self.failures > 0 && at_hand < self.tried + 2) {
-            return false;
-        }
-        if self.failures >= MAX_TRIES {
             return false;
         }
         let symbol = |i: u32| {
@@ -535,7 +562,7 @@ mod tests {
             let mut done = false;
             for r in &repairs[2..] {
                 b.add(r.clone()).unwrap();
-                if b.try_rebuild() {
+                if b.try_rebuild_now() {
                     done = true;
                     break;
                 }
@@ -556,7 +583,7 @@ mod tests {
         let mut b = Block::default();
         for r in repairs {
             b.add(r).unwrap();
-            assert!(!b.try_rebuild());
+            assert!(!b.try_rebuild_now());
         }
         let mut rebuilt_at = None;
         for (i, (off, bytes)) in pieces.iter().enumerate() {
@@ -575,6 +602,44 @@ mod tests {
     }
 
     #[test]
+    fn bytes_trickled_into_holes_do_not_cost_a_scan_each() {
+        let (data, pieces, repairs) = lossy_stream(31, 200_000, 1024, 0, 40);
+        let mut b = Block::default();
+        for r in &repairs {
+            b.add(r.clone()).unwrap();
+        }
+        // Everything but one byte in each of the first 60 symbols.
+        for (off, bytes) in &pieces {
+            b.insert(*off, bytes).unwrap();
+        }
+        assert!(b.complete());
+        let mut b = Block::default();
+        for r in &repairs {
+            b.add(r.clone()).unwrap();
+        }
+        let holes: Vec<usize> = (0..60).map(|i| i * 1024 + 7).collect();
+        let mut at = 0;
+        for &h in &holes {
+            b.insert(at as u64, &data[at..h]).unwrap();
+            at = h + 1;
+        }
+        b.insert(at as u64, &data[at..]).unwrap();
+        // 60 symbols missing, 40 repair: no rebuild, and one count.
+        assert!(!b.try_rebuild());
+        assert_eq!(b.counted_at, b.held);
+        // Filling holes one byte at a time counts again only once a
+        // symbol's worth came.
+        for &h in &holes[..30] {
+            b.insert(h as u64, &data[h..h + 1]).unwrap();
+            assert!(!b.try_rebuild());
+        }
+        assert_eq!(b.held - b.counted_at, 30, "not counted since");
+        // A quiet spell counts now: 30 missing, 40 repair symbols: rebuilt.
+        assert!(b.try_rebuild_now());
+        assert_eq!(b.slice(0, data.len() as u64), &data[..]);
+    }
+
+    #[test]
     fn too_few_repair_symbols_leave_the_holes_to_quic() {
         let (data, pieces, repairs) = lossy_stream(11, 100_000, 1024, 6, 2);
         let mut b = Block::default();
@@ -584,7 +649,7 @@ mod tests {
         for (off, bytes) in &pieces {
             b.insert(*off, bytes).unwrap();
         }
-        assert!(!b.try_rebuild());
+        assert!(!b.try_rebuild_now());
         assert!(!b.complete());
         // The retransmissions fill the holes: complete, not rebuilt.
         let mut at = 0;

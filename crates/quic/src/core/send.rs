@@ -231,6 +231,9 @@ pub(crate) struct SendCore<S> {
     /// The records of the transfer's last this many bytes go on protected
     /// streams ([`Self::set_tail`]).
     tail: u64,
+    /// Records go on protected streams from now on (a window that shrinks
+    /// again does not turn protection off and on, rotating every lane).
+    protecting: bool,
     frames: VecDeque<Frame>,
     jobs: VecDeque<Job<S>>,
     transmits: VecDeque<Transmit>,
@@ -258,6 +261,7 @@ impl<S: Clone> SendCore<S> {
             next_departure: None,
             walked: false,
             tail: 0,
+            protecting: false,
             frames: VecDeque::new(),
             jobs: VecDeque::new(),
             transmits: VecDeque::new(),
@@ -758,7 +762,8 @@ impl<S: Clone> SendCore<S> {
         // left counts what is handed out with this record as done).
         let left = Progress::get(&self.progress.bytes_total)
             .saturating_sub(Progress::get(&self.progress.bytes_done));
-        let protect = self.walked && left + data.len() as u64 <= self.tail;
+        self.protecting |= self.walked && left + data.len() as u64 <= self.tail;
+        let protect = self.protecting;
         let l = &mut self.lanes[lane];
         let limit = if protect { PROTECT_BYTES } else { STREAM_BYTES };
         let rotate = l.carried > 0 && (l.carried + record > limit || protect != l.protected);

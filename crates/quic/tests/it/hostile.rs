@@ -438,9 +438,9 @@ async fn broken_data_streams() {
     let repair = Repair {
         stream: u.id().into(),
         len: 100,
-        symbol_size: 512,
+        symbol_size: 1024,
         esi: 1,
-        symbol: vec![0; 512].into(),
+        symbol: vec![0; 1024].into(),
     };
     r.conn.send_datagram(repair.encode().into()).unwrap();
     r.expect_fatal(
