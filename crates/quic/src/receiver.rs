@@ -222,22 +222,32 @@ enum Slot {
 type SharedBoard = Arc<Mutex<Board>>;
 
 impl Board {
-    fn deliver(&mut self, r: Repair) {
+    /// Hands `r` to its stream's reader, or keeps it for the stream (true:
+    /// kept, for a stream not read yet).
+    fn deliver(&mut self, r: Repair) -> bool {
         match self.slots.get_mut(&r.stream) {
             Some(Slot::Open(tx)) => {
                 let _ = tx.send(r);
+                false
             }
-            Some(Slot::Closed) => {}
+            Some(Slot::Closed) => false,
             Some(Slot::Early(v)) if self.early < EARLY_SYMBOLS => {
                 v.push(r);
                 self.early += 1;
+                true
             }
             None if self.early < EARLY_SYMBOLS => {
                 self.early += 1;
                 self.slots.insert(r.stream, Slot::Early(vec![r]));
+                true
             }
-            _ => {}
+            _ => false,
         }
+    }
+
+    /// Symbols came for `stream`, which is not read yet.
+    fn has_early(&self, stream: u64) -> bool {
+        matches!(self.slots.get(&stream), Some(Slot::Early(_)))
     }
 
     /// A protected stream's symbols from now on (those that came early first).
@@ -287,15 +297,19 @@ impl Accept {
         let mut tasks = tokio::task::JoinSet::new();
         let board: SharedBoard = Default::default();
         let protected_held: Arc<AtomicU64> = Default::default();
+        let early: Arc<tokio::sync::Notify> = Default::default();
         {
             let (conn, board, repair) = (conn.clone(), board.clone(), repair.clone());
+            let early = early.clone();
             tasks.spawn(async move {
                 while let Ok(d) = conn.read_datagram().await {
                     let n = d.len() as u64;
                     match Repair::decode(d) {
                         Ok(r) => {
                             repair.bytes.fetch_add(n, Ordering::Relaxed);
-                            board.lock().unwrap().deliver(r);
+                            if board.lock().unwrap().deliver(r) {
+                                early.notify_waiters();
+                            }
                         }
                         Err(e) => tracing::debug!("datagram dropped: {e}"),
                     }
@@ -316,6 +330,7 @@ impl Accept {
                 board: board.clone(),
                 counts: repair.clone(),
                 held: protected_held.clone(),
+                early: early.clone(),
             };
             tasks.spawn(async move {
                 let _open = HeldBack::open(&held);
@@ -552,14 +567,46 @@ async fn read_stream(
     behind: Behind<'_>,
     repairs: Repairs,
 ) -> Result<(), Problem> {
-    let mut pre = [0u8; 4];
-    if !read_exact_or_eof(&mut rs, &mut pre).await? {
-        return Ok(());
-    }
-    let mut rs = if &pre == DATA_PRELUDE {
+    // The prelude, read in order; but a stream whose repair symbols come
+    // first (its first packet lost, or still on its way) is a protected
+    // one, read out of order from its start, prelude and all.
+    let stream = u64::from(rs.id());
+    let mut pre: Vec<u8> = Vec::with_capacity(DATA_PRELUDE.len());
+    let early = loop {
+        let wake = repairs.early.notified();
+        tokio::pin!(wake);
+        wake.as_mut().enable();
+        if repairs.board.lock().unwrap().has_early(stream) {
+            break true;
+        }
+        tokio::select! {
+            c = rs.read_chunk(DATA_PRELUDE.len() - pre.len(), true) => match c {
+                Ok(Some(c)) => {
+                    heard.now();
+                    pre.extend_from_slice(&c.bytes);
+                    if pre.len() == DATA_PRELUDE.len() {
+                        break false;
+                    }
+                }
+                Ok(None) if pre.is_empty() => return Ok(()),
+                Ok(None) => return Err(protocol(ProtoError::Truncated.to_string())),
+                Err(e) => return Err(stream_lost(&e)),
+            },
+            _ = &mut wake => {}
+        }
+    };
+    let mut rs = if early || pre == REPAIRED_PRELUDE {
+        let mut r = Incoming::Repaired(Box::new(Repaired::new(rs, &pre, repairs)));
+        let mut p = [0u8; 4];
+        if !r.read_exact_or_eof(&mut p, heard).await? {
+            return Ok(());
+        }
+        if &p != REPAIRED_PRELUDE {
+            return Err(protocol(ProtoError::BadPrelude.to_string()));
+        }
+        r
+    } else if pre == DATA_PRELUDE {
         Incoming::Plain(rs)
-    } else if &pre == REPAIRED_PRELUDE {
-        Incoming::Repaired(Box::new(Repaired::new(rs, &pre, repairs)))
     } else {
         return Err(protocol(ProtoError::BadPrelude.to_string()));
     };
@@ -648,6 +695,8 @@ struct Repairs {
     counts: Arc<RepairCounts>,
     /// Bytes the connection's protected streams hold ([`Block::footprint`]).
     held: Arc<AtomicU64>,
+    /// Woken when symbols come for a stream not read yet.
+    early: Arc<tokio::sync::Notify>,
 }
 
 /// The most a connection's protected streams may hold at once. Their data
@@ -730,20 +779,20 @@ struct Repaired {
 }
 
 impl Repaired {
-    fn new(rs: quinn::RecvStream, prelude: &[u8], repairs: Repairs) -> Repaired {
+    /// `start`: the stream's first bytes, read in order (its prelude or
+    /// part of it); the reader starts at the stream's start.
+    fn new(rs: quinn::RecvStream, start: &[u8], repairs: Repairs) -> Repaired {
         let stream = u64::from(rs.id());
         let symbols = repairs.board.lock().unwrap().open(stream);
         let mut block = Block::default();
-        block
-            .insert(0, prelude)
-            .expect("the prelude fits any block");
+        block.insert(0, start).expect("the prelude fits any block");
         Repaired {
             rs,
             block,
             symbols,
             stream,
             repairs,
-            at: prelude.len() as u64,
+            at: 0,
             quiet_armed: false,
             charged: 0,
             quinn_done: false,
