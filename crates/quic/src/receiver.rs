@@ -451,19 +451,6 @@ fn run_job(core: &mut RecvCore, disk: &Arc<RecvDisk>, tx: &mpsc::Sender<Input>, 
     }
 }
 
-async fn read_exact_or_eof(rs: &mut quinn::RecvStream, buf: &mut [u8]) -> Result<bool, Problem> {
-    let mut got = 0;
-    while got < buf.len() {
-        match rs.read(&mut buf[got..]).await {
-            Ok(Some(n)) => got += n,
-            Ok(None) if got == 0 => return Ok(false),
-            Ok(None) => return Err(protocol(ProtoError::Truncated.to_string())),
-            Err(e) => return Err(stream_lost(&e)),
-        }
-    }
-    Ok(true)
-}
-
 /// When every open data stream waits for the receiver, and for how long in
 /// all: the time the receiver read nothing because it was behind, so that
 /// it, not the network, set the pace. (Counting the time any one stream
@@ -717,23 +704,18 @@ enum Incoming {
 impl Incoming {
     /// Fill `buf`; false at the stream's end before any of it.
     async fn read_exact_or_eof(&mut self, buf: &mut [u8], heard: &Heard) -> Result<bool, Problem> {
-        match self {
-            Incoming::Plain(rs) => read_exact_or_eof(rs, buf).await,
-            Incoming::Repaired(r) => {
-                let mut got = 0;
-                while got < buf.len() {
-                    match r.next(buf.len() - got, heard).await? {
-                        Some(c) => {
-                            buf[got..got + c.len()].copy_from_slice(&c);
-                            got += c.len();
-                        }
-                        None if got == 0 => return Ok(false),
-                        None => return Err(protocol(ProtoError::Truncated.to_string())),
-                    }
+        let mut got = 0;
+        while got < buf.len() {
+            match self.read_chunk(buf.len() - got, heard).await? {
+                Some(c) => {
+                    buf[got..got + c.len()].copy_from_slice(&c);
+                    got += c.len();
                 }
-                Ok(true)
+                None if got == 0 => return Ok(false),
+                None => return Err(protocol(ProtoError::Truncated.to_string())),
             }
         }
+        Ok(true)
     }
 
     /// The next bytes, at most `max`; None at the stream's end.
@@ -872,8 +854,6 @@ impl Repaired {
         }
     }
 
-    /// Fill the holes from the repair symbols once they suffice (a symbol
-    /// or the data may come last).
     /// Count the block's growth against the connection's bound.
     fn charge(&mut self) -> Result<(), Problem> {
         let now = self.block.footprint();
@@ -889,24 +869,12 @@ impl Repaired {
         Ok(())
     }
 
-    /// `now`: also when little data came since the block's last count (a
-    /// quiet spell, or a new symbol).
-    fn rebuild(&mut self, now: bool) {
-        let attempt = |b: &mut Block| {
-            if now {
-                b.try_rebuild_now()
-            } else {
-                b.try_rebuild()
-            }
-        };
+    /// Fill the holes from the repair symbols once they suffice (a symbol
+    /// or the data may come last); `recount` as [`Block::try_rebuild`].
+    fn rebuild(&mut self, recount: bool) {
         // RaptorQ takes a few ms: off the runtime's worker (a get has one,
-        // which also drives the connection) where the runtime allows.
-        let rebuilt = match tokio::runtime::Handle::current().runtime_flavor() {
-            tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| attempt(&mut self.block))
-            }
-            _ => attempt(&mut self.block),
-        };
+        // which also drives the connection).
+        let rebuilt = tokio::task::block_in_place(|| self.block.try_rebuild(recount));
         if rebuilt {
             tracing::debug!("protected stream {} rebuilt", self.stream);
             self.repairs.counts.rebuilt.fetch_add(1, Ordering::Relaxed);

@@ -292,13 +292,13 @@ impl Open {
     }
 
     /// Finish the stream; a protected one's repair symbols follow as
-    /// datagrams, as many as the connection's loss rate (`loss`) asks for,
-    /// made and sent by a task in `jobs` (the lane goes on with its next
-    /// record meanwhile).
+    /// datagrams, as many as the connection's loss rate asks for, made and
+    /// sent by a task in `jobs` (the lane goes on with its next record
+    /// meanwhile).
     fn finish(
         mut self,
         conn: &quinn::Connection,
-        loss: f64,
+        loss: &Loss,
         repair_bytes: &Arc<AtomicU64>,
         jobs: &mut tokio::task::JoinSet<()>,
     ) {
@@ -307,6 +307,7 @@ impl Open {
             return;
         };
         let path = conn.stats().path;
+        let loss = loss.rate(conn, &path);
         let Some(t) = conn.max_datagram_size().and_then(symbol_size) else {
             return;
         };
@@ -355,8 +356,8 @@ impl Loss {
         }
     }
 
-    fn rate(&self, conn: &quinn::Connection) -> f64 {
-        let path = conn.stats().path;
+    /// The loss rate of `conn`, whose statistics are `path`.
+    fn rate(&self, conn: &quinn::Connection, path: &quinn::PathStats) -> f64 {
         let now = Instant::now();
         if conn.stable_id() == self.first {
             self.shared
@@ -405,7 +406,7 @@ async fn run_lane(
                 Err(_) => {
                     let (open, conn) = (stream.take().expect("protected"), up.as_ref());
                     let conn = conn.expect("opened on it");
-                    open.finish(conn, loss.rate(conn), repair_bytes, &mut jobs);
+                    open.finish(conn, &loss, repair_bytes, &mut jobs);
                     continue;
                 }
             }
@@ -419,7 +420,7 @@ async fn run_lane(
         };
         if t.rotate {
             if let Some(old) = stream.take() {
-                old.finish(&conn, loss.rate(&conn), repair_bytes, &mut jobs);
+                old.finish(&conn, &loss, repair_bytes, &mut jobs);
             }
         }
         if stream.is_none() {

@@ -298,12 +298,15 @@ impl Block {
         let (Some(len), Some(t)) = (self.len, self.symbol_size) else {
             return (self.repairs.len(), 0);
         };
+        let k = len.div_ceil(t as u64) as usize;
+        (self.repairs.len(), k - self.whole_symbols(len, t).count())
+    }
+
+    /// The source symbols (of `t` bytes, in a stream of `len`) held whole.
+    fn whole_symbols(&self, len: u64, t: u16) -> impl Iterator<Item = u32> + '_ {
         let t = t as u64;
-        let k = len.div_ceil(t);
-        let missing = (0..k)
-            .filter(|&i| !self.holds(i * t, ((i + 1) * t).min(len)))
-            .count();
-        (self.repairs.len(), missing)
+        (0..len.div_ceil(t) as u32)
+            .filter(move |&i| self.holds(i as u64 * t, ((i as u64 + 1) * t).min(len)))
     }
 
     /// Bytes this block holds: its data (holes included) and its symbols.
@@ -352,18 +355,11 @@ impl Block {
 
     /// Fill the holes from the repair symbols if there are enough of them
     /// (true when that was done now). Cheap while the bytes held and the
-    /// symbols' bytes together fall short of the stream.
-    pub(crate) fn try_rebuild(&mut self) -> bool {
-        self.rebuild(false)
-    }
-
-    /// [`Self::try_rebuild`], also when little data came since the last
-    /// count (a quiet spell, or new symbols).
-    pub(crate) fn try_rebuild_now(&mut self) -> bool {
-        self.rebuild(true)
-    }
-
-    fn rebuild(&mut self, now: bool) -> bool {
+    /// symbols' bytes together fall short of the stream; `recount`: count
+    /// the whole source symbols even when less than a symbol's worth of
+    /// data came since they were last counted (a quiet spell, or a new
+    /// symbol).
+    pub(crate) fn try_rebuild(&mut self, recount: bool) -> bool {
         let (Some(len), Some(t)) = (self.len, self.symbol_size) else {
             return false;
         };
@@ -377,14 +373,12 @@ impl Block {
         if self.held + self.repairs.len() as u64 * t64 < len {
             return false;
         }
-        if !now && self.held < self.counted_at + t64 {
+        if !recount && self.held < self.counted_at + t64 {
             return false;
         }
         self.counted_at = self.held;
         let k = len.div_ceil(t64) as u32;
-        let source: Vec<u32> = (0..k)
-            .filter(|&i| self.holds(i as u64 * t64, ((i as u64 + 1) * t64).min(len)))
-            .collect();
+        let source: Vec<u32> = self.whole_symbols(len, t).collect();
         let at_hand = source.len() + self.repairs.len();
         if at_hand < k as usize || (self.failures > 0 && at_hand < self.tried + 2) {
             return false;
@@ -553,7 +547,7 @@ mod tests {
             }
             for (off, bytes) in &pieces {
                 b.insert(*off, bytes).unwrap();
-                assert!(!b.try_rebuild(), "too few symbols yet");
+                assert!(!b.try_rebuild(false), "too few symbols yet");
             }
             assert!(!b.complete());
             let before = b.contiguous();
@@ -562,7 +556,7 @@ mod tests {
             let mut done = false;
             for r in &repairs[2..] {
                 b.add(r.clone()).unwrap();
-                if b.try_rebuild_now() {
+                if b.try_rebuild(true) {
                     done = true;
                     break;
                 }
@@ -583,12 +577,12 @@ mod tests {
         let mut b = Block::default();
         for r in repairs {
             b.add(r).unwrap();
-            assert!(!b.try_rebuild_now());
+            assert!(!b.try_rebuild(true));
         }
         let mut rebuilt_at = None;
         for (i, (off, bytes)) in pieces.iter().enumerate() {
             b.insert(*off, bytes).unwrap();
-            if b.try_rebuild() {
+            if b.try_rebuild(false) {
                 rebuilt_at = Some(i);
                 break;
             }
@@ -625,17 +619,17 @@ mod tests {
         }
         b.insert(at as u64, &data[at..]).unwrap();
         // 60 symbols missing, 40 repair: no rebuild, and one count.
-        assert!(!b.try_rebuild());
+        assert!(!b.try_rebuild(false));
         assert_eq!(b.counted_at, b.held);
         // Filling holes one byte at a time counts again only once a
         // symbol's worth came.
         for &h in &holes[..30] {
             b.insert(h as u64, &data[h..h + 1]).unwrap();
-            assert!(!b.try_rebuild());
+            assert!(!b.try_rebuild(false));
         }
         assert_eq!(b.held - b.counted_at, 30, "not counted since");
         // A quiet spell counts now: 30 missing, 40 repair symbols: rebuilt.
-        assert!(b.try_rebuild_now());
+        assert!(b.try_rebuild(true));
         assert_eq!(b.slice(0, data.len() as u64), &data[..]);
     }
 
@@ -649,7 +643,7 @@ mod tests {
         for (off, bytes) in &pieces {
             b.insert(*off, bytes).unwrap();
         }
-        assert!(!b.try_rebuild_now());
+        assert!(!b.try_rebuild(true));
         assert!(!b.complete());
         // The retransmissions fill the holes: complete, not rebuilt.
         let mut at = 0;
