@@ -11,7 +11,9 @@
 //! bounded and allowed for. So nothing clips or overlaps however long a name
 //! is; `tests/report_browser.rs` checks that in Chromium.
 
-use crate::results::{axes, cell_of, rate_text, runs_of, share_text, Results, Run, Status};
+use crate::results::{
+    axes, cell_of, jain_text, kept_text, rate_text, runs_of, share_text, Results, Run, Status,
+};
 use crate::scenario::{down_rate_bps, Metric, Published, Sweep};
 use std::fmt::Write as _;
 
@@ -211,7 +213,7 @@ pub(crate) fn metric_text(metric: Metric, v: f64) -> String {
             }
         }
         Metric::Seconds => format!("{} s", secs_text(v)),
-        Metric::Ttp | Metric::Goodput | Metric::Share => sig3(v),
+        Metric::Ttp | Metric::Goodput | Metric::Share | Metric::Jain | Metric::Kept => sig3(v),
     }
 }
 
@@ -1180,12 +1182,12 @@ pub(crate) fn render(r: &Results) -> String {
         s.push_str(&scenario_bars(r, sc, &tools, first));
         s.push_str(&series(r, sc, &tools, first));
         s.push_str(&receivers_done(r, sc));
-        s.push_str("<div class=scroll><table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>s</th><th>first byte s</th><th>to 90 % s</th><th>Mbit/s</th><th>TTP</th><th>G</th><th>share</th><th>client CPU s</th><th>server CPU s</th><th>emulator CPU s</th><th>machine CPU s</th><th class=l>limit</th><th class=l>note</th></tr>");
+        s.push_str("<div class=scroll><table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>s</th><th>first byte s</th><th>to 90 % s</th><th>Mbit/s</th><th>TTP</th><th>G</th><th>share</th><th>Jain</th><th>bg kept</th><th>client CPU s</th><th>server CPU s</th><th>emulator CPU s</th><th>machine CPU s</th><th class=l>limit</th><th class=l>note</th></tr>");
         for x in r.runs.iter().filter(|x| &x.scenario == sc) {
             let class = if x.status == Status::Ok { "ok" } else { "bad" };
             let _ = write!(
                 s,
-                "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td class=l>{}</td><td class=l>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td class=l>{}</td><td class=l>{}</td></tr>",
                 esc(&x.tool),
                 x.rep,
                 esc(x.status.as_str()),
@@ -1196,6 +1198,8 @@ pub(crate) fn render(r: &Results) -> String {
                 x.ttp,
                 x.goodput,
                 share_text(x),
+                jain_text(x),
+                kept_text(x),
                 x.client_cpu_s,
                 x.server_cpu_s,
                 x.emulator_cpu_s,
@@ -1210,7 +1214,7 @@ pub(crate) fn render(r: &Results) -> String {
     for (t, v) in &r.versions {
         let _ = write!(s, "<li>{}: {}</li>", esc(t), esc(v));
     }
-    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte on disk (longhaul writes a chunk of up to 1 MiB once all of it is in and hashed: on a slow link that comes long after its first data; its `--json` says when that came, `first_data_s`). To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips to line rate). The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background's bytes, counted once a second and spread evenly), averaged over longer windows on slow links. Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included");
+    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte on disk (longhaul writes a chunk of up to 1 MiB once all of it is in and hashed: on a slow link that comes long after its first data; its `--json` says when that came, `first_data_s`). To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips to line rate). The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background flows' own bytes per 100 ms, or where the emulator kept no series for them, counted once a second and spread evenly), averaged over longer windows on slow links. Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). Jain: Jain's fairness index over the tool's rate and each background TCP flow's, IP bytes the emulator delivered over the run (1 when all got the same, 1/(N+1) when one took everything). Bg kept: the background's rate in the tool's first 10 round trips over its rate in the span before the tool started (10 round trips, at least 1 s): 1.0 = a start that took nothing from a full link at first. CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included");
     s.push_str(crate::report::CPU_NOTE);
     s.push_str("</p></body></html>\n");
     s

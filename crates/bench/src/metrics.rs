@@ -45,6 +45,65 @@ pub(crate) fn background_back_bytes(
     total(after).saturating_sub(total(before))
 }
 
+/// The background's data flows' own series (100 ms buckets of IP bytes
+/// delivered), or None when one of them has none (the emulator keeps series
+/// for its first flows only): then only its counters are known.
+pub(crate) fn background_series(
+    s: &longhaul_netem::Snapshot,
+) -> Option<Vec<&longhaul_netem::Series>> {
+    s.flows
+        .iter()
+        .filter(|x| x.flow.dport == BACKGROUND_PORT)
+        .map(|x| x.series.as_ref())
+        .collect()
+}
+
+/// Bytes a 100 ms series holds between `from_ms` and `to_ms` of the
+/// emulator's clock, the buckets at either end counted in proportion.
+pub(crate) fn window_bytes(s: &longhaul_netem::Series, from_ms: f64, to_ms: f64) -> f64 {
+    let width = s.interval_ms.max(1) as f64;
+    let (a, b) = (from_ms.max(0.0) / width, to_ms.max(0.0) / width);
+    if b <= a {
+        return 0.0;
+    }
+    let mut sum = 0.0;
+    for k in a.floor() as u64..b.ceil() as u64 {
+        let Some(v) = k.checked_sub(s.first).and_then(|i| s.bytes.get(i as usize)) else {
+            continue;
+        };
+        let overlap = (b.min((k + 1) as f64) - a.max(k as f64)).max(0.0);
+        sum += *v as f64 * overlap;
+    }
+    sum
+}
+
+/// Jain's fairness index of the rates (Jain, Chiu and Hawe 1984):
+/// (Σx)² / (n · Σx²); 1 when all are equal, 1/n when one has everything.
+/// None for fewer than two rates or none above zero.
+pub(crate) fn jain(rates: &[f64]) -> Option<f64> {
+    let sum: f64 = rates.iter().sum();
+    let squares: f64 = rates.iter().map(|x| x * x).sum();
+    (rates.len() >= 2 && squares > 0.0).then(|| sum * sum / (rates.len() as f64 * squares))
+}
+
+/// What the background traffic kept of its rate when the tool joined: its
+/// bytes in the tool's first `join_ms` (from `t0_ms`, the tool's start, on
+/// the emulator's clock) per ms, over its bytes per ms in the `before_ms`
+/// just before it. 1.0: the tool took nothing from it at first; 0.5: it lost
+/// half. None when it delivered nothing before.
+pub(crate) fn kept(
+    flows: &[&longhaul_netem::Series],
+    t0_ms: f64,
+    join_ms: f64,
+    before_ms: f64,
+) -> Option<f64> {
+    let total =
+        |from: f64, to: f64| -> f64 { flows.iter().map(|s| window_bytes(s, from, to)).sum() };
+    let before = total(t0_ms - before_ms, t0_ms) / before_ms;
+    let after = total(t0_ms, t0_ms + join_ms) / join_ms;
+    (before > 0.0).then(|| after / before)
+}
+
 /// A counter's value at `t_ms`, read linearly between (time, value) marks
 /// (flat before the first and after the last).
 pub(crate) fn interpolate(marks: &[(u64, u64)], t_ms: u64) -> f64 {
@@ -217,6 +276,58 @@ fn busy_from_stat(stat: &str) -> Option<f64> {
     let (idle, iowait) = (*ticks.get(3)?, *ticks.get(4)?);
     let total: f64 = ticks.iter().take(7).sum();
     Some((total - idle - iowait) / crate::proc::clock_ticks())
+}
+
+#[cfg(test)]
+mod flow_tests {
+    use longhaul_netem::Series;
+
+    fn series(first: u64, bytes: &[u64]) -> Series {
+        Series {
+            interval_ms: 100,
+            first,
+            bytes: bytes.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn window_bytes_counts_edge_buckets_in_proportion() {
+        let s = series(2, &[100, 200, 400]);
+        // Buckets 2-4 cover 200-500 ms.
+        assert_eq!(super::window_bytes(&s, 0.0, 1000.0), 700.0);
+        assert_eq!(super::window_bytes(&s, 250.0, 350.0), 50.0 + 100.0);
+        assert_eq!(super::window_bytes(&s, 0.0, 200.0), 0.0);
+        assert_eq!(super::window_bytes(&s, 450.0, 450.0), 0.0);
+    }
+
+    #[test]
+    fn jain_is_one_when_equal_and_one_over_n_when_one_has_all() {
+        assert_eq!(super::jain(&[5.0, 5.0, 5.0]), Some(1.0));
+        assert_eq!(super::jain(&[9.0, 0.0, 0.0]), Some(1.0 / 3.0));
+        let j = super::jain(&[1.0, 3.0]).unwrap();
+        assert!((j - 16.0 / 20.0).abs() < 1e-12, "{j}");
+        assert_eq!(super::jain(&[4.0]), None);
+        assert_eq!(super::jain(&[0.0, 0.0]), None);
+    }
+
+    #[test]
+    fn kept_compares_the_join_with_the_span_before() {
+        // Two flows at 1000 B per 100 ms each until 1 s, then 500 each.
+        let a = series(
+            0,
+            &[1000; 10]
+                .iter()
+                .chain(&[500; 10])
+                .copied()
+                .collect::<Vec<_>>(),
+        );
+        let b = a.clone();
+        let k = super::kept(&[&a, &b], 1000.0, 700.0, 1000.0).unwrap();
+        assert!((k - 0.5).abs() < 1e-12, "{k}");
+        // Nothing before: no ratio.
+        let late = series(10, &[500; 10]);
+        assert_eq!(super::kept(&[&late], 1000.0, 700.0, 1000.0), None);
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //! terminal shows. All of them are rendered from results.json alone, so
 //! `lab report DIR` re-renders a run's reports.
 
-use crate::results::{axes, cell, cell_of, rate_text, runs_of, share_text, Results};
+use crate::results::{
+    axes, cell, cell_of, jain_text, kept_text, rate_text, runs_of, share_text, Results,
+};
 use crate::scenario::{Metric, Suite, BUILTIN};
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
@@ -41,12 +43,12 @@ pub(crate) const CPU_NOTE: &str = ", and of the lab's emulator, which shares the
 /// and every number of [`crate::results::Run`].
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,emulator_cpu_s,machine_cpu_s,limit,verified,note,data\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,jain,background_kept,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,emulator_cpu_s,machine_cpu_s,limit,verified,note,data\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{},{},{}",
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
@@ -65,6 +67,8 @@ pub fn csv(r: &Results) -> String {
             x.goodput,
             x.background_mbps.map_or(String::new(), |b| format!("{b:.2}")),
             x.share().map_or(String::new(), |s| format!("{s:.4}")),
+            opt(x.jain, 4, ""),
+            opt(x.background_kept, 4, ""),
             opt(x.to_90pct_s, 1, ""),
             opt(x.steady_mbps, 2, ""),
             opt(x.queue_ms, 1, ""),
@@ -264,12 +268,12 @@ pub fn summary(r: &Results) -> String {
     let _ = writeln!(s, "\n## Every run\n");
     let _ = writeln!(
         s,
-        "| scenario | tool | rep | status | files | MB | s | first byte s | to 90 % s | Mbit/s | TTP | G | share | at speed, wire Mbit/s | queue ms (max) | client CPU s | server CPU s | emulator CPU s | machine CPU s | limit | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+        "| scenario | tool | rep | status | files | MB | s | first byte s | to 90 % s | Mbit/s | TTP | G | share | Jain | bg kept | at speed, wire Mbit/s | queue ms (max) | client CPU s | server CPU s | emulator CPU s | machine CPU s | limit | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             x.scenario,
             x.tool,
             x.rep,
@@ -283,6 +287,8 @@ pub fn summary(r: &Results) -> String {
             x.ttp,
             x.goodput,
             share_text(x),
+            jain_text(x),
+            kept_text(x),
             x.steady_mbps.map_or("-".into(), rate_text),
             match (x.queue_ms, x.queue_max_ms) {
                 (Some(q), Some(m)) => format!("{q:.1} ({m:.1})"),
@@ -303,7 +309,7 @@ pub fn summary(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\nTTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte on disk (longhaul writes a chunk of up to 1 MiB once all of it is in and hashed: on a slow link that comes long after its first data; its `--json` says when that came, `first_data_s`). To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips). At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included{CPU_NOTE}"
+        "\nTTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte on disk (longhaul writes a chunk of up to 1 MiB once all of it is in and hashed: on a slow link that comes long after its first data; its `--json` says when that came, `first_data_s`). To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips). At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). Share (beside background traffic): the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). Jain: Jain's fairness index over the tool's rate and each background TCP flow's (IP bytes the emulator delivered over the run; 1 when all got the same, 1/(N+1) when one took everything). Bg kept: the background's rate in the tool's first 10 round trips over its rate in the span before the tool started (10 round trips, at least 1 s; 1.0 = the start took nothing from a full link at first). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included{CPU_NOTE}"
     );
     s
 }
@@ -416,6 +422,9 @@ mod tests {
             x: None,
             background: String::new(),
             background_mbps: None,
+            background_flows_mbps: Vec::new(),
+            jain: None,
+            background_kept: None,
             receivers: 1,
             status: serde_json::from_value(serde_json::Value::from(status)).unwrap(),
             note: if status == "skipped" {

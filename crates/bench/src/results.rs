@@ -70,6 +70,21 @@ pub struct Run {
     /// What the competing traffic was delivered meanwhile, Mbit/s.
     #[serde(default)]
     pub background_mbps: Option<f64>,
+    /// Each flow of the competing traffic, Mbit/s over the run (IP bytes the
+    /// emulator delivered), largest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub background_flows_mbps: Vec<f64>,
+    /// Beside background TCP flows: Jain's fairness index over the tool's
+    /// rate and each flow's, over the run (IP bytes the emulator delivered):
+    /// 1 when all got the same, 1/(N+1) when one took everything.
+    #[serde(default)]
+    pub jain: Option<f64>,
+    /// Beside background traffic: its rate in the tool's first 10 round
+    /// trips over its rate in the span just before the tool started (10
+    /// round trips, at least 1 s): 1.0 = the tool took nothing from it at
+    /// first, 0.5 = it lost half. How gently a start joins a full link.
+    #[serde(default)]
+    pub background_kept: Option<f64>,
     /// How many hosts received the data set.
     #[serde(default = "one")]
     pub receivers: u32,
@@ -297,12 +312,17 @@ pub fn cell_of(runs: &[&Run], metric: Metric) -> (Option<f64>, String) {
         Metric::Ttp => mean(|x| x.ttp),
         Metric::Goodput => mean(|x| x.goodput),
         Metric::Seconds => mean(|x| x.wall_s),
-        Metric::Share => {
-            let shares: Vec<f64> = measured.iter().filter_map(|x| x.share()).collect();
-            if shares.is_empty() {
+        Metric::Share | Metric::Jain | Metric::Kept => {
+            let of = |x: &Run| match metric {
+                Metric::Jain => x.jain,
+                Metric::Kept => x.background_kept,
+                _ => x.share(),
+            };
+            let vs: Vec<f64> = measured.iter().filter_map(|x| of(x)).collect();
+            if vs.is_empty() {
                 return (None, "no background".into());
             }
-            shares.iter().sum::<f64>() / shares.len() as f64
+            vs.iter().sum::<f64>() / vs.len() as f64
         }
     };
     (Some(v), note)
@@ -331,6 +351,17 @@ pub fn rate_text(mbps: f64) -> String {
 /// The share column: the tool's part of the link beside background traffic.
 pub fn share_text(x: &Run) -> String {
     x.share().map_or("-".into(), |s| format!("{s:.3}"))
+}
+
+/// A run's Jain's index for a table cell ("-" without background TCP flows).
+pub fn jain_text(x: &Run) -> String {
+    x.jain.map_or("-".into(), |j| format!("{j:.3}"))
+}
+
+/// What the background kept in the tool's first 10 round trips, for a table
+/// cell ("-" without background).
+pub fn kept_text(x: &Run) -> String {
+    x.background_kept.map_or("-".into(), |k| format!("{k:.2}"))
 }
 
 #[cfg(test)]

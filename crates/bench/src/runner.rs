@@ -247,8 +247,14 @@ fn run_tool(
         link: plan.link_line(),
         sweep: plan.sweep.as_ref().map(|s| s.0.clone()),
         x: plan.sweep.as_ref().map(|s| s.1),
-        background: plan.background.map_or(String::new(), |b| b.describe()),
+        background: plan
+            .background
+            .as_ref()
+            .map_or(String::new(), |b| b.describe()),
         background_mbps: None,
+        background_flows_mbps: Vec::new(),
+        jain: None,
+        background_kept: None,
         receivers: n as u32,
         status: Status::Skipped,
         note: String::new(),
@@ -353,9 +359,10 @@ fn run_tool(
             return Ok(run);
         }
     }
-    let background = match plan.background {
+    let background = match &plan.background {
         Some(b) => {
-            match start_background(b, cfg, &ns(Host::Receiver(0)), &ns(Host::Server), &dir) {
+            let (rx, srv) = (ns(Host::Receiver(0)), ns(Host::Server));
+            match start_background(b, plan.background_lead, cfg, &rx, &srv, &dir) {
                 Ok(pids) => pids,
                 Err(e) => {
                     run.status = Status::Failed;
@@ -537,11 +544,22 @@ fn run_tool(
     if n > 1 {
         run.receiver_series_mbps = each;
     }
+    // The background's flows, each with its own 100 ms series, when the
+    // emulator kept them (else only its counters, read once a second).
+    let bg_flows = (!background.is_empty())
+        .then(|| background_series(&after))
+        .flatten();
     if !background.is_empty() {
         // The background goes to the first receiver: take it out of the mean.
         for (k, slot) in series.iter_mut().enumerate() {
             let t = (from + k as u64) * 100;
-            let bg = interpolate(&bg_marks, t + 100) - interpolate(&bg_marks, t);
+            let bg = match &bg_flows {
+                Some(flows) => flows
+                    .iter()
+                    .map(|s| window_bytes(s, t as f64, (t + 100) as f64))
+                    .sum(),
+                None => interpolate(&bg_marks, t + 100) - interpolate(&bg_marks, t),
+            };
             *slot = (*slot - bg * 8.0 / 0.1 / 1e6 / n as f64).max(0.0);
             if let Some(own) = run.receiver_series_mbps.first_mut() {
                 own[k] = (own[k] - bg * 8.0 / 0.1 / 1e6).max(0.0);
@@ -552,6 +570,44 @@ fn run_tool(
         let (first, last) = (bg_marks[0], *bg_marks.last().expect("marks"));
         let span = last.0.saturating_sub(first.0).max(1) as f64 / 1e3;
         run.background_mbps = Some(last.1.saturating_sub(first.1) as f64 * 8.0 / span / 1e6);
+    }
+    if let (Some(flows), Some(b)) = (&bg_flows, &plan.background) {
+        let (t0_ms, t1_ms) = (before.uptime_ms as f64, after.uptime_ms as f64);
+        let span_s = ((t1_ms - t0_ms) / 1e3).max(1e-3);
+        let mbps = |bytes: f64| bytes * 8.0 / span_s / 1e6;
+        // The flows that carried the background in this run: the largest
+        // (earlier runs' flows and iperf3's control connection carry little).
+        let mut each: Vec<f64> = flows
+            .iter()
+            .map(|s| mbps(window_bytes(s, t0_ms, t1_ms)))
+            .collect();
+        each.sort_by(|a, b| b.total_cmp(a));
+        each.truncate(b.flows());
+        // The tool's own, like theirs: IP bytes the first receiver's link
+        // delivered, less the background's.
+        let rx0 = (
+            host(&before, &receiver_name(0)),
+            host(&after, &receiver_name(0)),
+        );
+        let tool_bytes = (rx0.1.down.counters.delivered_bytes
+            - rx0.0.down.counters.delivered_bytes)
+            .saturating_sub(background_bytes(&before, &after, |c| c.delivered_bytes));
+        if matches!(b, Background::Tcp { .. }) {
+            let mut rates = vec![mbps(tool_bytes as f64)];
+            rates.extend(&each);
+            run.jain = jain(&rates);
+        }
+        run.background_flows_mbps = each;
+        // What the background kept in the tool's first 10 round trips,
+        // against a span before it of 10 round trips too (1 s at least,
+        // and at most half of the lead, which the background's own start
+        // takes part of).
+        let rtt_ms = plan.max_rtt().as_secs_f64() * 1e3;
+        let lead_ms = plan.background_lead.as_secs_f64() * 1e3;
+        let before_ms = (10.0 * rtt_ms).clamp(1000.0, lead_ms / 2.0);
+        if rtt_ms > 0.0 {
+            run.background_kept = kept(flows, t0_ms, 10.0 * rtt_ms, before_ms);
+        }
     }
     // The queue a packet met on its way to the first receiver: the server's
     // uplink and the receiver's downlink (whichever is the bottleneck).
@@ -667,14 +723,12 @@ fn run_tool(
     Ok(run)
 }
 
-/// The port background traffic uses (iperf3 in the first receiver).
-/// How long background traffic runs before a tool starts (TCP flows leave slow start).
-const BACKGROUND_LEAD: Duration = Duration::from_secs(2);
-
-/// Starts background traffic from the server to the first receiver and
-/// returns its process groups (stopped after the tool, not counted as its CPU).
+/// Starts background traffic from the server to the first receiver, lets
+/// it run for `lead`, and returns its process groups (stopped after the tool,
+/// not counted as its CPU).
 fn start_background(
-    b: Background,
+    b: &Background,
+    lead: Duration,
     cfg: &LabConfig,
     rx_ns: &str,
     srv_ns: &str,
@@ -702,12 +756,15 @@ fn start_background(
         let mut client = vec!["iperf3", "-c", &rx, "-p", &port, "-t", "86400"];
         let (flows, rate, size);
         match b {
-            Background::Tcp(n) => {
+            Background::Tcp { flows: n, cc } => {
                 flows = n.to_string();
                 client.extend(["-P", &flows]);
+                if let Some(cc) = cc {
+                    client.extend(["-C", cc]);
+                }
             }
             Background::Udp { pps, size: sz } => {
-                rate = (pps as u64 * sz as u64 * 8).to_string();
+                rate = (*pps as u64 * *sz as u64 * 8).to_string();
                 size = sz.to_string();
                 client.extend(["-u", "-b", &rate, "-l", &size]);
             }
@@ -717,7 +774,7 @@ fn start_background(
             &argv(&client),
             &dir.join("background-client.log"),
         )?);
-        std::thread::sleep(BACKGROUND_LEAD);
+        std::thread::sleep(lead);
         if let Some((status, _)) = reap(pids[1]) {
             forget_group(pids[1]);
             bail!(

@@ -115,6 +115,12 @@ pub enum Metric {
     /// The tool's part of what the bottleneck delivered beside background
     /// traffic (fair beside N TCP flows: 1/(N+1)).
     Share,
+    /// Jain's fairness index over the tool's rate and each background TCP
+    /// flow's (1 when all are equal).
+    Jain,
+    /// What the background kept of its rate in the tool's first 10 round
+    /// trips (1.0: nothing taken from it at first).
+    Kept,
 }
 
 impl Metric {
@@ -126,6 +132,8 @@ impl Metric {
             Metric::Goodput => "goodput G",
             Metric::Seconds => "seconds",
             Metric::Share => "share of the link",
+            Metric::Jain => "Jain's index",
+            Metric::Kept => "background kept, first 10 RTT",
         }
     }
 }
@@ -143,27 +151,42 @@ pub fn glob(pattern: &str, name: &str) -> bool {
     }
 }
 
-/// Competing traffic as a scenario writes it: `tcp_flows`, or `udp_pps` with an
-/// optional `udp_size`; [`Suite::plans_for`] checks and resolves it into [`Background`].
+/// Competing traffic as a scenario writes it: `tcp_flows` (with an optional
+/// `cc`), or `udp_pps` with an optional `udp_size`; either with an optional
+/// `lead`. [`Suite::plans_for`] checks and resolves it into [`Background`].
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackgroundSpec {
     /// Bulk TCP flows (0 to 64; 0 means none).
     #[serde(default)]
     pub tcp_flows: Option<u32>,
+    /// The TCP flows' congestion control (cubic, bbr or reno; iperf3 -C);
+    /// default the scenario's `cc`.
+    #[serde(default)]
+    pub cc: Option<String>,
     /// UDP datagrams per second at a constant rate (0 to 1,000,000; 0 means none).
     #[serde(default)]
     pub udp_pps: Option<u32>,
     /// UDP payload bytes per datagram (default 1250, as seed 004).
     #[serde(default)]
     pub udp_size: Option<u32>,
+    /// How long the background runs before each tool starts ("2s" to "120s";
+    /// default 2 s, which TCP flows on a 70 ms path need to fill the link; on a
+    /// long path they need more).
+    #[serde(default)]
+    pub lead: Option<String>,
 }
 
 /// Background traffic, resolved.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Background {
-    /// N bulk TCP flows (iperf3 -P N, the scenario's congestion control).
-    Tcp(u32),
+    /// N bulk TCP flows (iperf3 -P N).
+    Tcp {
+        /// How many.
+        flows: u32,
+        /// Their congestion control (iperf3 -C); None: the scenario's.
+        cc: Option<String>,
+    },
     /// Constant-rate UDP: datagrams per second of `size` payload bytes.
     Udp {
         /// Datagrams per second.
@@ -173,18 +196,33 @@ pub enum Background {
     },
 }
 
+/// How long background traffic runs before a tool starts, unless the scenario
+/// says (TCP flows on a 70 ms path leave slow start in it).
+pub const DEFAULT_BACKGROUND_LEAD: Duration = Duration::from_secs(2);
+
 impl Background {
     /// One line for the reports and results.json's `background`: the number of TCP
-    /// flows, or the UDP datagram rate with its payload rate in Mbit/s.
+    /// flows (and their congestion control when set), or the UDP datagram rate
+    /// with its payload rate in Mbit/s.
     pub fn describe(&self) -> String {
         match self {
-            Background::Tcp(n) => {
-                format!("{n} background TCP flow{}", if *n == 1 { "" } else { "s" })
-            }
+            Background::Tcp { flows, cc } => format!(
+                "{flows} background {}TCP flow{}",
+                cc.as_ref().map_or(String::new(), |c| format!("{c} ")),
+                if *flows == 1 { "" } else { "s" }
+            ),
             Background::Udp { pps, size } => format!(
                 "background UDP {pps} datagrams/s of {size} bytes ({:.0} Mbit/s)",
                 *pps as f64 * *size as f64 * 8.0 / 1e6
             ),
+        }
+    }
+
+    /// The number of flows the background's data travels in (1 for UDP).
+    pub fn flows(&self) -> usize {
+        match self {
+            Background::Tcp { flows, .. } => *flows as usize,
+            Background::Udp { .. } => 1,
         }
     }
 }
@@ -348,6 +386,8 @@ pub struct Plan {
     pub tcp_max: Option<u64>,
     /// Competing traffic; None when the scenario has none (or asks for zero).
     pub background: Option<Background>,
+    /// How long the background runs before each tool starts.
+    pub background_lead: Duration,
     /// Runs per tool: the profile's, else the scenario's, else the suite's (the
     /// runner's `--repeat` overrides it).
     pub repeat: u32,
@@ -428,6 +468,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("cc", include_str!("../suites/cc.toml")),
     ("demo", include_str!("../suites/demo.toml")),
     ("eumetsat", include_str!("../suites/eumetsat.toml")),
+    ("fairness", include_str!("../suites/fairness.toml")),
     (
         "gridftp-parallel",
         include_str!("../suites/gridftp-parallel.toml"),
@@ -511,8 +552,14 @@ impl Suite {
                     p.scenario
                 );
             }
-            if p.metric == Metric::Share {
-                bail!("published figure '{}': share is not a published measure (seconds, mbps, ttp or goodput)", p.series);
+            let own = match p.metric {
+                Metric::Share => Some("share"),
+                Metric::Jain => Some("jain"),
+                Metric::Kept => Some("kept"),
+                _ => None,
+            };
+            if let Some(m) = own {
+                bail!("published figure '{}': {m} is not a published measure (seconds, mbps, ttp or goodput)", p.series);
             }
         }
         if s.suite.measure != Metric::Mbps && s.suite.measure != Metric::Seconds {
@@ -640,19 +687,34 @@ impl Suite {
                 None => None,
                 Some(b) => match (b.tcp_flows, b.udp_pps, b.udp_size) {
                     (Some(0), None, None) => None,
-                    (Some(n @ 1..=64), None, None) => Some(Background::Tcp(n)),
-                    (None, Some(pps @ 1..=1_000_000), size) => {
+                    (Some(n @ 1..=64), None, None) => Some(Background::Tcp {
+                        flows: n,
+                        cc: b.cc.clone(),
+                    }),
+                    (None, Some(pps @ 1..=1_000_000), size) if b.cc.is_none() => {
                         let size = size.unwrap_or(1250);
                         if !(16..=1472).contains(&size) {
                             bail!("{}: background udp_size {size} (16 to 1472)", ctx());
                         }
                         Some(Background::Udp { pps, size })
                     }
-                    (None, Some(0), _) => None,
+                    (None, Some(0), _) if b.cc.is_none() => None,
                     _ => bail!(
-                        "{}: background is {{ tcp_flows = 0..64 }} or {{ udp_pps = 1..1000000, udp_size = 16..1472 }}",
+                        "{}: background is {{ tcp_flows = 0..64, cc = \"cubic|bbr|reno\" }} or {{ udp_pps = 1..1000000, udp_size = 16..1472 }}, either with lead = \"2s\"..\"120s\"",
                         ctx()
                     ),
+                },
+            };
+            if let Some(c) = sc.background.as_ref().and_then(|b| b.cc.as_ref()) {
+                if !["cubic", "bbr", "reno"].contains(&c.as_str()) {
+                    bail!("{}: background cc '{c}' (cubic, bbr or reno)", ctx());
+                }
+            }
+            let background_lead = match sc.background.as_ref().and_then(|b| b.lead.as_ref()) {
+                None => DEFAULT_BACKGROUND_LEAD,
+                Some(l) => match parse_duration(l).with_context(ctx)? {
+                    d if d >= Duration::from_secs(2) && d <= Duration::from_secs(120) => d,
+                    _ => bail!("{}: background lead {l} (2s to 120s)", ctx()),
                 },
             };
             let tcp_max = match &sc.tcp_max {
@@ -692,6 +754,7 @@ impl Suite {
                 sweep,
                 tcp_max,
                 background,
+                background_lead,
                 repeat,
                 time_cap,
                 cc,
@@ -779,6 +842,41 @@ mod tests {
             assert_eq!(&s.suite.name, name);
             assert!(!s.plans().unwrap().is_empty());
         }
+    }
+
+    #[test]
+    fn background_takes_a_congestion_control_and_a_lead() {
+        let suite = |bg: &str| {
+            Suite::parse(&format!(
+                "[suite]\nname = \"t\"\ndescription = \"t\"\nline_rate = \"1G\"\ntools = [\"longhaul\"]\n[[scenario]]\nname = \"s\"\nlink = \"rate=1G delay=35ms\"\nbackground = {bg}\nfiles = [{{ size = \"1MB\", count = 1 }}]\n"
+            ))
+            .and_then(|s| s.plans())
+        };
+        let p = suite("{ tcp_flows = 2, cc = \"bbr\", lead = \"10s\" }").unwrap();
+        assert_eq!(
+            p[0].background,
+            Some(Background::Tcp {
+                flows: 2,
+                cc: Some("bbr".into())
+            })
+        );
+        assert_eq!(p[0].background_lead, Duration::from_secs(10));
+        assert_eq!(
+            p[0].background.as_ref().unwrap().describe(),
+            "2 background bbr TCP flows"
+        );
+        let p = suite("{ udp_pps = 60000, udp_size = 1250 }").unwrap();
+        assert_eq!(p[0].background_lead, DEFAULT_BACKGROUND_LEAD);
+        assert_eq!(p[0].background.as_ref().unwrap().flows(), 1);
+        let e = suite("{ tcp_flows = 1, cc = \"vegas\" }").unwrap_err();
+        assert!(e.to_string().contains("background cc 'vegas'"), "{e}");
+        let e = suite("{ tcp_flows = 1, lead = \"1s\" }").unwrap_err();
+        assert!(
+            e.to_string().contains("background lead 1s (2s to 120s)"),
+            "{e}"
+        );
+        let e = suite("{ udp_pps = 100, cc = \"bbr\" }").unwrap_err();
+        assert!(e.to_string().contains("background is"), "{e}");
     }
 
     #[test]

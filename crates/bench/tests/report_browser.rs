@@ -104,7 +104,10 @@ fn synthetic(name: &str) -> Results {
                     sweep: p.sweep.as_ref().map(|s| s.0.clone()),
                     x: p.sweep.as_ref().map(|s| s.1),
                     background: String::new(),
-                    background_mbps: p.background.map(|_| rate * (1.0 - eff)),
+                    background_mbps: p.background.as_ref().map(|_| rate * (1.0 - eff)),
+                    background_flows_mbps: Vec::new(),
+                    jain: p.background.as_ref().map(|_| 0.5 + eff / 2.0),
+                    background_kept: p.background.as_ref().map(|_| eff),
                     receivers: n as u32,
                     status,
                     note: if status == Status::Failed {

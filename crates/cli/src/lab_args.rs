@@ -220,6 +220,11 @@ Suites:
   cc        congestion control: 1 Gbit/s with loss 1e-3 at 70 / 700 ms, 1e-2 at
             1 s, and beside 1-6 CUBIC flows at 75 ms; longhaul's --cc choices
             against kernel TCP bbr and cubic
+  startup   cold start at 1 Gbit/s, 70 and 700 ms, loss 0 and 1e-3 (round trips
+            to 90 % of the link), and joining a full 70 ms path: what a CUBIC
+            flow, a BBR flow or 600 Mbit/s of UDP keep in the first 10 RTT
+  fairness  --cc fair and the default beside 1 and 5 CUBIC flows and one BBR
+            flow at 70 ms, loss 0 and 1e-3: share and Jain's index
   FILE      your own suite; the built-in ones are in crates/bench/suites/
 
 Tools: longhaul, longhaul-mc (longhaul multicast), longhaul-ssh (get --ssh
@@ -249,7 +254,10 @@ A suite file (TOML):
   #   longhaul:cc=wan|wan:HINT|fair|bbr|cubic|reno|fixed:RATE,max-rate=RATE,
   #     connections=N
   background = { tcp_flows = 3 }   # or { udp_pps = 20000, udp_size = 1250 }:
-                                   # iperf3 from srv to the first receiver
+                                   # iperf3 from srv to the first receiver;
+                                   # TCP flows may set cc = \"bbr\", either
+                                   # lead = \"10s\" (started before the tool;
+                                   # default 2s)
   [profile.quick]
   data_scale = 0.05           # 5% of each file group's bytes
   time_scale = 0.1            # time caps x0.1

@@ -874,6 +874,18 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
     assert!(namespaces().iter().all(|n| !n.starts_with("lh-lhrun-")));
 }
 
+/// `lab run --json` of a suite given as TOML text, in a temporary directory.
+fn run_suite(toml: &str) -> Out {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("suite.toml");
+    std::fs::write(&suite, toml).unwrap();
+    let mut c = longhaul();
+    c.args(["lab", "run", "--json", "--out"])
+        .arg(dir.path().join("out"))
+        .arg(&suite);
+    run_timeout(c, Duration::from_secs(300))
+}
+
 /// Slow start overshooting a one-BDP queue on a long fat path drops about
 /// every other packet for a while. longhaul used to keep each data stream open
 /// for the whole transfer, and quinn then aborted the connection ("too many
@@ -881,10 +893,7 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
 #[test]
 fn longhaul_survives_a_queue_overflowing_on_a_long_fat_path() {
     let Some(_t) = take_turn() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let suite = dir.path().join("overflow.toml");
-    std::fs::write(
-        &suite,
+    let out = run_suite(
         r#"
 [suite]
 name = "overflow"
@@ -897,13 +906,7 @@ name = "one-bdp-queue"
 link = "rate=1G delay=35ms queue=5833pkts"
 files = [{ size = "80MB", count = 1 }]
 "#,
-    )
-    .unwrap();
-    let mut c = longhaul();
-    c.args(["lab", "run", "--json", "--out"])
-        .arg(dir.path().join("out"))
-        .arg(&suite);
-    let out = run_timeout(c, Duration::from_secs(300));
+    );
     let r: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
     let runs = r["runs"].as_array().cloned().unwrap_or_default();
     assert_eq!(runs.len(), 4, "{}\n{}", out.stdout, out.stderr);
@@ -912,6 +915,55 @@ files = [{ size = "80MB", count = 1 }]
         assert_eq!(x["verified"], true, "{x}");
     }
     assert_eq!(out.code, 0);
+}
+
+/// Beside background TCP flows a run says what each flow got (from the
+/// emulator's per-flow series), Jain's index over the tool and the flows,
+/// and what the flows kept in the tool's first 10 round trips. The flows'
+/// rates from their series must add up to the background's rate from its
+/// counters, and no more than the link can carry.
+#[test]
+fn background_flows_are_measured_one_by_one() {
+    let Some(_t) = take_turn() else { return };
+    let out = run_suite(
+        r#"
+[suite]
+name = "bg"
+line_rate = "100M"
+tools = ["longhaul"]
+time_cap = "60s"
+dest = "tmpfs"
+[[scenario]]
+name = "two-reno-flows"
+link = "rate=100M delay=10ms queue=170pkts"
+background = { tcp_flows = 2, cc = "reno", lead = "3s" }
+files = [{ size = "40MB", count = 1 }]
+"#,
+    );
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let r: Value = serde_json::from_str(&out.stdout).unwrap();
+    let x = &r["runs"][0];
+    assert_eq!(x["status"], "ok", "{x}");
+    assert_eq!(x["background"], "2 background reno TCP flows", "{x}");
+    let flows: Vec<f64> = x["background_flows_mbps"]
+        .as_array()
+        .expect("each flow's rate")
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(flows.len(), 2, "{x}");
+    assert!(flows.iter().all(|&f| f > 1.0), "{x}");
+    let sum: f64 = flows.iter().sum();
+    let total = x["background_mbps"].as_f64().unwrap();
+    assert!(
+        (sum - total).abs() <= 0.05 * total + 0.5,
+        "flows {flows:?} against the counters' {total}"
+    );
+    assert!(sum < 101.0, "more than the link: {flows:?}");
+    let jain = x["jain"].as_f64().expect("Jain's index");
+    assert!((1.0 / 3.0..=1.0).contains(&jain), "{x}");
+    let kept = x["background_kept"].as_f64().expect("what the flows kept");
+    assert!(kept > 0.0 && kept < 1.5, "{x}");
 }
 
 /// A 100 ms series of delivered bytes from `lab stats --json` (`{bytes,

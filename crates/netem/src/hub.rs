@@ -80,6 +80,10 @@ pub struct FlowCounters {
 
 /// Flows beyond this many are not tracked individually.
 pub const MAX_FLOWS: usize = 4096;
+/// The first this many flows also keep their delivered bytes per 100 ms
+/// ([`FlowStats::series`]): enough for a lab run's background flows beside
+/// its tools, and a bound on memory (each series holds at most an hour).
+pub const MAX_FLOW_SERIES: usize = 256;
 const NO_FLOW: u32 = u32::MAX;
 const GROUP: u16 = u16::MAX;
 
@@ -141,6 +145,8 @@ pub struct Hub {
     flows: FxHashMap<FlowKey, u32>,
     flow_keys: Vec<FlowKey>,
     flow_counters: Vec<FlowCounters>,
+    /// Delivered bytes per 100 ms of the first [`MAX_FLOW_SERIES`] flows.
+    flow_series: Vec<Series>,
     /// Packets dropped before reaching any link, and aggregate counts.
     pub counters: HubCounters,
     seed: u64,
@@ -191,6 +197,7 @@ impl Hub {
             flows: FxHashMap::default(),
             flow_keys: Vec::new(),
             flow_counters: Vec::new(),
+            flow_series: Vec::new(),
             counters: HubCounters::default(),
             seed: cfg.seed,
         }
@@ -303,6 +310,9 @@ impl Hub {
         self.flows.insert(key, i);
         self.flow_keys.push(key);
         self.flow_counters.push(FlowCounters::default());
+        if self.flow_series.len() < MAX_FLOW_SERIES {
+            self.flow_series.push(Series::new(100));
+        }
         i
     }
 
@@ -354,6 +364,9 @@ impl Hub {
         if let Some(f) = self.flow_counters.get_mut(t.item.flow as usize) {
             f.delivered_pkts += t.count as u64;
             f.delivered_bytes += t.bytes;
+        }
+        if let Some(s) = self.flow_series.get_mut(t.item.flow as usize) {
+            s.add(t.due, t.bytes);
         }
         Some(Egress {
             port,
@@ -413,9 +426,11 @@ impl Hub {
                 .flow_keys
                 .iter()
                 .zip(&self.flow_counters)
-                .map(|(k, c)| FlowStats {
+                .enumerate()
+                .map(|(i, (k, c))| FlowStats {
                     flow: *k,
                     counters: c.clone(),
+                    series: self.flow_series.get(i).cloned(),
                 })
                 .collect(),
             hub: self.counters.clone(),
@@ -476,6 +491,10 @@ pub struct FlowStats {
     /// What the flow offered to the hub and what reached hosts.
     #[serde(flatten)]
     pub counters: FlowCounters,
+    /// IP bytes delivered per 100 ms, counted at their due time, from the
+    /// flow's first delivery (none beyond the first [`MAX_FLOW_SERIES`] flows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<Series>,
 }
 
 /// Every counter of a hub at one moment: what `lab stats` returns and what
@@ -654,6 +673,36 @@ mod tests {
         assert_eq!(s.hosts[1].down.counters.delivered_pkts, 10);
         assert_eq!(s.hosts[0].up.counters.offered_bytes, 5000);
         assert_eq!(s.hosts[1].link, "delay=1ms");
+        // Per 100 ms, from the flow's first delivery (1 ms in: bucket 0).
+        let series = s.flows[0].series.as_ref().expect("a flow series");
+        assert_eq!((series.first, series.bytes.iter().sum::<u64>()), (0, 5000));
+    }
+
+    #[test]
+    fn each_flow_keeps_its_own_series_from_its_first_delivery() {
+        let mut h = hub(&["", "delay=10ms"]);
+        udp(&mut h, 0, 0, [10, 77, 0, 2], 0, 500);
+        // A second flow (another source port) 250 ms later, twice.
+        for k in 0..2u64 {
+            let id = h.alloc().unwrap();
+            let b = h.buf_mut(id);
+            b[..300].fill(0);
+            b[0] = 0x45;
+            b[9] = 17;
+            b[12..16].copy_from_slice(&[10, 77, 0, 1]);
+            b[16..20].copy_from_slice(&[10, 77, 0, 2]);
+            b[20..22].copy_from_slice(&5001u16.to_be_bytes());
+            b[22..24].copy_from_slice(&6000u16.to_be_bytes());
+            h.ingress((250 + 100 * k) * MS, 0, id, 300);
+        }
+        assert_eq!(drain(&mut h, 500 * MS).len(), 3);
+        let s = h.snapshot(500 * MS);
+        assert_eq!(s.flows.len(), 2);
+        let a = s.flows[0].series.as_ref().unwrap();
+        let b = s.flows[1].series.as_ref().unwrap();
+        assert_eq!((a.first, Vec::from(a.bytes.clone())), (0, vec![500]));
+        assert_eq!((b.first, Vec::from(b.bytes.clone())), (2, vec![300, 300]));
+        assert_eq!(s.flows[1].flow.sport, 5001);
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod pool;
 pub mod spec;
 
 pub use hub::{HostConfig, Hub, HubConfig, Snapshot};
+pub use link::Series;
 pub use spec::{DirSpec, LinkSpec, LossSpec, QueueLimit};
 pub mod driver;
 pub mod tun;

@@ -67,12 +67,16 @@ pub struct DirCounters {
     pub late: Lateness,
 }
 
-/// Delivered bytes per interval, from the start of the emulator.
+/// Delivered bytes per interval: bucket `first + i` (the emulator's time /
+/// `interval_ms`) holds `bytes[i]`; none before the first delivery.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Series {
+    /// The width of a bucket, ms (100 in every series the hub keeps).
     pub interval_ms: u64,
-    /// Index of `bytes[0]` (buckets before it were discarded to bound memory).
+    /// Index of `bytes[0]` (buckets before it were discarded to bound memory,
+    /// or saw no delivery yet).
     pub first: u64,
+    /// IP bytes delivered in each bucket from `first` on.
     pub bytes: VecDeque<u64>,
 }
 
@@ -80,6 +84,7 @@ pub struct Series {
 const SERIES_KEEP: usize = 36_000;
 
 impl Series {
+    /// An empty series of `interval_ms` buckets.
     pub fn new(interval_ms: u64) -> Self {
         Series {
             interval_ms,
@@ -88,8 +93,14 @@ impl Series {
         }
     }
 
+    /// Counts `bytes` delivered at `at_ns` (the emulator's clock).
     pub fn add(&mut self, at_ns: u64, bytes: u64) {
         let idx = at_ns / (self.interval_ms * 1_000_000);
+        if self.bytes.is_empty() {
+            // Nothing before the first delivery: a flow that starts an
+            // hour in holds no hour of empty buckets.
+            self.first = self.first.max(idx);
+        }
         if let Some(b) = bucket(&mut self.first, &mut self.bytes, idx, 0) {
             *b += bytes;
         }
@@ -599,5 +610,12 @@ mod tests {
         s.add(250 * MS, 5);
         s.add(260 * MS, 5);
         assert_eq!(s.bytes, [10, 0, 10]);
+        assert_eq!(s.first, 0);
+        // A series whose first delivery comes late starts there.
+        let mut late = Series::new(100);
+        late.add(3_600_050 * MS, 7);
+        late.add(3_600_150 * MS, 1);
+        assert_eq!((late.first, late.bytes.len()), (36_000, 2));
+        assert_eq!(late.bytes, [7, 1]);
     }
 }
