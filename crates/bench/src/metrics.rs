@@ -20,8 +20,9 @@ pub(crate) fn background_total(
         .sum()
 }
 
-/// Bytes the background's data flows moved between two snapshots.
-pub(crate) fn background_bytes(
+/// How much one counter of the background's data flows (bytes or packets)
+/// grew between two snapshots.
+pub(crate) fn background_delta(
     before: &longhaul_netem::Snapshot,
     after: &longhaul_netem::Snapshot,
     f: fn(&longhaul_netem::hub::FlowCounters) -> u64,

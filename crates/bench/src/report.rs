@@ -43,12 +43,12 @@ pub(crate) const CPU_NOTE: &str = ", and of the lab's emulator, which shares the
 /// and every number of [`crate::results::Run`].
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,jain,background_kept,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,emulator_cpu_s,machine_cpu_s,limit,verified,note,data\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,jain,background_kept,background_lost,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,emulator_cpu_s,machine_cpu_s,limit,verified,note,data\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{},{},{}",
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
@@ -69,6 +69,7 @@ pub fn csv(r: &Results) -> String {
             x.share().map_or(String::new(), |s| format!("{s:.4}")),
             opt(x.jain, 4, ""),
             opt(x.background_kept, 4, ""),
+            opt(x.background_lost, 6, ""),
             opt(x.to_90pct_s, 1, ""),
             opt(x.steady_mbps, 2, ""),
             opt(x.queue_ms, 1, ""),
@@ -425,6 +426,7 @@ mod tests {
             background_flows_mbps: Vec::new(),
             jain: None,
             background_kept: None,
+            background_lost: None,
             receivers: 1,
             status: serde_json::from_value(serde_json::Value::from(status)).unwrap(),
             note: if status == "skipped" {

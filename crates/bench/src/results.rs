@@ -85,6 +85,11 @@ pub struct Run {
     /// first, 0.5 = it lost half. How gently a start joins a full link.
     #[serde(default)]
     pub background_kept: Option<f64>,
+    /// Beside background traffic: the share of the background's packets
+    /// that the path lost (its queue's drops and the link's random loss)
+    /// while the tool ran.
+    #[serde(default)]
+    pub background_lost: Option<f64>,
     /// How many hosts received the data set.
     #[serde(default = "one")]
     pub receivers: u32,

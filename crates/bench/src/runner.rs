@@ -255,6 +255,7 @@ fn run_tool(
         background_flows_mbps: Vec::new(),
         jain: None,
         background_kept: None,
+        background_lost: None,
         receivers: n as u32,
         status: Status::Skipped,
         note: String::new(),
@@ -511,7 +512,7 @@ fn run_tool(
     };
     let (s0, s1) = (host(&before, SERVER), host(&after, SERVER));
     run.wire_bytes = (s1.up.counters.offered_bytes - s0.up.counters.offered_bytes)
-        .saturating_sub(background_bytes(&before, &after, |c| c.offered_bytes));
+        .saturating_sub(background_delta(&before, &after, |c| c.offered_bytes));
     run.wire_back_bytes = (0..n)
         .map(|i| {
             let (r0, r1) = (
@@ -570,6 +571,11 @@ fn run_tool(
         let (first, last) = (bg_marks[0], *bg_marks.last().expect("marks"));
         let span = last.0.saturating_sub(first.0).max(1) as f64 / 1e3;
         run.background_mbps = Some(last.1.saturating_sub(first.1) as f64 * 8.0 / span / 1e6);
+        // (Counted as the packets are offered: none still on their way is
+        // taken for lost.)
+        let offered = background_delta(&before, &after, |c| c.offered_pkts);
+        let dropped = background_delta(&before, &after, |c| c.dropped_pkts);
+        run.background_lost = (offered > 0).then(|| dropped as f64 / offered as f64);
     }
     if let (Some(flows), Some(b)) = (&bg_flows, &plan.background) {
         let (t0_ms, t1_ms) = (before.uptime_ms as f64, after.uptime_ms as f64);
@@ -591,7 +597,7 @@ fn run_tool(
         );
         let tool_bytes = (rx0.1.down.counters.delivered_bytes
             - rx0.0.down.counters.delivered_bytes)
-            .saturating_sub(background_bytes(&before, &after, |c| c.delivered_bytes));
+            .saturating_sub(background_delta(&before, &after, |c| c.delivered_bytes));
         if matches!(b, Background::Tcp { .. }) {
             let mut rates = vec![mbps(tool_bytes as f64)];
             rates.extend(&each);
@@ -644,7 +650,7 @@ fn run_tool(
                 b.down.counters.delivered_bytes - a.down.counters.delivered_bytes
             })
             .sum::<u64>()
-            .saturating_sub(background_bytes(&before, &after, |c| c.delivered_bytes))
+            .saturating_sub(background_delta(&before, &after, |c| c.delivered_bytes))
             / n as u64
     } else {
         data.bytes

@@ -76,6 +76,10 @@ pub struct FlowCounters {
     pub delivered_pkts: u64,
     /// IP bytes of those wire packets.
     pub delivered_bytes: u64,
+    /// Wire packets the links dropped (the loss model or a full queue, on
+    /// the sender's link or a receiver's), every multicast copy counted.
+    #[serde(default)]
+    pub dropped_pkts: u64,
 }
 
 /// Flows beyond this many are not tracked individually.
@@ -295,8 +299,16 @@ impl Hub {
             frame_len: len as u32,
             shape,
         };
+        let dropped = self.ports[port].up.counters.dropped_pkts();
         let kept = self.ports[port].up.offer(now, &shape, 0, shape.segs, pkt);
+        self.count_drops(flow, self.ports[port].up.counters.dropped_pkts() - dropped);
         self.pool.hand_over(buf, kept);
+    }
+
+    fn count_drops(&mut self, flow: u32, n: u64) {
+        if let Some(f) = self.flow_counters.get_mut(flow as usize) {
+            f.dropped_pkts += n;
+        }
     }
 
     fn flow_index(&mut self, key: FlowKey) -> u32 {
@@ -332,6 +344,10 @@ impl Hub {
             };
             let t = self.ports[i].up.pop_due(due).expect("due train");
             let pkt = t.item;
+            let dropped = |ports: &[Port]| -> u64 {
+                ports.iter().map(|p| p.down.counters.dropped_pkts()).sum()
+            };
+            let before = dropped(&self.ports);
             let kept = if pkt.dst != GROUP {
                 self.ports[pkt.dst as usize]
                     .down
@@ -345,6 +361,7 @@ impl Hub {
                 }
                 kept
             };
+            self.count_drops(pkt.flow, dropped(&self.ports) - before);
             self.pool.hand_over(pkt.buf, kept);
         }
     }
@@ -703,6 +720,23 @@ mod tests {
         assert_eq!((a.first, Vec::from(a.bytes.clone())), (0, vec![500]));
         assert_eq!((b.first, Vec::from(b.bytes.clone())), (2, vec![300, 300]));
         assert_eq!(s.flows[1].flow.sport, 5001);
+    }
+
+    #[test]
+    fn a_flows_drops_are_counted_on_every_link_it_crosses() {
+        // The sender's link loses none; the receiver's queue holds 2.
+        let mut h = hub(&["", "rate=1M queue=2pkts"]);
+        for s in 0..10 {
+            udp(&mut h, 0, 0, [10, 77, 0, 2], s, 500);
+        }
+        let got = drain(&mut h, 1000 * MS).len() as u64;
+        let s = h.snapshot(1000 * MS);
+        let f = &s.flows[0].counters;
+        assert_eq!(f.dropped_pkts, s.hosts[1].down.counters.queue_drop_pkts);
+        assert!(f.dropped_pkts >= 7, "{f:?}");
+        assert_eq!(f.offered_pkts, 10);
+        assert_eq!(f.delivered_pkts, got);
+        assert_eq!(f.dropped_pkts + got, 10);
     }
 
     #[test]

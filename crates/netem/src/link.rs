@@ -67,6 +67,13 @@ pub struct DirCounters {
     pub late: Lateness,
 }
 
+impl DirCounters {
+    /// Packets dropped by the loss model or a full queue.
+    pub(crate) fn dropped_pkts(&self) -> u64 {
+        self.lost_pkts + self.queue_drop_pkts
+    }
+}
+
 /// Delivered bytes per interval: bucket `first + i` (the emulator's time /
 /// `interval_ms`) holds `bytes[i]`; none before the first delivery.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
