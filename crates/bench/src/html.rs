@@ -26,6 +26,8 @@ const COLORS: [&str; 10] = [
 const STUDY_GREY: &str = "#555555";
 /// Line styles that tell one receiver of a tool from another.
 const DASHES: [&str; 4] = ["", "7 3", "2 3", "10 3 2 3"];
+/// The background traffic's line beside a tool's own (the tool's colour).
+const BACKGROUND_DASH: &str = "1 2";
 
 /// HTML-escaped text. The reports' time-cap mark (an emoji, fine in markdown)
 /// becomes a dagger: a browser without an emoji font draws the emoji as a box.
@@ -818,6 +820,17 @@ fn series(r: &Results, sc: &str, tools: &[String], first: &Run) -> String {
             } else {
                 vec![(x.tool.clone(), &x.series_mbps, "")]
             };
+            // Beside background traffic: what the background got meanwhile,
+            // in the tool's colour (how much a start took from a full link).
+            let own = own
+                .into_iter()
+                .chain((!x.background_series_mbps.is_empty()).then(|| {
+                    (
+                        format!("background beside {}", x.tool),
+                        &x.background_series_mbps,
+                        BACKGROUND_DASH,
+                    )
+                }));
             for (label, s, dash) in own {
                 let n = ((upto / 0.1 - 1e-9).ceil() as usize).min(s.len());
                 let pts = smooth(&s[..n], k)
@@ -1214,7 +1227,7 @@ pub(crate) fn render(r: &Results) -> String {
     for (t, v) in &r.versions {
         let _ = write!(s, "<li>{}: {}</li>", esc(t), esc(v));
     }
-    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte on disk (longhaul writes a chunk of up to 1 MiB once all of it is in and hashed: on a slow link that comes long after its first data; its `--json` says when that came, `first_data_s`). To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips to line rate). The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background flows' own bytes per 100 ms, or where the emulator kept no series for them, counted once a second and spread evenly), averaged over longer windows on slow links. Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). Jain: Jain's fairness index over the tool's rate and each background TCP flow's, IP bytes the emulator delivered over the run (1 when all got the same, 1/(N+1) when one took everything). Bg kept: the background's rate in the tool's first 10 round trips over its rate in the span before the tool started (10 round trips, at least 1 s): 1.0 = a start that took nothing from a full link at first. CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included");
+    s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte on disk (longhaul writes a chunk of up to 1 MiB once all of it is in and hashed: on a slow link that comes long after its first data; its `--json` says when that came, `first_data_s`). To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips to line rate). The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background flows' own bytes per 100 ms, or where the emulator kept no series for them, counted once a second and spread evenly; the background's own series is drawn dotted in the tool's colour), averaged over longer windows on slow links. Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). Jain: Jain's fairness index over the tool's rate and each background TCP flow's, IP bytes the emulator delivered over the run (1 when all got the same, 1/(N+1) when one took everything). Bg kept: the background's rate in the tool's first 10 round trips over its rate in the span before the tool started (10 round trips, at least 1 s): 1.0 = a start that took nothing from a full link at first. CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included");
     s.push_str(crate::report::CPU_NOTE);
     s.push_str("</p></body></html>\n");
     s

@@ -457,6 +457,7 @@ mod tests {
             } else {
                 vec![mbps / 2.0, mbps, mbps]
             },
+            background_series_mbps: vec![],
             receiver_series_mbps: vec![],
             receiver_done_s: vec![],
             to_90pct_s: None,

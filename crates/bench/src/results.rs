@@ -142,6 +142,11 @@ pub struct Run {
     pub verified: Option<bool>,
     /// Mbit/s the receivers' links delivered (mean over receivers), per 100 ms.
     pub series_mbps: Vec<f64>,
+    /// Beside background traffic: what its flows were delivered per 100 ms
+    /// (IP bytes, Mbit/s), aligned with `series_mbps`; empty without it (or
+    /// where the emulator kept no series for its flows).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub background_series_mbps: Vec<f64>,
     /// With several receivers: each one's own 100 ms series, in receiver
     /// order (a slow receiver is not averaged away).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -274,6 +274,7 @@ fn run_tool(
         server_cpu_s: 0.0,
         verified: None,
         series_mbps: Vec::new(),
+        background_series_mbps: Vec::new(),
         receiver_series_mbps: Vec::new(),
         receiver_done_s: Vec::new(),
         to_90pct_s: None,
@@ -555,10 +556,14 @@ fn run_tool(
         for (k, slot) in series.iter_mut().enumerate() {
             let t = (from + k as u64) * 100;
             let bg = match &bg_flows {
-                Some(flows) => flows
-                    .iter()
-                    .map(|s| window_bytes(s, t as f64, (t + 100) as f64))
-                    .sum(),
+                Some(flows) => {
+                    let bg: f64 = flows
+                        .iter()
+                        .map(|s| window_bytes(s, t as f64, (t + 100) as f64))
+                        .sum();
+                    run.background_series_mbps.push(bg * 8.0 / 0.1 / 1e6);
+                    bg
+                }
                 None => interpolate(&bg_marks, t + 100) - interpolate(&bg_marks, t),
             };
             *slot = (*slot - bg * 8.0 / 0.1 / 1e6 / n as f64).max(0.0);

@@ -131,6 +131,11 @@ fn synthetic(name: &str) -> Results {
                     server_cpu_s: wall * 0.2,
                     verified: Some(status == Status::Ok),
                     series_mbps: mean,
+                    background_series_mbps: if p.background.is_some() {
+                        series(&mut rng, rate * (1.0 - eff), 0.1, wall)
+                    } else {
+                        vec![]
+                    },
                     receiver_series_mbps: if n > 1 { each } else { vec![] },
                     receiver_done_s: if n > 1 {
                         (0..n).map(|r| (r + 1 < n).then_some(wall * (0.5 + r as f64 * 0.2))).collect()
