@@ -47,16 +47,36 @@ pub(crate) fn background_back_bytes(
 }
 
 /// The background's data flows' own series (100 ms buckets of IP bytes
-/// delivered), or None when one of them has none (the emulator keeps series
-/// for its first flows only): then only its counters are known.
-pub(crate) fn background_series(
-    s: &longhaul_netem::Snapshot,
-) -> Option<Vec<&longhaul_netem::Series>> {
-    s.flows
+/// delivered) at `after`, or None when one of them delivered between
+/// `before` and `after` without one (the emulator lets go of a quiet flow's
+/// series and keeps none past its flow table): then only its counters are
+/// known. Flows that were let go of while quiet delivered nothing meanwhile
+/// and are left out.
+pub(crate) fn background_series<'a>(
+    before: &longhaul_netem::Snapshot,
+    after: &'a longhaul_netem::Snapshot,
+) -> Option<Vec<&'a longhaul_netem::Series>> {
+    let mut out = Vec::new();
+    for x in after
+        .flows
         .iter()
         .filter(|x| x.flow.dport == BACKGROUND_PORT)
-        .map(|x| x.series.as_ref())
-        .collect()
+    {
+        match &x.series {
+            Some(s) => out.push(s),
+            None => {
+                let was = before
+                    .flows
+                    .iter()
+                    .find(|y| y.flow == x.flow)
+                    .map_or(0, |y| y.counters.delivered_bytes);
+                if x.counters.delivered_bytes != was {
+                    return None;
+                }
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Bytes a 100 ms series holds between `from_ms` and `to_ms` of the
@@ -88,21 +108,21 @@ pub(crate) fn jain(rates: &[f64]) -> Option<f64> {
 }
 
 /// What the background traffic kept of its rate when the tool joined: its
-/// bytes in the tool's first `join_ms` (from `t0_ms`, the tool's start, on
-/// the emulator's clock) per ms, over its bytes per ms in the `before_ms`
-/// just before it. 1.0: the tool took nothing from it at first; 0.5: it lost
-/// half. None when it delivered nothing before.
+/// bytes per ms over `join` (from, to: ms of the emulator's clock; the
+/// tool's first round trips) over its bytes per ms over `before` (a span
+/// before the tool started). 1.0: the tool took nothing from it at first;
+/// 0.5: it lost half. None for an empty span or nothing delivered before.
 pub(crate) fn kept(
     flows: &[&longhaul_netem::Series],
-    t0_ms: f64,
-    join_ms: f64,
-    before_ms: f64,
+    before: (f64, f64),
+    join: (f64, f64),
 ) -> Option<f64> {
-    let total =
-        |from: f64, to: f64| -> f64 { flows.iter().map(|s| window_bytes(s, from, to)).sum() };
-    let before = total(t0_ms - before_ms, t0_ms) / before_ms;
-    let after = total(t0_ms, t0_ms + join_ms) / join_ms;
-    (before > 0.0).then(|| after / before)
+    let rate = |(from, to): (f64, f64)| -> Option<f64> {
+        (to > from)
+            .then(|| flows.iter().map(|s| window_bytes(s, from, to)).sum::<f64>() / (to - from))
+    };
+    let (b, j) = (rate(before)?, rate(join)?);
+    (b > 0.0).then(|| j / b)
 }
 
 /// A counter's value at `t_ms`, read linearly between (time, value) marks
@@ -323,11 +343,15 @@ mod flow_tests {
                 .collect::<Vec<_>>(),
         );
         let b = a.clone();
-        let k = super::kept(&[&a, &b], 1000.0, 700.0, 1000.0).unwrap();
+        let k = super::kept(&[&a, &b], (0.0, 1000.0), (1000.0, 1700.0)).unwrap();
         assert!((k - 0.5).abs() < 1e-12, "{k}");
-        // Nothing before: no ratio.
+        // From the first data at 1.3 s.
+        let k = super::kept(&[&a, &b], (0.0, 1000.0), (1300.0, 2000.0)).unwrap();
+        assert!((k - 0.5).abs() < 1e-12, "{k}");
+        // Nothing before, or an empty span: no ratio.
         let late = series(10, &[500; 10]);
-        assert_eq!(super::kept(&[&late], 1000.0, 700.0, 1000.0), None);
+        assert_eq!(super::kept(&[&late], (0.0, 1000.0), (1000.0, 1700.0)), None);
+        assert_eq!(super::kept(&[&a], (0.0, 1000.0), (1700.0, 1700.0)), None);
     }
 }
 

@@ -43,12 +43,12 @@ pub(crate) const CPU_NOTE: &str = ", and of the lab's emulator, which shares the
 /// and every number of [`crate::results::Run`].
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,jain,background_kept,background_lost,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,emulator_cpu_s,machine_cpu_s,limit,verified,note,data\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,jain,background_kept,background_lost,background_dropped,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,emulator_cpu_s,machine_cpu_s,limit,verified,note,data\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{},{},{}",
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
@@ -70,6 +70,7 @@ pub fn csv(r: &Results) -> String {
             opt(x.jain, 4, ""),
             opt(x.background_kept, 4, ""),
             opt(x.background_lost, 6, ""),
+            x.background_dropped.map_or(String::new(), |d| d.to_string()),
             opt(x.to_90pct_s, 1, ""),
             opt(x.steady_mbps, 2, ""),
             opt(x.queue_ms, 1, ""),
@@ -427,6 +428,7 @@ mod tests {
             jain: None,
             background_kept: None,
             background_lost: None,
+            background_dropped: None,
             receivers: 1,
             status: serde_json::from_value(serde_json::Value::from(status)).unwrap(),
             note: if status == "skipped" {

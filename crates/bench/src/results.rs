@@ -90,6 +90,11 @@ pub struct Run {
     /// while the tool ran.
     #[serde(default)]
     pub background_lost: Option<f64>,
+    /// Beside background traffic: the background's packets the path lost
+    /// while the tool ran (a count: a join's overflow is one event, which a
+    /// share of a longer run would dilute).
+    #[serde(default)]
+    pub background_dropped: Option<u64>,
     /// How many hosts received the data set.
     #[serde(default = "one")]
     pub receivers: u32,

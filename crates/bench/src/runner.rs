@@ -256,6 +256,7 @@ fn run_tool(
         jain: None,
         background_kept: None,
         background_lost: None,
+        background_dropped: None,
         receivers: n as u32,
         status: Status::Skipped,
         note: String::new(),
@@ -549,7 +550,7 @@ fn run_tool(
     // The background's flows, each with its own 100 ms series, when the
     // emulator kept them (else only its counters, read once a second).
     let bg_flows = (!background.is_empty())
-        .then(|| background_series(&after))
+        .then(|| background_series(&before, &after))
         .flatten();
     if !background.is_empty() {
         // The background goes to the first receiver: take it out of the mean.
@@ -581,16 +582,20 @@ fn run_tool(
         let offered = background_delta(&before, &after, |c| c.offered_pkts);
         let dropped = background_delta(&before, &after, |c| c.dropped_pkts);
         run.background_lost = (offered > 0).then(|| dropped as f64 / offered as f64);
+        run.background_dropped = Some(dropped);
     }
     if let (Some(flows), Some(b)) = (&bg_flows, &plan.background) {
         let (t0_ms, t1_ms) = (before.uptime_ms as f64, after.uptime_ms as f64);
+        // The 100 ms bucket that holds the snapshot after the run holds
+        // nothing from after it: it counts whole.
+        let t1_end = (after.uptime_ms / 100 + 1) as f64 * 100.0;
         let span_s = ((t1_ms - t0_ms) / 1e3).max(1e-3);
         let mbps = |bytes: f64| bytes * 8.0 / span_s / 1e6;
         // The flows that carried the background in this run: the largest
         // (earlier runs' flows and iperf3's control connection carry little).
         let mut each: Vec<f64> = flows
             .iter()
-            .map(|s| mbps(window_bytes(s, t0_ms, t1_ms)))
+            .map(|s| mbps(window_bytes(s, t0_ms, t1_end)))
             .collect();
         each.sort_by(|a, b| b.total_cmp(a));
         each.truncate(b.flows());
@@ -609,15 +614,27 @@ fn run_tool(
             run.jain = jain(&rates);
         }
         run.background_flows_mbps = each;
-        // What the background kept in the tool's first 10 round trips,
-        // against a span before it of 10 round trips too (1 s at least,
-        // and at most half of the lead, which the background's own start
-        // takes part of).
+        // What the background kept in the tool's first 10 round trips (of
+        // the path's base RTT; from the tool's first data, as the start-up
+        // time is timed), against its rate in a span before the tool
+        // started: 10 round trips too, at least 1 s, at most half of the
+        // lead (the background's own start takes part of it).
         let rtt_ms = plan.max_rtt().as_secs_f64() * 1e3;
         let lead_ms = plan.background_lead.as_secs_f64() * 1e3;
-        let before_ms = (10.0 * rtt_ms).clamp(1000.0, lead_ms / 2.0);
-        if rtt_ms > 0.0 {
-            run.background_kept = kept(flows, t0_ms, 10.0 * rtt_ms, before_ms);
+        let before_ms = (10.0 * rtt_ms).max(1000.0).min(lead_ms / 2.0);
+        let link = plan.ttp_rate_bps(results.line_rate_bps) as f64 / 1e6;
+        let floor = (0.1 * link).min(1.0);
+        let first = series
+            .iter()
+            .position(|&r| r >= floor)
+            .map(|k| (from + k as u64) as f64 * 100.0);
+        if let (Some(first), true) = (first, rtt_ms > 0.0) {
+            let end = (first + 10.0 * rtt_ms).min(t1_end);
+            // A run that ended within 5 round trips of its first data says
+            // nothing of what a start takes.
+            if end - first >= 5.0 * rtt_ms {
+                run.background_kept = kept(flows, (t0_ms - before_ms, t0_ms), (first, end));
+            }
         }
     }
     // The queue a packet met on its way to the first receiver: the server's

@@ -109,6 +109,7 @@ fn synthetic(name: &str) -> Results {
                     jain: p.background.as_ref().map(|_| 0.5 + eff / 2.0),
                     background_kept: p.background.as_ref().map(|_| eff),
                     background_lost: p.background.as_ref().map(|_| 0.01),
+                    background_dropped: p.background.as_ref().map(|_| 1234),
                     receivers: n as u32,
                     status,
                     note: if status == Status::Failed {

@@ -84,10 +84,10 @@ pub struct FlowCounters {
 
 /// Flows beyond this many are not tracked individually.
 pub const MAX_FLOWS: usize = 4096;
-/// The first this many flows also keep their delivered bytes per 100 ms
-/// ([`FlowStats::series`]): enough for a lab run's background flows beside
-/// its tools, and a bound on memory (each series holds at most an hour).
-pub const MAX_FLOW_SERIES: usize = 256;
+/// A flow's 100 ms series is let go once the flow has delivered nothing for
+/// this long, so that what the series hold follows the flows that are alive
+/// (a lab that runs for hours sees thousands of flows come and go).
+pub const FLOW_SERIES_IDLE_NS: u64 = 120_000_000_000;
 const NO_FLOW: u32 = u32::MAX;
 const GROUP: u16 = u16::MAX;
 
@@ -149,8 +149,9 @@ pub struct Hub {
     flows: FxHashMap<FlowKey, u32>,
     flow_keys: Vec<FlowKey>,
     flow_counters: Vec<FlowCounters>,
-    /// Delivered bytes per 100 ms of the first [`MAX_FLOW_SERIES`] flows.
-    flow_series: Vec<Series>,
+    /// Each flow's delivered bytes per 100 ms, and when it last delivered
+    /// (ns); None once it was idle for [`FLOW_SERIES_IDLE_NS`].
+    flow_series: Vec<Option<(Series, u64)>>,
     /// Packets dropped before reaching any link, and aggregate counts.
     pub counters: HubCounters,
     seed: u64,
@@ -286,7 +287,7 @@ impl Hub {
         if shape.segs > 1 {
             self.counters.aggregates_in += 1;
         }
-        let flow = self.flow_index(key);
+        let flow = self.flow_index(key, now);
         if let Some(f) = self.flow_counters.get_mut(flow as usize) {
             f.offered_pkts += shape.segs as u64;
             f.offered_bytes += shape.wire_bytes(0, shape.segs);
@@ -311,7 +312,7 @@ impl Hub {
         }
     }
 
-    fn flow_index(&mut self, key: FlowKey) -> u32 {
+    fn flow_index(&mut self, key: FlowKey, now: u64) -> u32 {
         if let Some(&i) = self.flows.get(&key) {
             return i;
         }
@@ -322,8 +323,15 @@ impl Hub {
         self.flows.insert(key, i);
         self.flow_keys.push(key);
         self.flow_counters.push(FlowCounters::default());
-        if self.flow_series.len() < MAX_FLOW_SERIES {
-            self.flow_series.push(Series::new(100));
+        self.flow_series.push(Some((Series::new(100), now)));
+        // Let go of the series of flows that have gone quiet.
+        for slot in &mut self.flow_series {
+            if slot
+                .as_ref()
+                .is_some_and(|(_, last)| now.saturating_sub(*last) >= FLOW_SERIES_IDLE_NS)
+            {
+                *slot = None;
+            }
         }
         i
     }
@@ -382,8 +390,11 @@ impl Hub {
             f.delivered_pkts += t.count as u64;
             f.delivered_bytes += t.bytes;
         }
-        if let Some(s) = self.flow_series.get_mut(t.item.flow as usize) {
+        if let Some(slot) = self.flow_series.get_mut(t.item.flow as usize) {
+            // (A flow that was let go starts a new series when it delivers again.)
+            let (s, last) = slot.get_or_insert_with(|| (Series::new(100), t.due));
             s.add(t.due, t.bytes);
+            *last = (*last).max(t.due);
         }
         Some(Egress {
             port,
@@ -447,7 +458,11 @@ impl Hub {
                 .map(|(i, (k, c))| FlowStats {
                     flow: *k,
                     counters: c.clone(),
-                    series: self.flow_series.get(i).cloned(),
+                    series: self
+                        .flow_series
+                        .get(i)
+                        .and_then(|x| x.as_ref())
+                        .map(|x| x.0.clone()),
                 })
                 .collect(),
             hub: self.counters.clone(),
@@ -509,7 +524,8 @@ pub struct FlowStats {
     #[serde(flatten)]
     pub counters: FlowCounters,
     /// IP bytes delivered per 100 ms, counted at their due time, from the
-    /// flow's first delivery (none beyond the first [`MAX_FLOW_SERIES`] flows).
+    /// flow's first delivery; none once it has been idle for
+    /// [`FLOW_SERIES_IDLE_NS`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,
 }
@@ -571,6 +587,19 @@ mod tests {
     }
 
     fn udp(h: &mut Hub, now: u64, from: usize, dst: [u8; 4], seq: u32, len: usize) {
+        udp_from(h, now, from, 5000, dst, seq, len);
+    }
+
+    /// A UDP datagram from source port `sport` (another flow than `udp`'s).
+    fn udp_from(
+        h: &mut Hub,
+        now: u64,
+        from: usize,
+        sport: u16,
+        dst: [u8; 4],
+        seq: u32,
+        len: usize,
+    ) {
         let id = h.alloc().unwrap();
         let b = h.buf_mut(id);
         b[..len].fill(0);
@@ -578,7 +607,7 @@ mod tests {
         b[9] = 17;
         b[12..16].copy_from_slice(&[10, 77, 0, from as u8 + 1]);
         b[16..20].copy_from_slice(&dst);
-        b[20..22].copy_from_slice(&5000u16.to_be_bytes());
+        b[20..22].copy_from_slice(&sport.to_be_bytes());
         b[22..24].copy_from_slice(&6000u16.to_be_bytes());
         b[28..32].copy_from_slice(&seq.to_be_bytes());
         h.ingress(now, from, id, len);
@@ -701,16 +730,15 @@ mod tests {
         udp(&mut h, 0, 0, [10, 77, 0, 2], 0, 500);
         // A second flow (another source port) 250 ms later, twice.
         for k in 0..2u64 {
-            let id = h.alloc().unwrap();
-            let b = h.buf_mut(id);
-            b[..300].fill(0);
-            b[0] = 0x45;
-            b[9] = 17;
-            b[12..16].copy_from_slice(&[10, 77, 0, 1]);
-            b[16..20].copy_from_slice(&[10, 77, 0, 2]);
-            b[20..22].copy_from_slice(&5001u16.to_be_bytes());
-            b[22..24].copy_from_slice(&6000u16.to_be_bytes());
-            h.ingress((250 + 100 * k) * MS, 0, id, 300);
+            udp_from(
+                &mut h,
+                (250 + 100 * k) * MS,
+                0,
+                5001,
+                [10, 77, 0, 2],
+                0,
+                300,
+            );
         }
         assert_eq!(drain(&mut h, 500 * MS).len(), 3);
         let s = h.snapshot(500 * MS);
@@ -724,19 +752,58 @@ mod tests {
 
     #[test]
     fn a_flows_drops_are_counted_on_every_link_it_crosses() {
-        // The sender's link loses none; the receiver's queue holds 2.
-        let mut h = hub(&["", "rate=1M queue=2pkts"]);
+        // Unicast: the sender's link holds 4 in its queue, the receiver's 2.
+        let mut h = hub(&["rate=1M queue=4pkts", "rate=1M queue=2pkts"]);
         for s in 0..10 {
             udp(&mut h, 0, 0, [10, 77, 0, 2], s, 500);
         }
-        let got = drain(&mut h, 1000 * MS).len() as u64;
-        let s = h.snapshot(1000 * MS);
+        let got = drain(&mut h, 2000 * MS).len() as u64;
+        let s = h.snapshot(2000 * MS);
         let f = &s.flows[0].counters;
-        assert_eq!(f.dropped_pkts, s.hosts[1].down.counters.queue_drop_pkts);
-        assert!(f.dropped_pkts >= 7, "{f:?}");
-        assert_eq!(f.offered_pkts, 10);
-        assert_eq!(f.delivered_pkts, got);
+        let (up, down) = (&s.hosts[0].up.counters, &s.hosts[1].down.counters);
+        assert!(up.queue_drop_pkts > 0, "{up:?}");
+        assert_eq!(f.dropped_pkts, up.queue_drop_pkts + down.queue_drop_pkts);
+        assert_eq!((f.offered_pkts, f.delivered_pkts), (10, got));
         assert_eq!(f.dropped_pkts + got, 10);
+        // Multicast: each receiver's link drops its own copies.
+        let mut h = hub(&["", "rate=1M queue=2pkts", "rate=1M queue=3pkts"]);
+        for s in 0..10 {
+            udp(&mut h, 0, 0, [239, 1, 1, 1], s, 500);
+        }
+        let got = drain(&mut h, 2000 * MS).len() as u64;
+        let s = h.snapshot(2000 * MS);
+        let f = &s.flows[0].counters;
+        let drops: u64 = s.hosts[1..]
+            .iter()
+            .map(|x| x.down.counters.queue_drop_pkts)
+            .sum();
+        assert!(drops >= 10, "{drops}");
+        assert_eq!(f.dropped_pkts, drops);
+        assert_eq!(f.delivered_pkts, got);
+        assert_eq!(f.dropped_pkts + got, 20, "two copies of each");
+    }
+
+    #[test]
+    fn a_quiet_flows_series_is_let_go_and_starts_again_when_it_delivers() {
+        let mut h = hub(&["", ""]);
+        udp(&mut h, 0, 0, [10, 77, 0, 2], 0, 500);
+        drain(&mut h, MS);
+        // Another flow 130 s later: the first has been quiet for over 120 s.
+        udp_from(&mut h, 130_000 * MS, 0, 5001, [10, 77, 0, 2], 0, 300);
+        drain(&mut h, 130_001 * MS);
+        let s = h.snapshot(130_001 * MS);
+        assert!(s.flows[0].series.is_none(), "{:?}", s.flows[0].series);
+        assert_eq!(s.flows[0].counters.delivered_bytes, 500, "counters stay");
+        assert!(s.flows[1].series.is_some());
+        // The first flow delivers again at 140 s: a new series from there.
+        udp(&mut h, 140_000 * MS, 0, [10, 77, 0, 2], 1, 500);
+        drain(&mut h, 140_001 * MS);
+        let s = h.snapshot(140_001 * MS);
+        let series = s.flows[0].series.as_ref().expect("started again");
+        assert_eq!(
+            (series.first, Vec::from(series.bytes.clone())),
+            (1400, vec![500])
+        );
     }
 
     #[test]
