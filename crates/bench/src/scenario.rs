@@ -485,6 +485,23 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 impl Suite {
+    /// Keeps only the scenarios whose name matches one of `globs` (`*`
+    /// matches any run of characters), and the published figures of those;
+    /// an error names the globs when none matches.
+    pub fn keep_scenarios(&mut self, globs: &[String]) -> Result<()> {
+        let keep = |name: &str| globs.iter().any(|g| glob(g, name));
+        self.scenarios.retain(|s| keep(&s.name));
+        if self.scenarios.is_empty() {
+            bail!(
+                "no scenario of suite '{}' matches {}",
+                self.suite.name,
+                globs.join(",")
+            );
+        }
+        self.published.retain(|p| keep(&p.scenario));
+        Ok(())
+    }
+
     /// A built-in suite by name, or a suite file by path.
     pub fn load(name_or_path: &str) -> Result<Suite> {
         if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
@@ -842,6 +859,39 @@ mod tests {
             assert_eq!(&s.suite.name, name);
             assert!(!s.plans().unwrap().is_empty());
         }
+    }
+
+    #[test]
+    fn scenarios_are_chosen_by_name_with_globs() {
+        let mut s = Suite::load("startup").unwrap();
+        s.keep_scenarios(&["join-*".into(), "2GB-700ms-loss0".into()])
+            .unwrap();
+        let names: Vec<&str> = s.scenarios.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "2GB-700ms-loss0",
+                "join-cubic-70ms",
+                "join-bbr-70ms",
+                "join-udp600-70ms"
+            ]
+        );
+        let mut s = Suite::load("sctp-multifile").unwrap();
+        let all = s.published.len();
+        s.keep_scenarios(&["A-100x10kB-*".into()]).unwrap();
+        assert!(s
+            .published
+            .iter()
+            .all(|p| p.scenario.starts_with("A-100x10kB-")));
+        assert!(!s.published.is_empty() && s.published.len() < all);
+        let e = Suite::load("startup")
+            .unwrap()
+            .keep_scenarios(&["nope*".into()])
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no scenario of suite 'startup' matches nope*"
+        );
     }
 
     #[test]

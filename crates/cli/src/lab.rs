@@ -50,7 +50,12 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
         }
         LabCommand::Probe(p) => probe_cmd(p),
         LabCommand::Run(a) => {
-            let suite = Suite::load(&a.suite).map_err(|e| crate::usage(format!("{e:#}")))?;
+            let mut suite = Suite::load(&a.suite).map_err(|e| crate::usage(format!("{e:#}")))?;
+            if let Some(globs) = &a.scenarios {
+                suite
+                    .keep_scenarios(globs)
+                    .map_err(|e| crate::usage(format!("--scenarios: {e:#}")))?;
+            }
             let tools = a
                 .tools
                 .map(|ts| {

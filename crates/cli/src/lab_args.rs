@@ -315,6 +315,11 @@ pub struct RunArgs {
     /// name takes all its variants, `gridftp:p=8` just that one.
     #[arg(long, value_delimiter = ',', value_name = "T1,T2")]
     pub tools: Option<Vec<String>>,
+    /// Only these scenarios, comma-separated; `*` matches any run of
+    /// characters (`--scenarios 'join-*,2GB-700ms-*'`). The profile's own
+    /// choice still applies.
+    #[arg(long, value_delimiter = ',', value_name = "S1,S2")]
+    pub scenarios: Option<Vec<String>>,
     /// Runs per tool and scenario, overriding the suite's.
     #[arg(long)]
     pub repeat: Option<u32>,

@@ -874,14 +874,15 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
     assert!(namespaces().iter().all(|n| !n.starts_with("lh-lhrun-")));
 }
 
-/// `lab run --json` of a suite given as TOML text, in a temporary directory.
-fn run_suite(toml: &str) -> Out {
+/// `lab run --json ARGS` of a suite given as TOML text, in a temporary directory.
+fn run_suite(toml: &str, args: &[&str]) -> Out {
     let dir = tempfile::tempdir().unwrap();
     let suite = dir.path().join("suite.toml");
     std::fs::write(&suite, toml).unwrap();
     let mut c = longhaul();
     c.args(["lab", "run", "--json", "--out"])
         .arg(dir.path().join("out"))
+        .args(args)
         .arg(&suite);
     run_timeout(c, Duration::from_secs(300))
 }
@@ -906,6 +907,7 @@ name = "one-bdp-queue"
 link = "rate=1G delay=35ms queue=5833pkts"
 files = [{ size = "80MB", count = 1 }]
 "#,
+        &[],
     );
     let r: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
     let runs = r["runs"].as_array().cloned().unwrap_or_default();
@@ -938,11 +940,22 @@ name = "two-reno-flows"
 link = "rate=100M delay=10ms queue=170pkts"
 background = { tcp_flows = 2, cc = "reno", lead = "3s" }
 files = [{ size = "40MB", count = 1 }]
+[[scenario]]
+name = "left-out"
+link = "rate=100M delay=10ms"
+files = [{ size = "1MB", count = 1 }]
 "#,
+        &["--scenarios", "two-*"],
     );
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     let r: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        r["runs"].as_array().map(Vec::len),
+        Some(1),
+        "--scenarios two-*"
+    );
     let x = &r["runs"][0];
+    assert_eq!(x["scenario"], "two-reno-flows", "{x}");
     assert_eq!(x["status"], "ok", "{x}");
     assert_eq!(x["background"], "2 background reno TCP flows", "{x}");
     let flows: Vec<f64> = x["background_flows_mbps"]
