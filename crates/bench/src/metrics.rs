@@ -244,18 +244,23 @@ pub(crate) fn steady(series_mbps: &[f64], waits_us: &[Option<u32>]) -> Option<St
     })
 }
 
+/// The first 100 ms of a run's series that carried data: 1 Mbit/s (about
+/// eight full-size packets), or a tenth of a slower link; more than a
+/// handshake, as little as a first flight. None if none did.
+pub(crate) fn first_data(series_mbps: &[f64], link_mbps: f64) -> Option<usize> {
+    let floor = (0.1 * link_mbps).min(1.0);
+    series_mbps.iter().position(|&r| r >= floor)
+}
+
 /// Start-up at a glance, from the 100 ms series and the link's rate: seconds
-/// from the first data (the start of the first 100 ms that carried 1 Mbit/s,
-/// about eight full-size packets, or a tenth of a slower link: more than a
-/// handshake, as little as a first flight) to the end of the first 100 ms
-/// that carried 90 % of the link; None if no 100 ms ever did (or the link
-/// has no rate).
+/// from the first data (the start of the 100 ms [`first_data`] finds) to the
+/// end of the first 100 ms that carried 90 % of the link; None if no 100 ms
+/// ever did (or the link has no rate).
 pub(crate) fn to_90pct(series_mbps: &[f64], link_mbps: f64) -> Option<f64> {
     if link_mbps <= 0.0 {
         return None;
     }
-    let floor = (0.1 * link_mbps).min(1.0);
-    let first = series_mbps.iter().position(|&r| r >= floor)?;
+    let first = first_data(series_mbps, link_mbps)?;
     let reach = series_mbps[first..]
         .iter()
         .position(|&r| r >= 0.9 * link_mbps)?;

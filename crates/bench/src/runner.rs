@@ -623,11 +623,7 @@ fn run_tool(
         let lead_ms = plan.background_lead.as_secs_f64() * 1e3;
         let before_ms = (10.0 * rtt_ms).max(1000.0).min(lead_ms / 2.0);
         let link = plan.ttp_rate_bps(results.line_rate_bps) as f64 / 1e6;
-        let floor = (0.1 * link).min(1.0);
-        let first = series
-            .iter()
-            .position(|&r| r >= floor)
-            .map(|k| (from + k as u64) as f64 * 100.0);
+        let first = first_data(&series, link).map(|k| (from + k as u64) as f64 * 100.0);
         if let (Some(first), true) = (first, rtt_ms > 0.0) {
             let end = (first + 10.0 * rtt_ms).min(t1_end);
             // A run that ended within 5 round trips of its first data says

@@ -300,16 +300,15 @@ impl Hub {
             frame_len: len as u32,
             shape,
         };
-        let dropped = self.ports[port].up.counters.dropped_pkts();
-        let kept = self.ports[port].up.offer(now, &shape, 0, shape.segs, pkt);
-        self.count_drops(flow, self.ports[port].up.counters.dropped_pkts() - dropped);
+        let kept = offer(
+            &mut self.ports[port].up,
+            &mut self.flow_counters,
+            now,
+            0,
+            shape.segs,
+            pkt,
+        );
         self.pool.hand_over(buf, kept);
-    }
-
-    fn count_drops(&mut self, flow: u32, n: u64) {
-        if let Some(f) = self.flow_counters.get_mut(flow as usize) {
-            f.dropped_pkts += n;
-        }
     }
 
     fn flow_index(&mut self, key: FlowKey, now: u64) -> u32 {
@@ -352,24 +351,19 @@ impl Hub {
             };
             let t = self.ports[i].up.pop_due(due).expect("due train");
             let pkt = t.item;
-            let dropped = |ports: &[Port]| -> u64 {
-                ports.iter().map(|p| p.down.counters.dropped_pkts()).sum()
-            };
-            let before = dropped(&self.ports);
+            let flows = &mut self.flow_counters;
             let kept = if pkt.dst != GROUP {
-                self.ports[pkt.dst as usize]
-                    .down
-                    .offer(t.due, &pkt.shape, t.first, t.count, pkt)
+                let down = &mut self.ports[pkt.dst as usize].down;
+                offer(down, flows, t.due, t.first, t.count, pkt)
             } else {
                 let mut kept = 0;
                 for (r, port) in self.ports.iter_mut().enumerate() {
                     if r != pkt.src as usize {
-                        kept += port.down.offer(t.due, &pkt.shape, t.first, t.count, pkt);
+                        kept += offer(&mut port.down, flows, t.due, t.first, t.count, pkt);
                     }
                 }
                 kept
             };
-            self.count_drops(pkt.flow, dropped(&self.ports) - before);
             self.pool.hand_over(pkt.buf, kept);
         }
     }
@@ -471,6 +465,25 @@ impl Hub {
             cpu_s: 0.0,
         }
     }
+}
+
+/// Offers segments `first..first + count` of `pkt` to `link` (see
+/// `DirLink::offer`), and counts what the link dropped of them against the
+/// packet's flow. Returns the number of trains kept.
+fn offer(
+    link: &mut DirLink<Pkt>,
+    flows: &mut [FlowCounters],
+    now: u64,
+    first: u32,
+    count: u32,
+    pkt: Pkt,
+) -> u32 {
+    let before = link.counters.dropped_pkts();
+    let kept = link.offer(now, &pkt.shape, first, count, pkt);
+    if let Some(f) = flows.get_mut(pkt.flow as usize) {
+        f.dropped_pkts += link.counters.dropped_pkts() - before;
+    }
+    kept
 }
 
 /// Derives independent per-direction seeds from the lab seed (SplitMix64 finaliser).
