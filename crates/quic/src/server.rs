@@ -115,6 +115,11 @@ impl Server {
             .with_no_client_auth()
             .with_single_cert(vec![id.cert.clone()], id.key.clone_key())?;
         tls.alpn_protocols = vec![ALPN.to_vec()];
+        // No session tickets: a client builds its TLS configuration, and so
+        // its ticket cache, afresh for every connection and cannot keep a
+        // ticket past its process (rustls cannot export one), so a ticket
+        // was never used; two cost about 150 bytes of every handshake.
+        tls.send_tls13_tickets = 0;
         let crypto: Arc<quinn::crypto::rustls::QuicServerConfig> =
             Arc::new(quinn::crypto::rustls::QuicServerConfig::try_from(tls)?);
         let factory = CcFactory::new(opts.net.cc, opts.net.max_rate);

@@ -1,6 +1,7 @@
 //! `--connections N`: one get and one put over several QUIC connections,
 //! each its own socket: the tree arrives byte for byte, the report names the
-//! connections, and every connection carried a share of the data.
+//! connections, and every connection carried a share of the data; only the
+//! side that sends the data probes its path's MTU.
 
 use longhaul_testkit::*;
 use std::ffi::OsString;
@@ -59,6 +60,9 @@ fn get_set(c: &Client, srv: &Server, trust: &[OsString], n: usize, dest: &Path, 
     let j = out.json();
     assert_eq!(j["totals"]["verified"], 201, "{j}");
     shares(&j, n, "udp_rx_bytes", payload);
+    // A get's client sends only ACKs and control frames: it does not probe
+    // its path's MTU, so its datagrams stay at quinn's first 1,200 bytes.
+    assert_eq!(j["mtu"], 1200, "{j}");
 }
 
 #[test]
@@ -91,6 +95,8 @@ fn a_get_and_a_put_over_several_connections() {
     let j = out.json();
     assert_eq!(j["totals"]["verified"], 201, "{j}");
     shares(&j, 2, "udp_tx_bytes", payload);
+    // A put's client sends the data: it probes, and loopback takes more.
+    assert!(j["mtu"].as_u64().unwrap() > 1200, "{j}");
     assert_same_tree(&root.join("set"), &root.join("back").join("set"), inside);
 
     // Out of range: refused before anything is sent.
