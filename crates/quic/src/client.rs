@@ -182,7 +182,7 @@ pub struct ClientReport {
     /// Each connection's share, the first (the control stream's) first.
     pub per_connection: Vec<ConnUse>,
     /// UDP payload size this client's datagrams settled on (MTU discovery).
-    /// A get's client sends only ACKs and control frames and does not probe,
+    /// A get's client sends only ACKs and small control frames and does not probe,
     /// so on a get it stays at quinn's 1,200; the data's size is the server's.
     pub mtu: u16,
     /// The controller named for the sending side, as [`CcChoice::name`]
@@ -237,6 +237,8 @@ pub struct ConnUse {
     pub retransmitted_bytes: u64,
     /// quinn's round-trip time estimate at the end, milliseconds.
     pub rtt_ms: f64,
+    /// This client's datagram size on it (see [`ClientReport::mtu`]).
+    pub mtu: u16,
 }
 
 /// Sums over a [`ClientReport`]'s files, with the session's directory and
@@ -373,9 +375,11 @@ type Dialed = (
 
 /// A new endpoint (its own UDP socket) and a connection to `addr` under way,
 /// trusting the server as `trust` says; its controller's handle. `sends`:
-/// this side sends the data (a put); a get's client sends ACKs and a few
-/// control frames, so it does not probe its path's MTU: a probe is a
-/// datagram of padding, 1.2 % of what 10 x 10 kB put on a 256 kbit/s link.
+/// this side sends the data (a put); a get's client sends ACKs and small
+/// control frames (a FileResult per file, a Want per file when the
+/// destination is not fresh), so it does not probe its path's MTU: a probe
+/// is a datagram of padding, 1.2 % of what 10 x 10 kB put on a 256 kbit/s
+/// link.
 fn dial(
     addr: SocketAddr,
     opts: &ClientOpts,
@@ -804,6 +808,7 @@ fn build_report(
                 udp_rx_bytes: s.udp_rx.bytes,
                 retransmitted_bytes: s.path.lost_bytes,
                 rtt_ms: s.path.rtt.as_secs_f64() * 1e3,
+                mtu: s.path.current_mtu,
             })
             .collect(),
         mtu: stats.path.current_mtu,

@@ -5,14 +5,49 @@
 
 use longhaul_quic::identity::{provider, PinVerifier, TrustPolicy};
 use longhaul_quic::proto::{encode, ErrorCode, Frame, FrameDecoder, Hello, Op, ALPN, VERSION};
+use rustls::client::{Tls12ClientSessionValue, Tls13ClientSessionValue};
+use rustls::pki_types::ServerName;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The client's session store: keeps nothing, counts the TLS 1.3 session
+/// tickets the server sent.
+#[derive(Debug, Default)]
+pub struct TicketCount(AtomicUsize);
+
+impl TicketCount {
+    /// Tickets received so far.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl rustls::client::ClientSessionStore for TicketCount {
+    fn set_kx_hint(&self, _: ServerName<'static>, _: rustls::NamedGroup) {}
+    fn kx_hint(&self, _: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+        None
+    }
+    fn set_tls12_session(&self, _: ServerName<'static>, _: Tls12ClientSessionValue) {}
+    fn tls12_session(&self, _: &ServerName<'_>) -> Option<Tls12ClientSessionValue> {
+        None
+    }
+    fn remove_tls12_session(&self, _: &ServerName<'static>) {}
+    fn insert_tls13_ticket(&self, _: ServerName<'static>, _: Tls13ClientSessionValue) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn take_tls13_ticket(&self, _: &ServerName<'static>) -> Option<Tls13ClientSessionValue> {
+        None
+    }
+}
 
 /// A connection and its control stream.
 pub struct Raw {
     _endpoint: quinn::Endpoint,
+    /// Session tickets the server sent on this connection.
+    pub tickets: Arc<TicketCount>,
     pub conn: quinn::Connection,
     pub send: quinn::SendStream,
     pub recv: quinn::RecvStream,
@@ -38,6 +73,8 @@ impl Raw {
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
         tls.alpn_protocols = vec![ALPN.to_vec()];
+        let tickets = Arc::new(TicketCount::default());
+        tls.resumption = rustls::client::Resumption::store(tickets.clone());
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
         let cfg = quinn::ClientConfig::new(Arc::new(crypto));
         let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -49,6 +86,7 @@ impl Raw {
         let (send, recv) = conn.open_bi().await.unwrap();
         Raw {
             _endpoint: endpoint,
+            tickets,
             conn,
             send,
             recv,

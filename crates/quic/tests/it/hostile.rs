@@ -1,7 +1,9 @@
 //! A hostile client speaking raw QUIC to an in-process server: malformed control
 //! frames, oversize length prefixes, manifest entries that try to leave the root,
 //! broken data streams. Each must end its session with a precise reason, write
-//! nothing outside the root, and leave the server serving normal clients.
+//! nothing outside the root, and leave the server serving normal clients. The
+//! same raw client also checks what the handshake carries (no session
+//! tickets).
 
 use longhaul_quic::proto::{
     encode, ErrorCode, Frame, Hello, Op, Outcome, PutSync, RecordHeader, Repair, RootSpec, Want,
@@ -38,6 +40,17 @@ fn start() -> Srv {
 
 async fn connect(s: &Srv) -> Raw {
     Raw::connect(s.srv.addr, s.t.path().join("known_hosts")).await
+}
+
+/// A get of the served file, up to the Welcome.
+async fn get_session(s: &Srv) -> Raw {
+    let mut r = connect(s).await;
+    r.hello(Op::Get {
+        paths: vec![b"data.bin".to_vec()],
+    })
+    .await;
+    r.welcome().await;
+    r
 }
 
 /// A put of one root named `root` into the directory `dest`, up to its Hello.
@@ -566,12 +579,7 @@ async fn broken_data_streams() {
 async fn get_session_with_hostile_wants() {
     let s = start();
     // A Want for a file the manifest never named.
-    let mut r = connect(&s).await;
-    r.hello(Op::Get {
-        paths: vec![b"data.bin".to_vec()],
-    })
-    .await;
-    r.welcome().await;
+    let mut r = get_session(&s).await;
     r.frame(&Frame::Want {
         id: 12345,
         want: Want::All,
@@ -873,4 +881,16 @@ async fn joins_to_no_session_or_past_its_connections() {
     );
     drop(joined);
     normal_get_works(&s).await;
+}
+
+/// The server sends no TLS session tickets: no client can keep one past its
+/// process, so each was bytes on every handshake for nothing (c74810f). The
+/// Welcome comes after the handshake's last flight, where tickets would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_sends_no_session_tickets() {
+    let s = start();
+    let r = get_session(&s).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(r.tickets.get(), 0, "session tickets received");
+    assert!(s.srv.is_running());
 }
