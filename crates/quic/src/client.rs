@@ -401,11 +401,7 @@ fn dial(
     // (Each connection of a session over several gets its part of a hint.)
     let choice = opts.cc_choice().shared(opts.connections);
     let factory = crate::cc::CcFactory::new(choice, opts.net.max_rate);
-    let mut transport = opts.net.transport(addr, factory.clone());
-    if !sends {
-        transport.mtu_discovery_config(None);
-    }
-    cfg.transport_config(Arc::new(transport));
+    cfg.transport_config(Arc::new(opts.net.transport(addr, factory.clone(), sends)));
     let bind: SocketAddr = if addr.is_ipv6() {
         "[::]:0"
     } else {

@@ -77,8 +77,15 @@ impl NetOpts {
         bdp.clamp(MIN_WINDOW.min(self.max_window), self.max_window)
     }
 
-    /// Transport parameters for a connection with `peer`.
-    pub fn transport(&self, peer: SocketAddr, factory: Arc<CcFactory>) -> TransportConfig {
+    /// Transport parameters for a connection with `peer`; `probe_mtu`: this
+    /// side sends data and probes its path's MTU (a get's client, which sends
+    /// only ACKs and small control frames, does not).
+    pub fn transport(
+        &self,
+        peer: SocketAddr,
+        factory: Arc<CcFactory>,
+        probe_mtu: bool,
+    ) -> TransportConfig {
         let w = VarInt::from_u64(self.initial_window()).unwrap_or(VarInt::MAX);
         let bound = VarInt::from_u64(self.max_window).unwrap_or(VarInt::MAX);
         let mut t = TransportConfig::default();
@@ -106,12 +113,15 @@ impl NetOpts {
         // (9000 and 16000 were tried on loopback: ten of them make a GSO batch
         // over 64 KiB, the kernel refuses it, quinn-udp drops it silently, and
         // black-hole detection fell back to 1200 bytes; see docs/PERFORMANCE.md.)
-        let upper = path_payload(peer)
-            .unwrap_or(MAX_UDP_PAYLOAD)
-            .clamp(1200, MAX_UDP_PAYLOAD);
-        let mut mtu = MtuDiscoveryConfig::default();
-        mtu.upper_bound(upper).minimum_change(probe_step(upper));
-        t.mtu_discovery_config(Some(mtu));
+        let mtu = probe_mtu.then(|| {
+            let upper = path_payload(peer)
+                .unwrap_or(MAX_UDP_PAYLOAD)
+                .clamp(1200, MAX_UDP_PAYLOAD);
+            let mut mtu = MtuDiscoveryConfig::default();
+            mtu.upper_bound(upper).minimum_change(probe_step(upper));
+            mtu
+        });
+        t.mtu_discovery_config(mtu);
         t
     }
 }

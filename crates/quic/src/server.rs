@@ -246,7 +246,9 @@ fn server_config(
     factory: &Arc<CcFactory>,
 ) -> quinn::ServerConfig {
     let mut sc = quinn::ServerConfig::with_crypto(crypto.clone());
-    sc.transport_config(Arc::new(net.transport(peer, factory.clone())));
+    // (It probes on every connection: the Hello, which names the operation,
+    // comes after the transport is set.)
+    sc.transport_config(Arc::new(net.transport(peer, factory.clone(), true)));
     sc
 }
 
