@@ -175,58 +175,85 @@ fn f(v: &Value) -> f64 {
 /// than 2·delay (less 0.1 ms: the emulator never delivers early) and at most
 /// `over_tol` ms above it (what the probes' and the emulator's wake-ups add,
 /// four a round trip: 0.3-0.5 ms on this VM, minimum and median alike, so a
-/// bound of ±0.5 around the mean failed one run in three), and every sample
-/// within `max_tol` ms, but one: the probes are processes on a shared
-/// 2-core VM, and now and then one of them is scheduled a few ms late (1 run
-/// in 5 showed one such sample of 100).
-/// The emulator's own part is checked as strictly, with the same allowance:
-/// no packet left it more than `max_tol` late, but one, by at most 2.5 times
-/// that (the emulator is a process on the same VM: once in about ten full
-/// test runs it was scheduled 3.4 ms late at a 2 ms tolerance).
-fn check_rtt(lab: &mut Lab, count: &str, interval: &str, want: f64, over_tol: f64, max_tol: f64) {
+/// bound of ±0.5 around the mean failed one run in three).
+/// The emulator's own part: no packet left it more than `max_tol` late, but
+/// one, by at most 2.5 times that; and every sample within `max_tol` ms of
+/// the target, but one, by at most 2.5 times that.
+/// Errors say which bound a measurement broke: the emulator and the probes
+/// are processes on a shared 2-core VM, and now and then one of them is
+/// scheduled a few ms late (CI once saw two samples of 100 at 3.8 and 4.2 ms
+/// off with 2 ms allowed; a busy loop on one core makes that common), so
+/// [`rtt_lab`] measures in a fresh lab up to three times.
+fn check_rtt(
+    lab: &mut Lab,
+    count: &str,
+    interval: &str,
+    want: f64,
+    over_tol: f64,
+    max_tol: f64,
+) -> Result<(), String> {
     lab.spawn("srv", &[BIN, "lab", "probe", "echo"]);
     let r = lab.probe(
         "cli",
         &["rtt", "srv", "--count", count, "--interval-ms", interval],
     );
+    // Lost echoes are a fault of the emulator, not of scheduling: no retry.
     assert_eq!(r["received"], r["sent"], "{r}");
     let mean = f(&r["mean_ms"]);
     let samples: Vec<f64> = r["rtt_ms"].as_array().unwrap().iter().map(f).collect();
     let mut sorted = samples.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
-    assert!(
-        (want - 0.1..=want + over_tol).contains(&median),
-        "median RTT {median} ms (min {}, mean {mean}), want {want} to {want} + {over_tol}",
-        sorted[0]
-    );
-    let off: Vec<f64> = samples
-        .iter()
-        .copied()
-        .filter(|s| (s - want).abs() > max_tol)
-        .collect();
-    assert!(
-        off.len() <= 1 && off.iter().all(|s| (s - want).abs() <= 2.5 * max_tol),
-        "RTT samples off by more than {max_tol} ms: {off:?} (want {want})"
-    );
+    if !(want - 0.1..=want + over_tol).contains(&median) {
+        return Err(format!(
+            "median RTT {median} ms (min {}, mean {mean}), want {want} to {want} + {over_tol}",
+            sorted[0]
+        ));
+    }
     let stats = lab.stats();
     for h in ["srv", "cli"] {
         let l = &Lab::host(&stats, h)["down"]["late"];
         let late = f(&l["max_ns"]) / 1e6;
         // Packets more than 1 ms late (the histogram's last two buckets).
         let over_1ms = f(&l["hist"][3]) + f(&l["hist"][4]);
-        assert!(
-            late <= max_tol || (late <= 2.5 * max_tol && over_1ms <= 1.0),
-            "the emulator delivered to {h} {late} ms late ({over_1ms} packets over 1 ms)"
-        );
+        if !(late <= max_tol || (late <= 2.5 * max_tol && over_1ms <= 1.0)) {
+            return Err(format!(
+                "the emulator delivered to {h} {late} ms late ({over_1ms} packets over 1 ms)"
+            ));
+        }
     }
+    let off: Vec<f64> = samples
+        .iter()
+        .copied()
+        .filter(|s| (s - want).abs() > max_tol)
+        .collect();
+    if !(off.len() <= 1 && off.iter().all(|s| (s - want).abs() <= 2.5 * max_tol)) {
+        return Err(format!(
+            "RTT samples off by more than {max_tol} ms: {off:?} of {} (want {want})",
+            samples.len()
+        ));
+    }
+    Ok(())
+}
+
+/// A lab `srv,cli` with `link` that passed [`check_rtt`], in at most three
+/// attempts, each in a fresh lab; panics with every attempt's error.
+fn rtt_lab(link: &str, count: &str, interval: &str, want: f64, over: f64, max: f64) -> Lab {
+    let mut errors = Vec::new();
+    for _ in 0..3 {
+        let mut lab = Lab::up("trtt", "srv,cli", &["--link", link]);
+        match check_rtt(&mut lab, count, interval, want, over, max) {
+            Ok(()) => return lab,
+            Err(e) => errors.push(e),
+        }
+    }
+    panic!("RTT through {link}, three attempts: {errors:#?}");
 }
 
 #[test]
 fn rtt_is_twice_the_one_way_delay() {
     let Some(_t) = take_turn() else { return };
-    let mut lab = Lab::up("trtt", "srv,cli", &["--link", "delay=35ms"]);
-    check_rtt(&mut lab, "100", "20", 70.0, 1.0, 2.0);
+    let lab = rtt_lab("delay=35ms", "100", "20", 70.0, 1.0, 2.0);
     // Hosts reach each other by name, and ping works through the emulator.
     if tool("ping") {
         let out = lab.exec("cli", &["ping", "-c", "2", "-i", "0.2", "srv"]);
@@ -241,8 +268,7 @@ fn rtt_is_twice_the_one_way_delay() {
     drop(lab);
 
     // 700 ms RTT: the same relative bounds (0.5/70 and 2/70).
-    let mut lab = Lab::up("trtt", "srv,cli", &["--link", "delay=350ms"]);
-    check_rtt(&mut lab, "12", "100", 700.0, 5.0, 20.0);
+    drop(rtt_lab("delay=350ms", "12", "100", 700.0, 5.0, 20.0));
 }
 
 /// Sends `count` small datagrams from srv to cli through cli's link and
