@@ -38,9 +38,12 @@ pub struct Options {
     pub repeat: Option<u32>,
     /// Print one line per run on stderr.
     pub progress: bool,
+    /// The lab's name ([`DEFAULT_LAB`] unless two runs go at once).
+    pub lab: String,
 }
 
-const LAB: &str = "lhrun";
+/// The lab a run brings up, unless told another name.
+pub const DEFAULT_LAB: &str = "lhrun";
 const SERVER: &str = "srv";
 
 /// The receivers' host names: cli, cli2, cli3, ...
@@ -159,8 +162,9 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
             format!("{}={l}", receiver_name(i))
         })
         .collect();
+    let lab = opts.lab.as_str();
     let cfg = LabConfig::new(
-        LAB,
+        lab,
         &hosts,
         LinkArgs {
             default: None,
@@ -169,8 +173,8 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
         0x6c68,
         1500,
     )?;
-    if !matches!(ops::status(LAB), ops::Status::Absent) {
-        bail!("a lab named '{LAB}' is up: another `lab run`? (`longhaul lab down --name {LAB}` removes it)");
+    if !matches!(ops::status(lab), ops::Status::Absent) {
+        bail!("a lab named '{lab}' is up: another `lab run`? (`longhaul lab down --name {lab}` removes it; `lab run --lab NAME` runs beside it)");
     }
     let work = out.join("work");
     if plan.dest == Storage::Tmpfs {
@@ -178,7 +182,7 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
         let size = data.bytes * plan.links.len() as u64 + data.bytes / 10 + (64 << 20);
         mount_tmpfs(&work, size)?;
     }
-    live().lab = Some(LAB.into());
+    live().lab = Some(lab.into());
     ops::up(&cfg, &opts.exe)?;
     if let Some(cc) = &plan.cc {
         set_cc(&cfg, cc)?;
@@ -208,7 +212,7 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
             save_json(out, results)?;
         }
     }
-    ops::teardown(LAB);
+    ops::teardown(lab);
     live().lab = None;
     let mut l = live();
     if let Some(m) = l.mount.take() {
@@ -379,7 +383,7 @@ fn run_tool(
         }
         None => Vec::new(),
     };
-    let before = ops::stats(LAB)?;
+    let before = ops::stats(&cfg.name)?;
     let busy0 = machine_busy_s();
     let t0 = Instant::now();
     let mut actors = Vec::new();
@@ -419,7 +423,7 @@ fn run_tool(
     while !pending.is_empty() && Instant::now() < deadline {
         if !background.is_empty() && Instant::now() >= next_mark {
             next_mark += Duration::from_secs(1);
-            if let Ok(s) = ops::stats(LAB) {
+            if let Ok(s) = ops::stats(&cfg.name) {
                 bg_marks.push((s.uptime_ms, delivered(&s)));
             }
         }
@@ -488,7 +492,7 @@ fn run_tool(
     for &k in &pending {
         cpu.add(actors[k].host, stop(actors[k].pid));
     }
-    let after = ops::stats(LAB)?;
+    let after = ops::stats(&cfg.name)?;
     if let (Some(a), Some(b)) = (busy0, machine_busy_s()) {
         run.machine_cpu_s = (b - a).max(0.0);
     }

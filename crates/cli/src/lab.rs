@@ -69,7 +69,16 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
             let out = a
                 .out
                 .unwrap_or_else(|| format!("lab-results/{}", suite.suite.name).into());
-            run_suite(&suite, &a.profile, tools, a.repeat, out, a.json, &exe)
+            let opts = runner::Options {
+                exe,
+                out,
+                profile: a.profile,
+                tools,
+                repeat: a.repeat,
+                progress: !a.json,
+                lab: a.lab,
+            };
+            run_suite(&suite, opts, a.json)
         }
         LabCommand::Demo(a) => {
             let suite = Suite::load("demo")?;
@@ -84,7 +93,16 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
                 }
             }
             let out = a.out.unwrap_or_else(|| "lab-results/demo".into());
-            run_suite(&suite, "full", None, None, out, a.json, &exe)
+            let opts = runner::Options {
+                exe,
+                out,
+                profile: "full".into(),
+                tools: None,
+                repeat: None,
+                progress: !a.json,
+                lab: runner::DEFAULT_LAB.into(),
+            };
+            run_suite(&suite, opts, a.json)
         }
         LabCommand::Report(a) => {
             let r = report::load(&a.dir)?;
@@ -365,15 +383,7 @@ fn apt_install_inner(pkgs: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn run_suite(
-    suite: &Suite,
-    profile: &str,
-    tools: Option<Vec<String>>,
-    repeat: Option<u32>,
-    out: std::path::PathBuf,
-    json: bool,
-    exe: &std::path::Path,
-) -> Result<i32> {
+fn run_suite(suite: &Suite, opts: runner::Options, json: bool) -> Result<i32> {
     // Ctrl-C (or SIGTERM/SIGHUP) removes what the run has up, then exits.
     longhaul_lab::signals::block_stop()?;
     std::thread::spawn(|| {
@@ -383,17 +393,8 @@ fn run_suite(
             std::process::exit(130);
         }
     });
-    let results = runner::run_suite(
-        suite,
-        &runner::Options {
-            exe: exe.to_path_buf(),
-            out: out.clone(),
-            profile: profile.to_string(),
-            tools,
-            repeat,
-            progress: !json,
-        },
-    )?;
+    let results = runner::run_suite(suite, &opts)?;
+    let out = opts.out;
     report::write_all(&out, &results)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&results)?);

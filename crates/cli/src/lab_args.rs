@@ -332,6 +332,12 @@ pub struct RunArgs {
     /// Print results.json on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Name of the lab the run brings up for each scenario; two runs at
+    /// once need two names (each lab has its own namespaces, so both use
+    /// 10.77.0.x). Runs at once share the CPU: fine for slow links, not
+    /// for CPU figures.
+    #[arg(long, value_name = "NAME", default_value = "lhrun")]
+    pub lab: String,
 }
 
 #[derive(Args)]

@@ -1100,6 +1100,47 @@ fn a_receiver_acknowledges_while_data_comes_in_on_a_long_path() {
     );
 }
 
+/// A lab whose state directory is new and whose processes are not running
+/// yet is being set up: another lab's `down` (as `lab run` does after every
+/// scenario) leaves it alone, and `up` of the same name refuses; once the
+/// directory is older than the setup grace, it is stale and removed.
+#[test]
+fn a_lab_being_set_up_is_not_removed_as_stale() {
+    let Some(_t) = take_turn() else { return };
+    let state = std::path::Path::new("/run/longhaul/lab/tyoung");
+    std::fs::create_dir_all(state).unwrap();
+    let out = lh(&["lab", "down", "--name", "tother"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(state.exists(), "removed while young: {}", out.stdout);
+    let out = lh(&["lab", "up", "--name", "tyoung", "--hosts", "a,b"]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr.contains("lab 'tyoung' is being set up"),
+        "{}",
+        out.stderr
+    );
+    assert!(state.exists());
+    // A minute old and no process of it: stale.
+    let minute_ago = std::time::SystemTime::now() - Duration::from_secs(60);
+    std::fs::File::open(state)
+        .unwrap()
+        .set_modified(minute_ago)
+        .unwrap();
+    let out = lh(&["lab", "down", "--name", "tother"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("stale lab 'tyoung' removed"),
+        "{}",
+        out.stdout
+    );
+    assert!(!state.exists());
+    // Young again, and taken down by name.
+    std::fs::create_dir_all(state).unwrap();
+    let out = lh(&["lab", "down", "--name", "tyoung"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!state.exists(), "{}", out.stdout);
+}
+
 #[test]
 fn an_interrupted_run_removes_its_lab_and_processes() {
     let Some(_t) = take_turn() else { return };

@@ -71,6 +71,11 @@ pub enum Status {
     /// Its supervisor and emulator are both running (pid files checked
     /// against /proc) and its config reads back; holds that config.
     Up(Box<LabConfig>),
+    /// Being set up or torn down: a process of it (supervisor or emulator)
+    /// runs, or its state directory is younger than [`SETUP_GRACE`]
+    /// (`up` creates it just before it starts the supervisor). Another
+    /// lab's `up` or `down` leaves it alone.
+    Starting,
     /// Some of it is left (state directory or namespaces) but its processes are gone.
     Stale,
     /// Neither a state directory nor a namespace of this lab exists.
@@ -85,7 +90,15 @@ fn lab_namespaces(name: &str) -> Vec<String> {
         .collect()
 }
 
-/// Whether lab `name` is up, stale or absent.
+/// How long a lab's state directory counts as being set up although no
+/// process of the lab runs yet: `up` creates it, writes the config and then
+/// starts the supervisor, within milliseconds.
+pub const SETUP_GRACE: Duration = Duration::from_secs(10);
+
+/// Whether lab `name` is up, being set up, stale or absent. Two runs at
+/// once (`lab run` brings up a lab per scenario, and takes down what is
+/// stale) used to see each other's lab as stale while its emulator was
+/// still starting, and removed it.
 pub fn status(name: &str) -> Status {
     let dir = state_root().join(name);
     let live =
@@ -95,7 +108,15 @@ pub fn status(name: &str) -> Status {
             return Status::Up(Box::new(cfg));
         }
     }
-    if dir.exists() || !lab_namespaces(name).is_empty() {
+    let young = std::fs::metadata(&dir)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().is_ok_and(|age| age < SETUP_GRACE));
+    if young
+        || !sys::find_lab_processes(SUPERVISE, name).is_empty()
+        || !sys::find_lab_processes(EMULATE, name).is_empty()
+    {
+        Status::Starting
+    } else if dir.exists() || !lab_namespaces(name).is_empty() {
         Status::Stale
     } else {
         Status::Absent
@@ -161,6 +182,12 @@ pub fn up(cfg: &LabConfig, exe: &Path) -> Result<()> {
                 removed.len()
             );
         }
+        Status::Starting => bail!(
+            "lab '{}' is being set up or taken down by another process; \
+             `longhaul lab down --name {}` removes it",
+            cfg.name,
+            cfg.name
+        ),
         Status::Absent => {}
     }
     for h in &cfg.hosts {
@@ -294,6 +321,10 @@ pub fn down(name: &str, all: bool) -> Result<DownReport> {
                         sys::wait_gone(pid, Duration::from_secs(20));
                     }
                 }
+                report.namespaces.extend(teardown(&lab));
+                report.stopped.push(lab);
+            }
+            Status::Starting if wanted => {
                 report.namespaces.extend(teardown(&lab));
                 report.stopped.push(lab);
             }
