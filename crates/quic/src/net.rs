@@ -96,6 +96,13 @@ impl NetOpts {
             .max_concurrent_bidi_streams(VarInt::from_u32(1))
             .max_idle_timeout(Some(VarInt::from_u32(15_000).into()))
             .keep_alive_interval(Some(Duration::from_secs(5)))
+            // The RTT assumed until the handshake measures one; quinn's
+            // first probe timeout is three times it. Where the handshake
+            // takes longer (seed 001's 256 kbit/s, 250 ms path: 330 ms)
+            // both sides send their first flight twice more, 4.9 kB; 200 ms
+            // saved that but cost 0.3-0.55 s at 10 % loss, where those early
+            // copies are the repair (docs/PERFORMANCE.md, "A longer first
+            // probe timeout").
             .initial_rtt(Duration::from_millis(100))
             // Data streams go in the order they were written, not round-robin
             // a packet each: the receiver reads longer runs of one stream,
