@@ -8,7 +8,7 @@
 //!   time), the largest of the last [`BW_ROUNDS`] rounds.
 //! - **Path RTT**: the smallest RTT sample of the last [`MIN_RTT_WINDOW`].
 //! - **Window** = gain × bandwidth × path RTT / (1 − random loss) + headroom
-//!   (ACK aggregation, at least three datagrams, four under 6 Mbit/s); the driver paces at about
+//!   (ACK aggregation, at least three datagrams); the driver paces at about
 //!   window / RTT. Random loss is the share lost in recent rounds without a
 //!   queue: a lost packet holds its place in the window until it is declared
 //!   lost, so without the factor the window sends only (1 − loss) of the rate.
@@ -203,12 +203,6 @@ const AGG_MAX: Duration = Duration::from_millis(20);
 const HEADROOM: Duration = Duration::from_millis(5);
 /// The least headroom, in datagrams (see `Wan::headroom`).
 const HEADROOM_PACKETS: u64 = 3;
-/// ... and on a slow link, whose estimated rate is under [`SLOW_LINK`]
-/// bytes a second: one more (see `Wan::headroom`).
-const SLOW_HEADROOM_PACKETS: u64 = 4;
-/// The rate under which a link counts as slow for [`SLOW_HEADROOM_PACKETS`]:
-/// 6 Mbit/s, where a 1,500-byte datagram takes 2 ms.
-const SLOW_LINK: f64 = 750_000.0;
 
 /// An RTT sample that stood above the path RTT by more than [`QUEUE_TARGET`],
 /// 5 % of the path RTT, or `packet` times [`QUEUE_PACKETS`] (one datagram's
@@ -935,26 +929,8 @@ impl Wan {
     /// the first's ACK for a datagram's time (11.6 ms at 1 Mbit/s), so a
     /// window of the BDP and 5 ms delivered 0.85 of the rate, and the
     /// estimate, the maximum of what was delivered, followed it down.
-    ///
-    /// On a slow link ([`SLOW_LINK`]) the least is [`SLOW_HEADROOM_PACKETS`]:
-    /// with three, the queue that three datagrams make ran dry now and then
-    /// under random loss (a lost datagram holds its place in the window
-    /// until it is declared lost, and the loss share the window makes up for
-    /// is an estimate), and path A's link (1 Mbit/s, 70 ms) stood idle for
-    /// 0.6-1.1 % of the time at 6-10 % loss, where GridFTP's standing
-    /// queue kept it busy: 100 x 1 MB at 10 % took 933 s against its 929.
-    /// With four, 10 x 1 MB at 6 / 10 % took 88.6 / 92.6 s instead of 89.0 /
-    /// 93.6 (docs/PERFORMANCE.md). Slow by rate, not by a datagram's time:
-    /// the simulator's datagrams are 9,000 bytes, and a fourth of them for
-    /// every flow under 36 Mbit/s moved `fair` from its share beside five
-    /// and six CUBIC flows at 1 Gbit/s (1.38 and 1.44 of it).
     fn headroom(&self, path: Duration) -> f64 {
-        let packets = if self.bw > 0.0 && self.bw < SLOW_LINK {
-            SLOW_HEADROOM_PACKETS
-        } else {
-            HEADROOM_PACKETS
-        };
-        let base = (self.bw * HEADROOM.as_secs_f64()).max((packets * self.mtu) as f64);
+        let base = (self.bw * HEADROOM.as_secs_f64()).max((HEADROOM_PACKETS * self.mtu) as f64);
         if !short_path(path) {
             return base;
         }
@@ -1465,24 +1441,6 @@ mod tests {
         let mut w = Wan::new(6500, 8_000_000_000);
         w.on_ack(Instant::now(), 6500, Duration::from_micros(100));
         assert_eq!(w.window(), 100_000 + 5_000_000);
-    }
-
-    #[test]
-    fn a_slow_link_keeps_four_datagrams_beyond_its_bdp_a_faster_one_three() {
-        // Hinted 1 Mbit/s and 10 Mbit/s on a 70 ms path with 1452-byte
-        // datagrams: 5 ms of data is under a datagram at 1 Mbit/s and 4.3
-        // datagrams at 10; the least headroom decides at the first, 5 ms
-        // at the second. At 5 Mbit/s (slow) four datagrams are 9.3 ms.
-        for (bps, least) in [(1_000_000u64, 4.0), (5_000_000, 4.0), (10_000_000, 4.3)] {
-            let mut w = Wan::new(1452, bps);
-            w.on_ack(Instant::now(), 1452, Duration::from_millis(70));
-            let bdp = bps as f64 / 8.0 * 0.07;
-            let head = (w.window() as f64 - bdp) / 1452.0;
-            assert!(
-                (head - least).abs() < 0.05,
-                "{bps} bit/s: {head:.2} datagrams beyond the BDP, expected {least}"
-            );
-        }
     }
 
     #[test]
