@@ -336,7 +336,7 @@ pub struct RunArgs {
     /// once need two names (each lab has its own namespaces, so both use
     /// 10.77.0.x). Runs at once share the CPU: fine for slow links, not
     /// for CPU figures.
-    #[arg(long, value_name = "NAME", default_value = "lhrun")]
+    #[arg(long, value_name = "NAME", default_value = longhaul_bench::runner::DEFAULT_LAB)]
     pub lab: String,
 }
 

@@ -73,8 +73,8 @@ pub enum Status {
     Up(Box<LabConfig>),
     /// Being set up or torn down: a process of it (supervisor or emulator)
     /// runs, or its state directory is younger than [`SETUP_GRACE`]
-    /// (`up` creates it just before it starts the supervisor). Another
-    /// lab's `up` or `down` leaves it alone.
+    /// (`up` creates it just before it starts the supervisor). `up` of the
+    /// same name refuses it, and another lab's `down` leaves it alone.
     Starting,
     /// Some of it is left (state directory or namespaces) but its processes are gone.
     Stale,
@@ -312,7 +312,9 @@ pub fn down(name: &str, all: bool) -> Result<DownReport> {
     for lab in all_labs() {
         let wanted = all || lab == name;
         match status(&lab) {
-            Status::Up(_) if wanted => {
+            // A lab being set up is stopped the same way: its supervisor,
+            // if it is running yet, removes what it made.
+            Status::Up(_) | Status::Starting if wanted => {
                 report.namespaces.extend(lab_namespaces(&lab));
                 let dir = state_root().join(&lab);
                 if let Some(pid) = read_pid(&dir, SUPERVISE) {
@@ -321,10 +323,6 @@ pub fn down(name: &str, all: bool) -> Result<DownReport> {
                         sys::wait_gone(pid, Duration::from_secs(20));
                     }
                 }
-                report.namespaces.extend(teardown(&lab));
-                report.stopped.push(lab);
-            }
-            Status::Starting if wanted => {
                 report.namespaces.extend(teardown(&lab));
                 report.stopped.push(lab);
             }

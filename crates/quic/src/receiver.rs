@@ -452,8 +452,13 @@ fn run_job(
         } else {
             tokio::task::block_in_place(|| disk.run(job))
         };
-        held.lock().unwrap().blocked(start.elapsed());
-        core.handle_done(Instant::now(), done);
+        let now = Instant::now();
+        let took = now.saturating_duration_since(start);
+        // (Only a slow one takes the lock: this is every small file's path.)
+        if took > SLOW_INLINE {
+            held.lock().unwrap().blocked(took);
+        }
+        core.handle_done(now, done);
     } else {
         let (disk, tx) = (disk.clone(), tx.clone());
         tokio::task::spawn_blocking(move || {
