@@ -494,13 +494,15 @@ impl HeldBack {
 
     /// The driver ran a job itself for `took` (a small file's write, or
     /// the manifest lane's): no stream was read meanwhile. What it took
-    /// over [`SLOW_INLINE`] was the destination's, unless every stream
-    /// already waited (that time is counted). A slow disk's small writes
-    /// held the whole receiver and counted nothing: a put of 200 files of
-    /// 10 kB to a server whose writes took 40 ms each read 0.004 s behind
-    /// of 8.2.
+    /// over [`SLOW_INLINE`] was the destination's, while a data stream is
+    /// open (with none, the network had nothing to send: the directories
+    /// and the last sync of an empty put took 1 ms and read as behind), and
+    /// unless every stream already waited (that time is counted). A slow
+    /// disk's small writes held the whole receiver and counted nothing: a
+    /// put of 200 files of 10 kB to a server whose writes took 40 ms each
+    /// read 0.004 s behind of 8.2.
     fn blocked(&mut self, took: std::time::Duration) {
-        if self.since.is_none() {
+        if self.open > 0 && self.since.is_none() {
             self.total += took.saturating_sub(SLOW_INLINE);
         }
     }
