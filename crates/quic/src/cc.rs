@@ -228,6 +228,15 @@ impl Controller for WanController {
         self.core
             .on_ack(now, bytes, now.saturating_duration_since(sent));
     }
+    fn on_end_acks(
+        &mut self,
+        now: Instant,
+        _in_flight: u64,
+        _app_limited: bool,
+        _largest: Option<u64>,
+    ) {
+        self.core.on_end_acks(now);
+    }
     fn on_congestion_event(&mut self, now: Instant, sent: Instant, _persistent: bool, lost: u64) {
         self.core.on_loss(now, sent, lost);
     }

@@ -6,9 +6,12 @@
 //! The model, in the spirit of BBR but with loss read differently:
 //! - **Bandwidth**: the delivery rate over each round trip (bytes acknowledged /
 //!   time), the largest of the last [`BW_ROUNDS`] rounds.
-//! - **Path RTT**: the smallest RTT sample of the last [`MIN_RTT_WINDOW`].
+//! - **Path RTT**: the smallest RTT sample of the last [`MIN_RTT_WINDOW`];
+//!   it does not rise by as little as the queue its own window keeps (the
+//!   headroom's time, a datagram's and 2 ms), or the BDP would grow with
+//!   that queue and the queue with the BDP.
 //! - **Window** = gain × bandwidth × path RTT / (1 − random loss) + headroom
-//!   (ACK aggregation, at least three datagrams); the driver paces at about
+//!   (ACK aggregation, at least three datagrams, five under 6 Mbit/s); the driver paces at about
 //!   window / RTT. Random loss is the share lost in recent rounds without a
 //!   queue: a lost packet holds its place in the window until it is declared
 //!   lost, so without the factor the window sends only (1 − loss) of the rate.
@@ -50,6 +53,9 @@
 //!   of the capacity's BDP) and goes on from there at that gain: the rounds
 //!   after it measure what the path delivers, the jump leaves the estimate
 //!   after two, and a window of 1.5 BDP queues at most half a BDP.
+//! - **Rounds** end at the end of an ACK ([`Wan::on_end_acks`]) and the
+//!   next begins there, so a round's rate is the bytes acknowledged after
+//!   its first ACK over the time to its last.
 //! - **Slow links**: a round, and a rate sample, spans at least eight
 //!   datagrams; a queue counts only when it stands eight datagrams' time
 //!   above the path (at 1 Mbit/s one datagram is 11.6 ms). In startup the bandwidth is also sampled at every ACK, as the
@@ -203,6 +209,12 @@ const AGG_MAX: Duration = Duration::from_millis(20);
 const HEADROOM: Duration = Duration::from_millis(5);
 /// The least headroom, in datagrams (see `Wan::headroom`).
 const HEADROOM_PACKETS: u64 = 3;
+/// ... and on a slow link, whose estimated rate is under [`SLOW_LINK`]
+/// bytes a second, this many (see `Wan::headroom`).
+const SLOW_HEADROOM_PACKETS: u64 = 5;
+/// The rate under which a link counts as slow for [`SLOW_HEADROOM_PACKETS`]:
+/// 6 Mbit/s, where a 1,500-byte datagram takes 2 ms.
+const SLOW_LINK: f64 = 750_000.0;
 
 /// An RTT sample that stood above the path RTT by more than [`QUEUE_TARGET`],
 /// 5 % of the path RTT, or `packet` times [`QUEUE_PACKETS`] (one datagram's
@@ -392,6 +404,15 @@ pub struct Wan {
     round_start: Option<Instant>,
     round_sent: Option<Instant>,
     round_acked: u64,
+    /// Of `round_acked`, the bytes of the ACK that opened a round begun
+    /// afresh: delivered before its start, its rate leaves them out (a
+    /// round that follows another begins after the ACK that ended it).
+    round_first: u64,
+    /// The round began afresh (not at the ACK that ended the last).
+    round_fresh: bool,
+    /// The last ACK's time, the latest send time of what it covered, and
+    /// its RTT sample.
+    last_ack: Option<(Instant, Instant, Duration)>,
     round_lost: u64,
     /// Of `round_lost`, packets sent since the controller last settled
     /// (entered cruise): only those can tell of other senders. A startup's
@@ -483,6 +504,9 @@ impl Wan {
             round_start: None,
             round_sent: None,
             round_acked: 0,
+            round_first: 0,
+            round_fresh: false,
+            last_ack: None,
             round_lost: 0,
             round_lost_settled: 0,
             loss_rounds: VecDeque::new(),
@@ -799,10 +823,26 @@ impl Wan {
     /// [`MIN_RTT_WINDOW`] (which does not move on while competing); None
     /// before any ACK.
     pub fn min_rtt(&self) -> Option<Duration> {
-        match (self.min_prev, self.min_cur) {
+        self.min_rtt_of(self.min_prev, self.min_cur)
+    }
+
+    fn min_rtt_of(&self, a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+        match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The queue this controller's own window keeps standing at the
+    /// bottleneck when it cruises alone: its headroom's time at the
+    /// estimated rate, a datagram's time and [`EMPTY_MARGIN`] of jitter.
+    /// The path-RTT filter does not rise by this much or less (see
+    /// `on_ack`).
+    fn own_queue(&self, path: Duration) -> Duration {
+        if self.bw <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(self.headroom(path) / self.bw) + self.packet_time() + EMPTY_MARGIN
     }
 
     /// The path RTT, or before any ACK of this controller's the
@@ -929,8 +969,26 @@ impl Wan {
     /// the first's ACK for a datagram's time (11.6 ms at 1 Mbit/s), so a
     /// window of the BDP and 5 ms delivered 0.85 of the rate, and the
     /// estimate, the maximum of what was delivered, followed it down.
+    ///
+    /// On a slow link ([`SLOW_LINK`]) the least is
+    /// [`SLOW_HEADROOM_PACKETS`]: there a lost datagram holds its place in
+    /// the window until it is declared lost, the loss the window makes up
+    /// for is an estimate, and a queue of three datagrams ran dry now and
+    /// then under random loss: path A's link (1 Mbit/s, 70 ms) stood idle
+    /// 0.1-1.2 % of the time at 1-10 % loss, where GridFTP's reno kept 30-40
+    /// datagrams standing (100 x 1 MB at 10 %: 933 s against its 929). Five
+    /// keep 58 ms standing at 1 Mbit/s, 230 ms at 256 kbit/s; the path-RTT
+    /// filter does not take that queue for the path (see `own_queue`). By
+    /// rate, not by a datagram's time: the simulator's datagrams are 9,000
+    /// bytes, and more of them for flows under 36 Mbit/s moved `fair`
+    /// beside CUBIC at 1 Gbit/s.
     fn headroom(&self, path: Duration) -> f64 {
-        let base = (self.bw * HEADROOM.as_secs_f64()).max((HEADROOM_PACKETS * self.mtu) as f64);
+        let packets = if self.bw > 0.0 && self.bw < SLOW_LINK {
+            SLOW_HEADROOM_PACKETS
+        } else {
+            HEADROOM_PACKETS
+        };
+        let base = (self.bw * HEADROOM.as_secs_f64()).max((packets * self.mtu) as f64);
         if !short_path(path) {
             return base;
         }
@@ -960,7 +1018,22 @@ impl Wan {
         // stays what it was, or their queue would pass for the path.
         let competing = matches!(self.mode, Mode::Compete | Mode::Yield);
         if !competing && now.saturating_duration_since(bucket) >= MIN_RTT_WINDOW {
-            self.min_prev = self.min_cur.take();
+            // The bucket that ends becomes the previous one, and the path
+            // RTT its minimum, unless that rose above the path RTT by no
+            // more than the queue this window keeps standing by itself:
+            // then the path is kept. With that queue in every sample (a
+            // slow link's headroom is several datagrams, more than a drain
+            // round takes off), the filter took it for the path every
+            // 10-20 s, the window grew by it, and the queue with the window
+            // (the simulator at 1 Mbit/s: 580 ms standing after 300 s; path
+            // A at loss 0 in the lab: 348 ms on 100 x 1 MB). A path that
+            // grew longer by more than that is taken at once; by less, the
+            // headroom covers it.
+            let next = self.min_cur.take();
+            self.min_prev = match (self.min_rtt_of(self.min_prev, next), next) {
+                (Some(path), Some(n)) if n > path && n <= path + self.own_queue(path) => Some(path),
+                _ => next,
+            };
             self.bucket_start = Some(now);
         }
         self.min_cur = Some(self.min_cur.map_or(rtt, |m| m.min(rtt)));
@@ -989,29 +1062,79 @@ impl Wan {
             let path = self.min_rtt().unwrap_or(rtt);
             self.cubic.on_ack(now, sent, bytes, path);
         }
-        let start = *self.round_start.get_or_insert(now);
-        let first_sent = *self.round_sent.get_or_insert(sent);
-        // A round lasts one path RTT (at least 1 ms), and on a slow link at
-        // least SAMPLE_PACKETS datagrams' time: at 1 Mbit/s and 72 ms a
-        // round held six, and one more or less in it read as +-16 % of
-        // the rate (rounds of 1.13-1.3 Mbit/s on a 1 Mbit/s path at 10 %
-        // loss, the largest of which set the window).
-        let len = self
-            .min_rtt()
+        // The round under way: one that follows another begins at the ACK
+        // that ended it; after ACKs paused for a round's length (the sender
+        // had nothing to send) it begins afresh at this one, whose bytes
+        // were delivered before it and are left out of its rate.
+        let len = self.round_len(rtt);
+        if self.round_acked == bytes
+            && self
+                .round_start
+                .is_some_and(|s| now.saturating_duration_since(s) >= len)
+        {
+            self.round_start = None;
+        }
+        if self.round_start.is_none() {
+            self.round_start = Some(now);
+            self.round_sent = Some(sent);
+            self.round_fresh = true;
+        }
+        if self.round_fresh && self.round_start == Some(now) {
+            self.round_first += bytes;
+        }
+        self.last_ack = Some(match self.last_ack {
+            Some((t, s, _)) if t == now => (now, s.max(sent), rtt),
+            _ => (now, sent, rtt),
+        });
+    }
+
+    /// A round lasts one path RTT (at least 1 ms), and on a slow link at
+    /// least [`SAMPLE_PACKETS`] datagrams' time: at 1 Mbit/s and 72 ms a
+    /// round held six, and one more or less in it read as +-16 % of the
+    /// rate.
+    fn round_len(&self, rtt: Duration) -> Duration {
+        self.min_rtt()
             .unwrap_or(rtt)
             .max(Duration::from_millis(1))
-            .max(self.packet_time() * SAMPLE_PACKETS as u32);
-        let acks = now.saturating_duration_since(start);
-        if acks >= len {
-            // Its rate is over the longer of the ACKs' and the packets' own
-            // spacing, as the per-ACK samples': a round that began with ACKs
-            // held back 75 ms read 140 Mbit/s of 80. (Not in `fair`, whose
-            // CUBIC start is tuned with the rates as they were: beside 6
-            // CUBIC flows it took 1.37 fair shares instead of 1.0-1.3.)
-            let sends = sent.saturating_duration_since(first_sent);
-            let len = if self.fair { acks } else { acks.max(sends) };
-            self.end_round(now, len);
+            .max(self.packet_time() * SAMPLE_PACKETS as u32)
+    }
+
+    /// Every datagram the ACK that came at `now` covered has been counted
+    /// (`on_ack`; quinn calls this before it declares losses): the round
+    /// under way ends here if it has run its length, and the next begins
+    /// at this ACK. Each round is then the bytes acknowledged after its
+    /// first ACK up to and including its last, over the time between
+    /// them, and all the datagrams one ACK covers (a receiver acknowledges
+    /// every second one) fall in one round. Ended at the datagram that
+    /// reached the length, before the rest of its ACK was counted, and
+    /// begun with the next ACK, a round of n ACKs was read over n - 1
+    /// spacings: 8/7 or 7/8 of a 1 Mbit/s link by how an ACK's datagrams
+    /// fell (1.13-1.3 Mbit/s on path A at 10 % loss), and the filter's
+    /// maximum kept the high ones, so the window held a datagram or two
+    /// more than the BDP and its headroom.
+    pub fn on_end_acks(&mut self, now: Instant) {
+        let (Some(start), Some((last, last_sent, rtt))) = (self.round_start, self.last_ack) else {
+            return;
+        };
+        if last != now {
+            return;
         }
+        let len = self.round_len(rtt);
+        let acks = now.saturating_duration_since(start);
+        if acks < len {
+            return;
+        }
+        // Its rate is over the longer of the ACKs' and the packets' own
+        // spacing, as the per-ACK samples': a round that began with ACKs
+        // held back 75 ms read 140 Mbit/s of 80. (Not in `fair`, whose
+        // CUBIC start is tuned with the rates as they were: beside 6
+        // CUBIC flows it took 1.37 fair shares instead of 1.0-1.3.)
+        let first_sent = self.round_sent.unwrap_or(last_sent);
+        let sends = last_sent.saturating_duration_since(first_sent);
+        let span = if self.fair { acks } else { acks.max(sends) };
+        self.end_round(now, span);
+        self.round_start = Some(now);
+        self.round_sent = Some(last_sent);
     }
 
     /// Startup: the delivery rate over the last quarter of the path RTT (at
@@ -1186,7 +1309,10 @@ impl Wan {
 
     fn end_round(&mut self, now: Instant, len: Duration) {
         let prev_bw = self.bw;
-        let rate = self.round_acked as f64 / len.as_secs_f64().max(1e-6);
+        // What was delivered after the round's first ACK, over the time
+        // from it to the last (see `round_boundary`).
+        let rate =
+            self.round_acked.saturating_sub(self.round_first) as f64 / len.as_secs_f64().max(1e-6);
         let path = self.min_rtt().unwrap_or(len);
         if self.floor_until.is_some() {
             // A floor round measures nothing but the path RTT.
@@ -1392,6 +1518,8 @@ impl Wan {
         self.round_start = None;
         self.round_sent = None;
         self.round_acked = 0;
+        self.round_first = 0;
+        self.round_fresh = false;
         self.round_lost = 0;
         self.round_max_rate = 0.0;
         self.prev_min_rtt = self.round_min_rtt.take();
@@ -1402,6 +1530,13 @@ impl Wan {
 mod tests {
     use super::*;
 
+    /// One ACK of `bytes` at `at`, as quinn reports it: the datagrams, then
+    /// the end of the ACK.
+    fn ack(w: &mut Wan, at: Instant, bytes: u64, rtt: Duration) {
+        w.on_ack(at, bytes, rtt);
+        w.on_end_acks(at);
+    }
+
     #[test]
     fn a_hint_starts_at_its_rate_and_the_window_follows_the_bdp() {
         let w = Wan::new(1452, 800_000_000);
@@ -1411,7 +1546,7 @@ mod tests {
         assert_eq!(w.window(), 10_000_000);
         let t = Instant::now();
         let mut w = w;
-        w.on_ack(t, 1452, Duration::from_millis(700));
+        ack(&mut w, t, 1452, Duration::from_millis(700));
         // 100 MB/s x 0.7 s + 5 ms of headroom.
         assert_eq!(w.window(), 70_000_000 + 500_000);
         // Switched to after the handshake measured 700 ms (a server's
@@ -1426,11 +1561,20 @@ mod tests {
     fn the_window_always_holds_a_few_datagrams_of_the_current_size() {
         // A tiny path (loopback: 100 µs, a slow hint) after MTU discovery grew
         // datagrams from 1200 to 6500 bytes: below one datagram it would stall.
+        // (At 1 kbit/s the link is slow: its headroom of five datagrams is
+        // the window, above the floor of four. A window under four
+        // datagrams, here a competing CUBIC window of 100 bytes, is held
+        // at the floor.)
         let mut w = Wan::new(1200, 1000);
-        w.on_ack(Instant::now(), 1200, Duration::from_micros(100));
-        assert_eq!(w.window(), 4 * 1200);
+        ack(&mut w, Instant::now(), 1200, Duration::from_micros(100));
+        assert_eq!(w.window(), SLOW_HEADROOM_PACKETS * 1200);
         w.set_mtu(6500);
+        assert_eq!(w.window(), SLOW_HEADROOM_PACKETS * 6500);
+        w.mode = Mode::Compete;
+        w.cubic.cwnd = 100.0;
         assert_eq!(w.window(), 4 * 6500);
+        w.set_mtu(1200);
+        assert_eq!(w.window(), 4 * 1200);
     }
 
     #[test]
@@ -1439,7 +1583,7 @@ mod tests {
         // wait for the receiver's process; without 5 ms of headroom the window
         // starved (half bbr's rate on loopback).
         let mut w = Wan::new(6500, 8_000_000_000);
-        w.on_ack(Instant::now(), 6500, Duration::from_micros(100));
+        ack(&mut w, Instant::now(), 6500, Duration::from_micros(100));
         assert_eq!(w.window(), 100_000 + 5_000_000);
     }
 
@@ -1456,7 +1600,7 @@ mod tests {
             for _ in 0..20 {
                 t += Duration::from_millis(10);
                 for _ in 0..10 {
-                    w.on_ack(t, 125_000, rtt);
+                    ack(&mut w, t, 125_000, rtt);
                 }
             }
             let bw = w.bandwidth() as f64 / 8.0;
@@ -1523,7 +1667,7 @@ mod tests {
         let mut at = sent + rtt;
         for _ in 0..n / 2 {
             w.on_ack(at, 1200, at - sent);
-            w.on_ack(at, 1200, at - sent);
+            ack(w, at, 1200, at - sent);
             at += gap;
         }
         at
@@ -1536,6 +1680,9 @@ mod tests {
         for i in 0..30 {
             let at = if i < 20 { first } else { first + gap };
             w.on_ack(at, 1200, at - sent);
+            if i == 19 || i == 29 {
+                w.on_end_acks(at);
+            }
         }
     }
 
@@ -1620,7 +1767,7 @@ mod tests {
         let gap = Duration::from_micros(950) / 14;
         let mut at = sent + rtt;
         for _ in 0..15 {
-            w.on_ack(at, 2400, at - sent);
+            ack(&mut w, at, 2400, at - sent);
             at += gap;
         }
         let bw = w.bandwidth() as f64 / 1e6;
@@ -1652,11 +1799,11 @@ mod tests {
         assert!(!w.unpaced(), "the train ends at a pause");
         let mut at = sent + rtt;
         for _ in 0..5 {
-            w.on_ack(at, 1200, at - sent);
+            ack(&mut w, at, 1200, at - sent);
             at += Duration::from_micros(100);
         }
         // Four datagrams after the first ACK: too few to read a rate.
-        w.on_ack(at, 1200, rtt);
+        ack(&mut w, at, 1200, rtt);
         assert!(w.bandwidth() < 1_000_000, "{} bit/s", w.bandwidth());
     }
 
@@ -1675,7 +1822,7 @@ mod tests {
             batches += 1;
             let of = sent + Duration::from_millis(2) + Duration::from_micros(batches * 10);
             let at = t + Duration::from_micros(5);
-            w.on_ack(at, 1200, at - of);
+            ack(&mut w, at, 1200, at - of);
             t += Duration::from_micros(20);
         }
         assert_eq!(batches, 12, "the second train's batches");
@@ -1687,7 +1834,7 @@ mod tests {
         w.on_sent(again, 12_000);
         assert!(w.unpaced());
         let at = again + Duration::from_micros(50);
-        w.on_ack(at, 1200, at - again);
+        ack(&mut w, at, 1200, at - again);
         assert!(!w.unpaced(), "an ACK of the train itself ends it");
     }
 
@@ -1796,7 +1943,7 @@ mod tests {
             } else {
                 arrives
             };
-            w.on_ack(at, 1200, at - sent);
+            ack(&mut w, at, 1200, at - sent);
         }
         let bw = w.bandwidth() as f64 / 1e6;
         assert!(bw <= 85.0, "estimate {bw:.0} Mbit/s for 80 sent");
@@ -1809,16 +1956,16 @@ mod tests {
     fn round(w: &mut Wan, t: &mut Instant, mbps: u64, queue: Duration, loss: u64) -> f64 {
         let rtt = Duration::from_millis(100);
         let bytes = mbps * 1_000_000 / 8 / 10_000;
-        for _ in 0..1000 {
+        let before = w.rounds;
+        // (Until the round has run its 100 ms: 1,000 ACKs, and one more
+        // for the first, which begins at its first ACK.)
+        while w.rounds == before {
             *t += Duration::from_micros(100);
             if loss > 0 {
                 w.on_loss(*t, *t, loss);
             }
-            w.on_ack(*t, bytes, rtt + queue);
+            ack(w, *t, bytes, rtt + queue);
         }
-        // (The next round's first ACK closes this one.)
-        *t += Duration::from_micros(100);
-        w.on_ack(*t, bytes, rtt + queue);
         w.bandwidth() as f64 / 1e6
     }
 
