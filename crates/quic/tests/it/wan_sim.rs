@@ -535,9 +535,9 @@ fn fair_takes_its_share_beside_one_to_six_cubic_flows() {
     // CUBIC flows are not fair to each other over a minute at this BDP (their
     // epochs last about 20 s; two of three identical flows can differ by 2x),
     // so the bound is on the mean of four seeds, and each run's is looser:
-    // over 36 seeds beside 1-4 flows single runs read 0.42-1.35 of a share,
-    // means 0.91-1.06 (rounds that end at an ACK's end, 2026-11-27; before
-    // that change 0.59-1.39, means 0.91-1.09: which run is low moves with
+    // over 36 seeds beside 1-4 flows single runs read 0.42-1.31 of a share,
+    // means 0.91-0.99 (rounds that end with their ACK, 2026-11-27; before
+    // that change 0.59-1.39, means 0.95-1.08: which run is low moves with
     // any change to startup's timing).
     for n in 1..=6 {
         let runs: Vec<f64> = (0..4)
