@@ -414,9 +414,8 @@ pub struct Wan {
     round_first: u64,
     /// The round began afresh (not at the ACK that ended the last).
     round_fresh: bool,
-    /// The last ACK's time, the latest send time of what it covered, and
-    /// its RTT sample.
-    last_ack: Option<(Instant, Instant, Duration)>,
+    /// The last ACK's time and the latest send time of what it covered.
+    last_ack: Option<(Instant, Instant)>,
     round_lost: u64,
     /// Of `round_lost`, packets sent since the controller last settled
     /// (entered cruise): only those can tell of other senders. A startup's
@@ -827,11 +826,7 @@ impl Wan {
     /// [`MIN_RTT_WINDOW`] (which does not move on while competing); None
     /// before any ACK.
     pub fn min_rtt(&self) -> Option<Duration> {
-        self.min_rtt_of(self.min_prev, self.min_cur)
-    }
-
-    fn min_rtt_of(&self, a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
-        match (a, b) {
+        match (self.min_prev, self.min_cur) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -1041,8 +1036,9 @@ impl Wan {
             // takes off the whole headroom (5 ms) and the path is seen
             // again every cycle, and short paths empty their queue now and
             // then (a floor phase).
+            let path = self.min_rtt();
             let next = self.min_cur.take();
-            self.min_prev = match (self.min_rtt_of(self.min_prev, next), next) {
+            self.min_prev = match (path, next) {
                 (Some(path), Some(n)) if n > path && n <= path + self.own_queue(path) => Some(path),
                 _ => next,
             };
@@ -1084,7 +1080,7 @@ impl Wan {
         // whose send spacing keeps them from reading high; in `fair`,
         // which times rounds by the ACKs alone, they can, by their share
         // of a round.)
-        let len = self.round_len(rtt);
+        let len = self.round_len();
         if self.round_acked == bytes
             && self
                 .round_start
@@ -1102,18 +1098,19 @@ impl Wan {
             self.round_sent = self.round_sent.max(Some(sent));
         }
         self.last_ack = Some(match self.last_ack {
-            Some((t, s, _)) if t == now => (now, s.max(sent), rtt),
-            _ => (now, sent, rtt),
+            Some((t, s)) if t == now => (now, s.max(sent)),
+            _ => (now, sent),
         });
     }
 
     /// A round lasts one path RTT (at least 1 ms), and on a slow link at
     /// least [`SAMPLE_PACKETS`] datagrams' time: at 1 Mbit/s and 72 ms a
     /// round held six, and one more or less in it read as +-16 % of the
-    /// rate.
-    fn round_len(&self, rtt: Duration) -> Duration {
+    /// rate. (The path RTT is known from the first ACK on: `on_ack` puts
+    /// its sample into the filter before it asks.)
+    fn round_len(&self) -> Duration {
         self.min_rtt()
-            .unwrap_or(rtt)
+            .unwrap_or_default()
             .max(Duration::from_millis(1))
             .max(self.packet_time() * SAMPLE_PACKETS as u32)
     }
@@ -1132,13 +1129,13 @@ impl Wan {
     /// maximum kept the high ones, so the window held a datagram or two
     /// more than the BDP and its headroom.
     pub fn on_end_acks(&mut self, now: Instant) {
-        let (Some(start), Some((last, last_sent, rtt))) = (self.round_start, self.last_ack) else {
+        let (Some(start), Some((last, last_sent))) = (self.round_start, self.last_ack) else {
             return;
         };
         if last != now {
             return;
         }
-        let len = self.round_len(rtt);
+        let len = self.round_len();
         let acks = now.saturating_duration_since(start);
         if acks < len {
             return;
@@ -1604,6 +1601,24 @@ mod tests {
         let mut w = Wan::new(6500, 8_000_000_000);
         ack(&mut w, Instant::now(), 6500, Duration::from_micros(100));
         assert_eq!(w.window(), 100_000 + 5_000_000);
+    }
+
+    #[test]
+    fn a_slow_link_keeps_five_datagrams_beyond_its_bdp_a_faster_one_three() {
+        // Hinted 1, 5 and 10 Mbit/s on a 70 ms path with 1452-byte
+        // datagrams: under 6 Mbit/s the least headroom is five datagrams
+        // (11.6 ms at 5 Mbit/s, more than 5 ms of data); at 10 Mbit/s it
+        // is three, and 5 ms of data (4.3 datagrams) is more.
+        for (bps, least) in [(1_000_000u64, 5.0), (5_000_000, 5.0), (10_000_000, 4.3)] {
+            let mut w = Wan::new(1452, bps);
+            ack(&mut w, Instant::now(), 1452, Duration::from_millis(70));
+            let bdp = bps as f64 / 8.0 * 0.07;
+            let head = (w.window() as f64 - bdp) / 1452.0;
+            assert!(
+                (head - least).abs() < 0.05,
+                "{bps} bit/s: {head:.2} datagrams beyond the BDP, expected {least}"
+            );
+        }
     }
 
     #[test]
