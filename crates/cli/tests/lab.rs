@@ -385,96 +385,127 @@ fn rate_limit_delivers_the_configured_rate_and_honours_the_queue() {
         ("500M", "1G", 500e6),
         ("1G", "2G", 1e9),
     ] {
-        // The queue must outlast the sender's stalls: three busy processes
-        // share two cores, and a 100-packet queue (1.2 ms at 1 Gbit/s) ran
-        // dry now and then, costing up to 4% of the rate.
-        let link = format!("down:rate={rate} down:queue=1000pkts");
-        let lab = Lab::up("trate", "srv,cli", &["--link", &link]);
-        let sink = lab
-            .cmd(
-                "cli",
-                &[BIN, "lab", "probe", "sink", "--idle-ms", "1000", "--json"],
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let sent = lab.probe(
-            "srv",
-            &["send", "cli", "--rate", offered, "--duration", "3"],
-        );
-        let out = sink.wait_with_output().unwrap();
-        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let down = Lab::host(&lab.stats(), "cli")["down"].clone();
-        let got = f(&report["steady_rate_bps"]);
-        let offered_bps = f(&sent["rate_bps"]);
-        assert!(
-            offered_bps > 1.3 * bps,
-            "{rate}: the sender offered only {offered_bps} bit/s (CPU-bound?)"
-        );
-        // The emulator's own series of delivered bytes (by delivery time) and
-        // of the least queue wait (by arrival time), per 100 ms.
-        let bytes = series(&down["series"]);
-        let queue = &down["queue"];
-        let (qfirst, waits) = (
-            queue["first"].as_u64().unwrap(),
-            queue["min_wait_us"].as_array().unwrap(),
-        );
-        // Bucket i was backlogged throughout if every packet arriving in it
-        // and in the next one found the link busy (an idle gap ends with an
-        // arrival that waits 0, or leaves a bucket with no arrivals at all).
-        let waited = |i: u64| {
-            i.checked_sub(qfirst)
-                .and_then(|k| waits.get(k as usize))
-                .and_then(|w| w.as_u64())
-                .is_some_and(|w| w > 0 && w != u32::MAX as u64)
-        };
-        let busy: Vec<(u64, u64)> = (0..)
-            .zip(bytes.iter().copied())
-            .filter(|&(_, b)| b > 0)
-            .collect();
-        let mid = &busy[busy.len() / 5..busy.len() * 4 / 5];
-        let full: Vec<u64> = mid
-            .iter()
-            .filter(|&&(i, _)| waited(i) && waited(i + 1))
-            .map(|&(_, b)| b)
-            .collect();
-        // The sender shares two cores with the emulator and the sink; a stall
-        // longer than the queue (12 ms at 1 Gbit/s) drains it. Those
-        // buckets say nothing about the rate limiter, but most must be full.
-        assert!(
-            full.len() * 2 >= mid.len(),
-            "{rate}: the queue was backlogged in only {} of {} buckets (sender CPU-bound?)",
+        // The sender, the sink and the emulator share two cores: now and
+        // then the sender stalls longer than the queue lasts (CI once saw the
+        // 1 Gbit/s queue backlogged in 4 of 18 buckets). Such a run says
+        // nothing about the rate limiter, so it is measured again in a fresh
+        // lab, up to three times; a wrong rate while backlogged fails at once.
+        let mut machine = Vec::new();
+        while let Err(e) = check_rate(rate, offered, bps) {
+            eprintln!("{rate}: measured again: {e}");
+            machine.push(e);
+            assert!(
+                machine.len() < 3,
+                "{rate}: three attempts, each held back by the machine: {machine:#?}"
+            );
+        }
+    }
+}
+
+/// One run of [`rate_limit_delivers_the_configured_rate_and_honours_the_queue`]
+/// at `rate`, the probe offering `offered`: panics on a fault of the
+/// emulator, and returns an error when the machine did not let the sender keep
+/// the queue backlogged (then the run measured nothing).
+fn check_rate(rate: &str, offered: &str, bps: f64) -> Result<(), String> {
+    // The queue must outlast the sender's stalls: three busy processes
+    // share two cores, and a 100-packet queue (1.2 ms at 1 Gbit/s) ran
+    // dry now and then, costing up to 4% of the rate.
+    let link = format!("down:rate={rate} down:queue=1000pkts");
+    let lab = Lab::up("trate", "srv,cli", &["--link", &link]);
+    let sink = lab
+        .cmd(
+            "cli",
+            &[BIN, "lab", "probe", "sink", "--idle-ms", "1000", "--json"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = lab.probe(
+        "srv",
+        &["send", "cli", "--rate", offered, "--duration", "3"],
+    );
+    let out = sink.wait_with_output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let down = Lab::host(&lab.stats(), "cli")["down"].clone();
+    let got = f(&report["steady_rate_bps"]);
+    let offered_bps = f(&sent["rate_bps"]);
+    if offered_bps <= 1.1 * bps {
+        return Err(format!(
+            "the sender offered only {offered_bps} bit/s (CPU-bound?)"
+        ));
+    }
+    // The emulator's own series of delivered bytes (by delivery time) and
+    // of the least queue wait (by arrival time), per 100 ms.
+    let bytes = series(&down["series"]);
+    let queue = &down["queue"];
+    let (qfirst, waits) = (
+        queue["first"].as_u64().unwrap(),
+        queue["min_wait_us"].as_array().unwrap(),
+    );
+    // Bucket i was backlogged throughout if every packet arriving in it
+    // and in the next one found the link busy (an idle gap ends with an
+    // arrival that waits 0, or leaves a bucket with no arrivals at all).
+    let waited = |i: u64| {
+        i.checked_sub(qfirst)
+            .and_then(|k| waits.get(k as usize))
+            .and_then(|w| w.as_u64())
+            .is_some_and(|w| w > 0 && w != u32::MAX as u64)
+    };
+    let busy: Vec<(u64, u64)> = (0..)
+        .zip(bytes.iter().copied())
+        .filter(|&(_, b)| b > 0)
+        .collect();
+    let mid = &busy[busy.len() / 5..busy.len() * 4 / 5];
+    let full: Vec<u64> = mid
+        .iter()
+        .filter(|&&(i, _)| waited(i) && waited(i + 1))
+        .map(|&(_, b)| b)
+        .collect();
+    // A stall longer than the queue (12 ms at 1 Gbit/s) drains it. Those
+    // buckets say nothing about the rate limiter. A backlogged one carries
+    // the rate's 100 ms to within a packet (0.012 % at 1 Gbit/s), so three
+    // of them measure it far inside the 1 % bound below.
+    if full.len() < 3 {
+        return Err(format!(
+            "the queue was backlogged in only {} of {} buckets (sender CPU-bound?)",
             full.len(),
             mid.len()
-        );
-        let emu = full.iter().sum::<u64>() as f64 * 8.0 / (full.len() as f64 * 0.1);
-        assert!(
-            (emu - bps).abs() / bps < 0.01,
-            "{rate}: while backlogged, the emulator delivered {emu} bit/s"
-        );
-        // The receiver saw, on its own clock, what the emulator says it
-        // delivered over the middle of the run (drained buckets included).
-        let emu_mid =
-            mid.iter().map(|&(_, b)| b).sum::<u64>() as f64 * 8.0 / (mid.len() as f64 * 0.1);
-        assert!(
-            (got - emu_mid).abs() / emu_mid < 0.03,
-            "{rate}: the sink got {got} bit/s, the emulator delivered {emu_mid}"
-        );
-        assert_eq!(down["queue_hwm_pkts"], 1000, "{rate}: {down}");
-        assert!(
-            down["queue_drop_pkts"].as_u64().unwrap() > 0,
-            "{rate}: {down}"
-        );
-        // What the emulator delivered reached the sink (a busy machine may
-        // drop a handful at the socket; not more).
-        let (d, r) = (f(&down["delivered_pkts"]), f(&report["received_pkts"]));
-        assert!(
-            r <= d && r >= 0.999 * d,
-            "{rate}: delivered {d}, received {r}"
-        );
+        ));
     }
+    let emu = full.iter().sum::<u64>() as f64 * 8.0 / (full.len() as f64 * 0.1);
+    assert!(
+        (emu - bps).abs() / bps < 0.01,
+        "{rate}: while backlogged, the emulator delivered {emu} bit/s"
+    );
+    // The receiver saw, on its own clock, what the emulator says it
+    // delivered over the middle of the run (drained buckets included).
+    let emu_mid = mid.iter().map(|&(_, b)| b).sum::<u64>() as f64 * 8.0 / (mid.len() as f64 * 0.1);
+    assert!(
+        (got - emu_mid).abs() / emu_mid < 0.03,
+        "{rate}: the sink got {got} bit/s, the emulator delivered {emu_mid}"
+    );
+    // The queue holds 1000 packets, never more; a sender that kept it
+    // backlogged but never overfilled it leaves that bound untested.
+    let (hwm, drops) = (
+        down["queue_hwm_pkts"].as_u64().unwrap(),
+        down["queue_drop_pkts"].as_u64().unwrap(),
+    );
+    assert!(hwm <= 1000, "{rate}: the queue held {hwm} packets: {down}");
+    if hwm < 1000 || drops == 0 {
+        return Err(format!(
+            "the queue never overflowed (high-water mark {hwm}, {drops} dropped)"
+        ));
+    }
+    // What the emulator delivered reached the sink (a busy machine may
+    // drop a handful at the socket; not more).
+    let (d, r) = (f(&down["delivered_pkts"]), f(&report["received_pkts"]));
+    assert!(
+        r <= d && r >= 0.999 * d,
+        "{rate}: delivered {d}, received {r}"
+    );
+    Ok(())
 }
 
 #[test]
