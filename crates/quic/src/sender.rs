@@ -162,7 +162,9 @@ async fn drive(
         // (The other connections' windows are taken to be the first's: one path.)
         let window = lanes.send_window.load(Ordering::Relaxed) * lanes.connections;
         core.set_in_hand(Instant::now(), in_hand_limit(window));
-        core.set_tail(lanes.tail());
+        let (tail, cwnd, rtt) = lanes.path();
+        core.set_tail(tail);
+        core.set_window(Instant::now(), cwnd, rtt);
         loop {
             let mut idle = true;
             while let Some(f) = core.poll_frame() {
@@ -234,8 +236,8 @@ struct Lanes {
     /// The connections the lanes are spread over.
     connections: u64,
     first: quinn::Connection,
-    /// The last [`Lanes::tail`], and when it was read.
-    tail: Mutex<Option<(Instant, u64)>>,
+    /// The last [`Lanes::path`], and when it was read.
+    tail: Mutex<Option<(Instant, PathRead)>>,
     /// The first connection's loss meter, sampled with the tail.
     meter: Arc<Mutex<LossMeter>>,
 }
@@ -244,14 +246,15 @@ impl Lanes {
     /// The transfer's last window, protected by tail repair: what the
     /// congestion windows hold (a quarter more), at most [`MAX_TAIL`]; none
     /// while the controller times its first train (its window is then
-    /// unbounded) or when the peer takes no datagrams. Read from the
-    /// connection at most every [`TAIL_EVERY`].
-    fn tail(&self) -> u64 {
+    /// unbounded) or when the peer takes no datagrams. And the first
+    /// connection's congestion window and RTT. Read from the connection at
+    /// most every [`TAIL_EVERY`].
+    fn path(&self) -> PathRead {
         let now = Instant::now();
         let mut last = self.tail.lock().unwrap();
-        if let Some((at, tail)) = *last {
+        if let Some((at, read)) = *last {
             if now < at + TAIL_EVERY {
-                return tail;
+                return read;
             }
         }
         let path = self.first.stats().path;
@@ -261,12 +264,16 @@ impl Lanes {
             Some(_) if cwnd < 1 << 30 => (cwnd * self.connections * 5 / 4).min(MAX_TAIL),
             _ => 0,
         };
-        *last = Some((now, tail));
-        tail
+        let read = (tail, cwnd, path.rtt);
+        *last = Some((now, read));
+        read
     }
 }
 
-/// How often the driver reads the congestion window for [`Lanes::tail`].
+/// [`Lanes::path`]: the tail to protect, the congestion window, the RTT.
+type PathRead = (u64, u64, std::time::Duration);
+
+/// How often the driver reads the congestion window for [`Lanes::path`].
 const TAIL_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The most a transfer protects at its end (a gigabit's worth of a 2 s

@@ -509,18 +509,7 @@ fn no_stream_carries_more_than_its_budget_or_one_record() {
     for i in 0..2000 {
         s.file(&format!("t{i}"), &bytes(700, i as u8));
     }
-    // (bytes, records) per stream.
-    let mut streams: Vec<(u64, usize)> = vec![(0, 0)];
-    for t in &s.out {
-        let rec = (crate::proto::RECORD_HEADER_LEN + t.data.len()) as u64
-            + if t.hash.is_some() { 32 } else { 0 };
-        if t.rotate {
-            streams.push((0, 0));
-        }
-        let last = streams.last_mut().unwrap();
-        last.0 += rec;
-        last.1 += 1;
-    }
+    let streams = streams(&s.out);
     for &(b, n) in &streams {
         assert!(b <= STREAM_BYTES || n == 1, "{n} records, {b} bytes");
     }
@@ -531,6 +520,74 @@ fn no_stream_carries_more_than_its_budget_or_one_record() {
         streams.len()
     );
     assert_eq!(s.out.len(), 300 + 5 + 2000, "every record once");
+}
+
+/// (record bytes, records) of each stream the transmits went on, in order
+/// (one lane).
+fn streams(out: &[Transmit]) -> Vec<(u64, usize)> {
+    let mut streams: Vec<(u64, usize)> = vec![(0, 0)];
+    for t in out {
+        let rec = (crate::proto::RECORD_HEADER_LEN + t.data.len()) as u64
+            + if t.hash.is_some() { 32 } else { 0 };
+        if t.rotate {
+            streams.push((0, 0));
+        }
+        let last = streams.last_mut().unwrap();
+        last.0 += rec;
+        last.1 += 1;
+    }
+    streams
+}
+
+#[test]
+fn under_a_small_window_a_stream_is_long_and_it_ends_when_the_window_grows() {
+    let mut s = Sim::new(true, 1, 0);
+    s.walk("", EntryKind::Dir, None);
+    let rtt = Duration::from_millis(70);
+    let (t0, sec) = (s.now, Duration::from_secs(1));
+    // A 1 Mbit/s path's window, but only just so: streams of 1 MiB.
+    s.core.set_window(t0, 16 << 10, rtt);
+    s.core.set_window(t0 + sec, 16 << 10, rtt);
+    for i in 0..150 {
+        s.file(&format!("a{i}"), &bytes(10_000, i as u8));
+    }
+    // Two seconds of it: the next 300 files of 10 kB go on one stream with
+    // the last of the first 1 MiB (not three).
+    s.core.set_window(t0 + 2 * sec, 16 << 10, rtt);
+    for i in 150..450 {
+        s.file(&format!("a{i}"), &bytes(10_000, i as u8));
+    }
+    let record = 10_000 + crate::proto::RECORD_HEADER_LEN as u64 + 32;
+    let before = streams(&s.out);
+    assert_eq!(before.len(), 2, "{before:?}");
+    assert!(before[0].0 <= STREAM_BYTES, "{before:?}");
+    assert_eq!(before[1].1, 450 - before[0].1);
+    assert!(before[1].0 > 2 * STREAM_BYTES, "{before:?}");
+    // The window grows past SMALL_WINDOW: the next record opens a new
+    // stream, and streams hold 1 MiB again.
+    s.core.set_window(t0 + 3 * sec, SMALL_WINDOW + 1, rtt);
+    for i in 0..300 {
+        s.file(&format!("b{i}"), &bytes(10_000, i as u8));
+    }
+    let after = streams(&s.out);
+    assert_eq!(after[..2], before[..]);
+    assert!(after.len() >= 5, "{after:?}");
+    assert!(
+        after[2..].iter().all(|&(b, _)| b <= STREAM_BYTES),
+        "{after:?}"
+    );
+    assert_eq!(after[2..].iter().map(|s| s.0).sum::<u64>(), 300 * record);
+    // Small again: two seconds more before streams are long.
+    assert_eq!(
+        stream_bytes(t0 + 5 * sec, Some(t0 + 4 * sec), rtt),
+        STREAM_BYTES
+    );
+    // The rounds count too: at 700 ms, eight of them (5.6 s).
+    let (since, long) = (Some(t0), Duration::from_millis(700));
+    assert_eq!(stream_bytes(t0 + 5 * sec, since, long), STREAM_BYTES);
+    assert_eq!(stream_bytes(t0 + 6 * sec, since, long), LONG_STREAM_BYTES);
+    assert_eq!(stream_bytes(t0 + 2 * sec, since, rtt), LONG_STREAM_BYTES);
+    assert_eq!(stream_bytes(t0 + 2 * sec, None, rtt), STREAM_BYTES);
 }
 
 #[test]
