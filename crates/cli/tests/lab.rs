@@ -947,7 +947,8 @@ fn run_suite(toml: &str, args: &[&str]) -> Out {
 /// Slow start overshooting a one-BDP queue on a long fat path drops about
 /// every other packet for a while. longhaul used to keep each data stream open
 /// for the whole transfer, and quinn then aborted the connection ("too many
-/// gaps in stream buffer") in half the runs; streams now end after 1 MiB.
+/// gaps in stream buffer") in half the runs; streams now end after 1 MiB
+/// (256 MiB only once a small window has carried 512 KiB).
 #[test]
 fn longhaul_survives_a_queue_overflowing_on_a_long_fat_path() {
     let Some(_t) = take_turn() else { return };

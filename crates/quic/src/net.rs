@@ -45,7 +45,7 @@ impl Default for NetOpts {
 pub(crate) const MAX_UDP_PAYLOAD: u16 = 6500;
 
 /// Data streams a peer may have open at once. A stream of 1 MiB (the sender
-/// rotates at that) stays open until all of it, retransmissions included, is
+/// rotates at that, but on slow links) stays open until all of it, retransmissions included, is
 /// read: with loss that is two to three round trips, so 256 held a sender to
 /// about 2 BDP at 1 Gbit/s and 1 s, and at 1e-2 loss it stalled for half a
 /// second every few (the lab: rounds of 150-570 Mbit/s among 900s, the

@@ -8,7 +8,9 @@
 use crate::conns::{ConnSlot, Conns, Slots};
 use crate::control::{CtlRx, CtlTx};
 use crate::core::repair::{repair_symbols, repairs_worth_it, symbol_size, LossMeter};
-use crate::core::send::{in_hand_limit, Done, Job, SendConfig, SendCore, Transmit, Walked};
+use crate::core::send::{
+    in_hand_limit, Done, Job, PathView, SendConfig, SendCore, Transmit, Walked,
+};
 use crate::core::Role;
 use crate::proto::{ErrorCode, DATA_PRELUDE, MAX_PROTECTED, REPAIRED_PRELUDE};
 use crate::receiver::BATCH;
@@ -124,7 +126,7 @@ pub(crate) async fn run_sender(
         send_window: opts.send_window,
         connections: slots.count() as u64,
         first: conn.clone(),
-        tail: Default::default(),
+        last_path: Default::default(),
         meter,
     };
     let result = match drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &lanes).await {
@@ -162,9 +164,26 @@ async fn drive(
         // (The other connections' windows are taken to be the first's: one path.)
         let window = lanes.send_window.load(Ordering::Relaxed) * lanes.connections;
         core.set_in_hand(Instant::now(), in_hand_limit(window));
-        let (tail, cwnd, rtt) = lanes.path();
-        core.set_tail(tail);
-        core.set_window(Instant::now(), cwnd, rtt);
+        let path = lanes.path();
+        let limit = core.stream_limit();
+        core.set_tail(path.tail);
+        core.set_path(PathView {
+            cwnd: path.cwnd,
+            sent: path.sent,
+            lane_backlog: if lanes.connections > 1 {
+                u64::MAX
+            } else {
+                window / lanes.txs.len().max(1) as u64
+            },
+        });
+        if core.stream_limit() != limit {
+            tracing::debug!(
+                cwnd = path.cwnd,
+                sent = path.sent,
+                "data streams now carry up to {} bytes each",
+                core.stream_limit()
+            );
+        }
         loop {
             let mut idle = true;
             while let Some(f) = core.poll_frame() {
@@ -237,8 +256,8 @@ struct Lanes {
     connections: u64,
     first: quinn::Connection,
     /// The last [`Lanes::path`], and when it was read.
-    tail: Mutex<Option<(Instant, PathRead)>>,
-    /// The first connection's loss meter, sampled with the tail.
+    last_path: Mutex<Option<(Instant, PathRead)>>,
+    /// The first connection's loss meter, sampled with the path.
     meter: Arc<Mutex<LossMeter>>,
 }
 
@@ -246,35 +265,48 @@ impl Lanes {
     /// The transfer's last window, protected by tail repair: what the
     /// congestion windows hold (a quarter more), at most [`MAX_TAIL`]; none
     /// while the controller times its first train (its window is then
-    /// unbounded) or when the peer takes no datagrams. And the first
-    /// connection's congestion window and RTT. Read from the connection at
-    /// most every [`TAIL_EVERY`].
+    /// unbounded) or when the peer takes no datagrams; and the first
+    /// connection's congestion window and bytes sent. Read from the
+    /// connection at most every [`PATH_EVERY`].
     fn path(&self) -> PathRead {
         let now = Instant::now();
-        let mut last = self.tail.lock().unwrap();
+        let mut last = self.last_path.lock().unwrap();
         if let Some((at, read)) = *last {
-            if now < at + TAIL_EVERY {
+            if now < at + PATH_EVERY {
                 return read;
             }
         }
-        let path = self.first.stats().path;
+        let stats = self.first.stats();
+        let path = stats.path;
         self.meter.lock().unwrap().note(now, path.sent_packets);
         let cwnd = path.cwnd;
         let tail = match self.first.max_datagram_size().and_then(symbol_size) {
             Some(_) if cwnd < 1 << 30 => (cwnd * self.connections * 5 / 4).min(MAX_TAIL),
             _ => 0,
         };
-        let read = (tail, cwnd, path.rtt);
+        let read = PathRead {
+            tail,
+            cwnd,
+            sent: stats.udp_tx.bytes,
+        };
         *last = Some((now, read));
         read
     }
 }
 
-/// [`Lanes::path`]: the tail to protect, the congestion window, the RTT.
-type PathRead = (u64, u64, std::time::Duration);
+/// [`Lanes::path`].
+#[derive(Debug, Clone, Copy)]
+struct PathRead {
+    /// The transfer's last bytes to protect.
+    tail: u64,
+    /// The first connection's congestion window.
+    cwnd: u64,
+    /// The first connection's UDP bytes sent.
+    sent: u64,
+}
 
-/// How often the driver reads the congestion window for [`Lanes::path`].
-const TAIL_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
+/// How often the driver reads the connection for [`Lanes::path`].
+const PATH_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The most a transfer protects at its end (a gigabit's worth of a 2 s
 /// round trip).

@@ -538,7 +538,8 @@ fn fresh_records_wait_for_their_entries_within_a_bound() {
 /// records of the other streams are written, verified and placed while that
 /// stream waits for its repair. (QUIC delivers each stream in order, so the
 /// files behind the loss on the same stream wait too; the sender starts a
-/// new stream every `STREAM_BYTES`, which bounds them.)
+/// new stream every `STREAM_BYTES`, which bounds them, but on a slow link,
+/// where a round trip is far shorter than a stream's time on the wire.)
 #[test]
 fn a_lost_packet_holds_only_the_files_behind_it_on_its_stream() {
     let mut s = Sim::new(cfg(true));

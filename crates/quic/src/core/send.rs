@@ -31,52 +31,64 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Most record bytes a data stream carries before the sender finishes it and
-/// opens the next. A QUIC receiver buffers out-of-order data per stream and
-/// quinn aborts the connection ("too many gaps in stream buffer") when one
-/// stream holds more than about a thousand separate ranges; a long fat path
-/// whose queue overflows can drop every other packet of a stream with
-/// thousands in flight. At 1 MiB (under a thousand packets) a stream cannot
-/// reach that, and the connection's window still fills the path: finished
-/// streams stay in flight until acknowledged.
+/// opens the next (but on a slow link, [`stream_bytes`]). A QUIC receiver
+/// buffers out-of-order data per stream and quinn aborts the connection
+/// ("too many gaps in stream buffer") when one stream holds more than about
+/// a thousand separate ranges; a long fat path whose queue overflows can
+/// drop every other packet of a stream with thousands in flight. At 1 MiB
+/// (under a thousand packets) a stream cannot reach that, and the
+/// connection's window still fills the path: finished streams stay in
+/// flight until acknowledged.
 pub(crate) const STREAM_BYTES: u64 = 1 << 20;
 
 /// A congestion window this small puts at most about 90 datagrams of 1,452
-/// bytes (110 of 1,200) on the wire a round trip, so a stream cannot gather
-/// a thousand gaps before its losses are repaired (every datagram of ten
-/// round trips lost, none repaired): its streams may be long.
+/// bytes (110 of 1,200) on the wire a round trip. A thousand gaps in one
+/// stream take every other datagram of about 2,000 of that stream lost and
+/// none repaired: twenty such round trips. So while it stays this small a
+/// stream may be long ([`stream_bytes`]).
 pub(crate) const SMALL_WINDOW: u64 = 128 << 10;
 
-/// Most record bytes a stream carries while the window is at most
-/// [`SMALL_WINDOW`]. Every stream past a side's sixteenth has an ID of two
-/// bytes in each STREAM frame (a QUIC varint holds 0-63 in one byte, and a
-/// side's unidirectional streams are 4n + 2 or 4n + 3), and one byte of 1,500
-/// is 0.07 % of a slow link's time: 0.46 s of 100 files of 1 MB at 1 Mbit/s.
-/// Offsets stay under 2^30 (4-byte varints; 8 bytes past it).
+/// Streams are long only once this much has been sent while the window
+/// stayed at most [`SMALL_WINDOW`]: at least four round trips of such
+/// windows, each timed by ACKs. A fast path's window is small too until its
+/// first ACKs (its first flight and train, under 128 KiB), and a sender that
+/// waits (for the receiver's answers, or hashing files to compare) sends
+/// nothing, so neither counts; then the window grows a thousandfold in a
+/// round trip.
+pub(crate) const SMALL_SENT: u64 = 4 * SMALL_WINDOW;
+
+/// Most record bytes a stream carries while streams are long. Every stream
+/// past a side's sixteenth has an ID of two bytes in each STREAM frame (a
+/// QUIC varint holds 0-63 in one byte, and a side's unidirectional streams
+/// are 4n + 2 or 4n + 3), and one byte of 1,500 is 0.07 % of a slow link's
+/// time: 0.46 s of 100 files of 1 MB at 1 Mbit/s. Offsets stay under 2^30
+/// (4-byte varints; 8 bytes past it).
 pub(crate) const LONG_STREAM_BYTES: u64 = 256 << 20;
 
-/// Streams are long only once the window has been small this long, and for
-/// [`SMALL_ROUNDS`] round trips: a fast path's window is small too until its
-/// first ACKs, and then grows a thousandfold in a round trip, when what the
-/// lanes wrote meanwhile (quinn's send buffer, 4 MiB at first) leaves at
-/// once. A queue that overflows then drops every other datagram.
-pub(crate) const SMALL_FOR: Duration = Duration::from_secs(2);
+/// The path as the driver reads it ([`SendCore::set_path`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PathView {
+    /// The congestion window, bytes.
+    pub cwnd: u64,
+    /// Bytes the connection has sent so far (it only grows).
+    pub sent: u64,
+    /// The most a lane's stream may hold written and not yet acknowledged:
+    /// the send window over the lanes (`u64::MAX` when the lanes are spread
+    /// over several connections, whose windows the driver does not read).
+    pub lane_backlog: u64,
+}
 
-/// See [`SMALL_FOR`].
-pub(crate) const SMALL_ROUNDS: u32 = 8;
-
-/// The most record bytes a stream may carry: [`LONG_STREAM_BYTES`] once the
-/// congestion window has been at most [`SMALL_WINDOW`] since `small_since`
-/// for [`SMALL_FOR`] and [`SMALL_ROUNDS`] round trips of `rtt`, else
-/// [`STREAM_BYTES`]. The window is read between records: a long stream is
-/// finished at its first record after the window grew past
-/// [`SMALL_WINDOW`], and a window that grows from small a round at a time
-/// sends a stream's unsent bytes a small window a round.
-pub(crate) fn stream_bytes(now: Instant, small_since: Option<Instant>, rtt: Duration) -> u64 {
-    let long = small_since.is_some_and(|t| {
-        let held = now.saturating_duration_since(t);
-        held >= SMALL_FOR && held >= rtt * SMALL_ROUNDS
-    });
-    if long {
+/// The most record bytes a stream may carry: [`LONG_STREAM_BYTES`] once
+/// [`SMALL_SENT`] went out since `small_from` (the bytes sent when the
+/// window was last read at most [`SMALL_WINDOW`] after a larger one, with
+/// each lane's share of the send window at most [`STREAM_BYTES`]), else
+/// [`STREAM_BYTES`]. A long stream is finished at the first record handed
+/// to its lane after the window was read above [`SMALL_WINDOW`]; what it
+/// holds then, written and not acknowledged, is within the send window:
+/// about its lane's share (at most 1 MiB) while every lane is busy, as in a
+/// bulk transfer, and up to all of it (4 MiB) when the others are idle.
+pub(crate) fn stream_bytes(small_from: Option<u64>, sent: u64) -> u64 {
+    if small_from.is_some_and(|from| sent.saturating_sub(from) >= SMALL_SENT) {
         LONG_STREAM_BYTES
     } else {
         STREAM_BYTES
@@ -274,10 +286,12 @@ pub(crate) struct SendCore<S> {
     /// The records of the transfer's last this many bytes go on protected
     /// streams ([`Self::set_tail`]).
     tail: u64,
-    /// What a stream carries before it is finished ([`Self::set_window`]).
+    /// What a stream carries before it is finished ([`Self::set_path`]).
     stream_bytes: u64,
-    /// Since when the congestion window has been at most [`SMALL_WINDOW`].
-    small_since: Option<Instant>,
+    /// The bytes sent when the window was first read small, at most
+    /// [`SMALL_WINDOW`] (and each lane's share of the send window at most
+    /// [`STREAM_BYTES`]), and has been since.
+    small_from: Option<u64>,
     /// Records go on protected streams from now on (a window that shrinks
     /// again does not turn protection off and on, rotating every lane).
     protecting: bool,
@@ -309,7 +323,7 @@ impl<S: Clone> SendCore<S> {
             walked: false,
             tail: 0,
             stream_bytes: STREAM_BYTES,
-            small_since: None,
+            small_from: None,
             protecting: false,
             frames: VecDeque::new(),
             jobs: VecDeque::new(),
@@ -585,15 +599,20 @@ impl<S: Clone> SendCore<S> {
         self.tail = bytes;
     }
 
-    /// The path's congestion window now, in bytes, and its RTT: they set
-    /// how long the next records' streams may grow ([`stream_bytes`]).
-    pub(crate) fn set_window(&mut self, now: Instant, window: u64, rtt: Duration) {
-        if window > SMALL_WINDOW {
-            self.small_since = None;
-        } else if self.small_since.is_none() {
-            self.small_since = Some(now);
+    /// The path now: it sets how long the next records' streams may grow
+    /// ([`stream_bytes`]).
+    pub(crate) fn set_path(&mut self, path: PathView) {
+        if path.cwnd > SMALL_WINDOW || path.lane_backlog > STREAM_BYTES {
+            self.small_from = None;
+        } else if self.small_from.is_none() {
+            self.small_from = Some(path.sent);
         }
-        self.stream_bytes = stream_bytes(now, self.small_since, rtt);
+        self.stream_bytes = stream_bytes(self.small_from, path.sent);
+    }
+
+    /// What a stream carries now before it is finished ([`stream_bytes`]).
+    pub(crate) fn stream_limit(&self) -> u64 {
+        self.stream_bytes
     }
 
     /// Hand queued work to lanes with room, while the lanes together hold
