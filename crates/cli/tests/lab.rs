@@ -236,18 +236,47 @@ fn check_rtt(
     Ok(())
 }
 
-/// A lab `srv,cli` with `link` that passed [`check_rtt`], in at most three
-/// attempts, each in a fresh lab; panics with every attempt's error.
-fn rtt_lab(link: &str, count: &str, interval: &str, want: f64, over: f64, max: f64) -> Lab {
+/// What `measure` returns from the first of at most three attempts that
+/// passes; each attempt should set up a fresh lab. The errors are what the
+/// machine did (scheduling on a shared 2-core VM); a fault of the lab itself
+/// panics inside `measure`. Panics with every attempt's error.
+fn three_attempts<T>(what: &str, mut measure: impl FnMut() -> Result<T, String>) -> T {
     let mut errors = Vec::new();
     for _ in 0..3 {
-        let mut lab = Lab::up("trtt", "srv,cli", &["--link", link]);
-        match check_rtt(&mut lab, count, interval, want, over, max) {
-            Ok(()) => return lab,
-            Err(e) => errors.push(e),
+        match measure() {
+            Ok(t) => return t,
+            Err(e) => {
+                eprintln!("{what}: measured again: {e}");
+                errors.push(e);
+            }
         }
     }
-    panic!("RTT through {link}, three attempts: {errors:#?}");
+    panic!("{what}, three attempts: {errors:#?}");
+}
+
+/// A lab `srv,cli` with `link` that passed [`check_rtt`], in at most three
+/// attempts, each in a fresh lab.
+fn rtt_lab(link: &str, count: &str, interval: &str, want: f64, over: f64, max: f64) -> Lab {
+    three_attempts(&format!("RTT through {link}"), || {
+        let mut lab = Lab::up("trtt", "srv,cli", &["--link", link]);
+        check_rtt(&mut lab, count, interval, want, over, max).map(|()| lab)
+    })
+}
+
+/// Starts `lab probe sink --json` on `host` with `args` before it, its
+/// output piped.
+fn sink(lab: &Lab, host: &str, args: &[&str]) -> Child {
+    let argv: Vec<&str> = [BIN, "lab", "probe", "sink"]
+        .iter()
+        .chain(args)
+        .chain(&["--json"])
+        .copied()
+        .collect();
+    lab.cmd(host, &argv)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 #[test]
@@ -274,15 +303,7 @@ fn rtt_is_twice_the_one_way_delay() {
 /// Sends `count` small datagrams from srv to cli through cli's link and
 /// returns the sink's report and the emulator's counters of cli's down link.
 fn lossy_run(lab: &Lab, count: u64, rate: &str) -> (Value, Value) {
-    let sink = lab
-        .cmd(
-            "cli",
-            &[BIN, "lab", "probe", "sink", "--idle-ms", "1500", "--json"],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let sink = sink(lab, "cli", &["--idle-ms", "1500"]);
     std::thread::sleep(Duration::from_millis(300));
     let n = count.to_string();
     let sent = lab.probe(
@@ -390,15 +411,7 @@ fn rate_limit_delivers_the_configured_rate_and_honours_the_queue() {
         // 1 Gbit/s queue backlogged in 4 of 18 buckets). Such a run says
         // nothing about the rate limiter, so it is measured again in a fresh
         // lab, up to three times; a wrong rate while backlogged fails at once.
-        let mut machine = Vec::new();
-        while let Err(e) = check_rate(rate, offered, bps) {
-            eprintln!("{rate}: measured again: {e}");
-            machine.push(e);
-            assert!(
-                machine.len() < 3,
-                "{rate}: three attempts, each held back by the machine: {machine:#?}"
-            );
-        }
+        three_attempts(&format!("rate {rate}"), || check_rate(rate, offered, bps));
     }
 }
 
@@ -412,15 +425,7 @@ fn check_rate(rate: &str, offered: &str, bps: f64) -> Result<(), String> {
     // dry now and then, costing up to 4% of the rate.
     let link = format!("down:rate={rate} down:queue=1000pkts");
     let lab = Lab::up("trate", "srv,cli", &["--link", &link]);
-    let sink = lab
-        .cmd(
-            "cli",
-            &[BIN, "lab", "probe", "sink", "--idle-ms", "1000", "--json"],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let sink = sink(&lab, "cli", &["--idle-ms", "1000"]);
     std::thread::sleep(Duration::from_millis(300));
     let sent = lab.probe(
         "srv",
@@ -512,27 +517,8 @@ fn check_rate(rate: &str, offered: &str, bps: f64) -> Result<(), String> {
 fn multicast_reaches_each_receiver_through_its_own_losses() {
     let Some(_t) = take_turn() else { return };
     let lab = Lab::up("tmc", "srv,r1,r2", &["--link", "loss=0.1"]);
-    let sink = |host: &str| {
-        lab.cmd(
-            host,
-            &[
-                BIN,
-                "lab",
-                "probe",
-                "sink",
-                "--group",
-                "239.1.2.3",
-                "--idle-ms",
-                "1000",
-                "--json",
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-    };
-    let (s1, s2) = (sink("r1"), sink("r2"));
+    let args = ["--group", "239.1.2.3", "--idle-ms", "1000"];
+    let (s1, s2) = (sink(&lab, "r1", &args), sink(&lab, "r2", &args));
     std::thread::sleep(Duration::from_millis(400));
     let n = 20_000u64;
     lab.probe(

@@ -164,18 +164,10 @@ async fn drive(
         // (The other connections' windows are taken to be the first's: one path.)
         let window = lanes.send_window.load(Ordering::Relaxed) * lanes.connections;
         core.set_in_hand(Instant::now(), in_hand_limit(window));
-        let path = lanes.path();
+        let (tail, path) = lanes.path();
         let limit = core.stream_limit();
-        core.set_tail(path.tail);
-        core.set_path(PathView {
-            cwnd: path.cwnd,
-            sent: path.sent,
-            lane_backlog: if lanes.connections > 1 {
-                u64::MAX
-            } else {
-                window / lanes.txs.len().max(1) as u64
-            },
-        });
+        core.set_tail(tail);
+        core.set_path(path);
         if core.stream_limit() != limit {
             tracing::debug!(
                 cwnd = path.cwnd,
@@ -256,7 +248,7 @@ struct Lanes {
     connections: u64,
     first: quinn::Connection,
     /// The last [`Lanes::path`], and when it was read.
-    last_path: Mutex<Option<(Instant, PathRead)>>,
+    last_path: Mutex<Option<(Instant, (u64, PathView))>>,
     /// The first connection's loss meter, sampled with the path.
     meter: Arc<Mutex<LossMeter>>,
 }
@@ -265,10 +257,11 @@ impl Lanes {
     /// The transfer's last window, protected by tail repair: what the
     /// congestion windows hold (a quarter more), at most [`MAX_TAIL`]; none
     /// while the controller times its first train (its window is then
-    /// unbounded) or when the peer takes no datagrams; and the first
-    /// connection's congestion window and bytes sent. Read from the
+    /// unbounded) or when the peer takes no datagrams; and the path as the
+    /// core's stream rule wants it (the first connection's congestion window
+    /// and bytes sent, a lane's share of the send window). Read from the
     /// connection at most every [`PATH_EVERY`].
-    fn path(&self) -> PathRead {
+    fn path(&self) -> (u64, PathView) {
         let now = Instant::now();
         let mut last = self.last_path.lock().unwrap();
         if let Some((at, read)) = *last {
@@ -284,25 +277,19 @@ impl Lanes {
             Some(_) if cwnd < 1 << 30 => (cwnd * self.connections * 5 / 4).min(MAX_TAIL),
             _ => 0,
         };
-        let read = PathRead {
-            tail,
+        let view = PathView {
             cwnd,
             sent: stats.udp_tx.bytes,
+            // (The other connections' windows are not read.)
+            lane_backlog: if self.connections > 1 {
+                u64::MAX
+            } else {
+                self.send_window.load(Ordering::Relaxed) / self.txs.len().max(1) as u64
+            },
         };
-        *last = Some((now, read));
-        read
+        *last = Some((now, (tail, view)));
+        (tail, view)
     }
-}
-
-/// [`Lanes::path`].
-#[derive(Debug, Clone, Copy)]
-struct PathRead {
-    /// The transfer's last bytes to protect.
-    tail: u64,
-    /// The first connection's congestion window.
-    cwnd: u64,
-    /// The first connection's UDP bytes sent.
-    sent: u64,
 }
 
 /// How often the driver reads the connection for [`Lanes::path`].

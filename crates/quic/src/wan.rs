@@ -839,10 +839,15 @@ impl Wan {
     /// more than this still gets a window of its BDP. The path-RTT filter
     /// does not rise by this much or less (see `on_ack`). Zero elsewhere.
     fn own_queue(&self, path: Duration) -> Duration {
-        if self.bw <= 0.0 || self.bw >= SLOW_LINK {
+        if !self.slow_link() {
             return Duration::ZERO;
         }
         Duration::from_secs_f64(self.headroom(path) / self.bw)
+    }
+
+    /// The estimated rate is under [`SLOW_LINK`] (and there is one).
+    fn slow_link(&self) -> bool {
+        self.bw > 0.0 && self.bw < SLOW_LINK
     }
 
     /// The path RTT, or before any ACK of this controller's the
@@ -986,7 +991,7 @@ impl Wan {
     /// bytes, and more of them for flows under 36 Mbit/s moved `fair`
     /// beside CUBIC at 1 Gbit/s.
     fn headroom(&self, path: Duration) -> f64 {
-        let packets = if self.bw > 0.0 && self.bw < SLOW_LINK {
+        let packets = if self.slow_link() {
             SLOW_HEADROOM_PACKETS
         } else {
             HEADROOM_PACKETS
