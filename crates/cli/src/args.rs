@@ -36,6 +36,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Serve a directory tree to `get` and `put` clients.
+    #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
     /// Fetch files from a server: get [OPTIONS] HOST[:PORT]:REMOTE_PATH... LOCAL_DEST
     #[command(after_help = GET_HELP)]
@@ -133,6 +134,31 @@ sends only the chunks it lacks of the others; --overwrite sends every file again
 Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O,
 6 verification, 1 other, 130 interrupted.";
 
+const SERVE_HELP: &str = "\
+Access:
+  (no token)            read-only: anyone who can reach the UDP port may get
+                        any file beneath --root; every put is refused
+  --token-file F        a client must send this token (its --token-file, or
+                        LONGHAUL_TOKEN); it may get and put
+  --read-token-file R   a token that may only get; with --token-file, either
+                        token is accepted, each for what it may do
+  --read-only           no put from anyone, whatever the token
+  --allow-anonymous-put anyone who can reach the port may put (closed test
+                        networks only)
+  Wrong tokens slow their sender down (refused for 1 s, doubling to 60 s).
+  `longhaul serve --new-token FILE` writes a strong token.
+
+Listening: 0.0.0.0:7878 by default, every IPv4 address of the host (the banner
+  names them); `--listen 127.0.0.1:7878` serves this host alone.
+
+Examples:
+  longhaul serve --root /data                                  # read-only to all
+  longhaul serve --new-token /etc/longhaul/token
+  longhaul serve --root /data --token-file /etc/longhaul/token  # token holders read and write
+  longhaul serve --root /data --token-file rw.token --read-token-file ro.token
+
+Exit status: 0 stopped (Ctrl-C), 1 cannot bind or open the root, 2 usage.";
+
 #[derive(Args)]
 pub struct ServeArgs {
     /// Directory to serve; every path is confined beneath it.
@@ -162,9 +188,20 @@ pub struct ServeArgs {
     /// that open a range.
     #[arg(long, value_name = "LOW-HIGH", conflicts_with = "listen")]
     pub port_range: Option<String>,
-    /// Refuse `put`.
-    #[arg(long)]
+    /// Refuse `put` from everyone, whatever their token.
+    #[arg(long, conflicts_with = "allow_anonymous_put")]
     pub read_only: bool,
+    /// DANGEROUS: let clients without a token put files into --root.
+    /// Without a token a server is read-only; with this, anyone who can
+    /// reach its UDP port can write there. For closed test networks only:
+    /// elsewhere give writers a token (--token-file).
+    #[arg(long, conflicts_with_all = ["token_file", "read_token_file", "once"])]
+    pub allow_anonymous_put: bool,
+    /// Keep the setuid, setgid and sticky bits and write access for all of
+    /// what clients put, exactly as sent (by default dropped: a mode within
+    /// 0775).
+    #[arg(long)]
+    pub exact_modes: bool,
     /// Sessions served at once; more clients are refused with "the server
     /// is busy" (exit 3) rather than letting memory run out (a session can
     /// hold its windows, up to --window, and some tens of MB). 0: no limit.
@@ -178,9 +215,15 @@ pub struct ServeArgs {
     /// about 500MB [default: 256MiB].
     #[arg(long, value_name = "BYTES")]
     pub send_buffer: Option<String>,
-    /// Require this token (file content, trailing newline ignored); also LONGHAUL_TOKEN.
+    /// Require a token; this one (file content, trailing newline ignored)
+    /// may get and put. Also LONGHAUL_TOKEN.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Require a token; this one (file content) may only get: hand it to
+    /// those who should read but not write. With --token-file, either
+    /// token is accepted, each for what it may do.
+    #[arg(long, value_name = "FILE")]
+    pub read_token_file: Option<PathBuf>,
     /// Where the server keeps its key and certificate [default: $XDG_STATE_HOME/longhaul/server].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
@@ -267,6 +310,14 @@ pub struct TransferArgs {
     /// With --no-fsync the page cache decides when data reaches the disk.
     #[arg(long)]
     pub no_fsync: bool,
+    /// Keep the setuid, setgid and sticky bits and write access for all of
+    /// the files and directories received, exactly as sent. By default they
+    /// are dropped (a mode within 0775), as sftp and rsync without -p do:
+    /// the far side cannot plant a setuid or world-writable file. On a get
+    /// this side receives; on `put --ssh` the one-shot server does; a plain
+    /// put cannot ask (the server decides: `serve --exact-modes`).
+    #[arg(long)]
+    pub exact_modes: bool,
     /// Durable files are the default now: accepted so that older scripts
     /// still run.
     #[arg(long, hide = true, conflicts_with = "no_fsync")]

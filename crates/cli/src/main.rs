@@ -21,6 +21,7 @@ use longhaul_quic::NetOpts;
 use longhaul_quic::{join_host_port, split_host_port, DEFAULT_STREAMS};
 use longhaul_quic::{parse_rate, CcChoice};
 use longhaul_quic::{ClientOpts, ClientReport, Problem, Progress, ServeOpts, Server};
+use longhaul_transfer::shown;
 use longhaul_transfer::sync::SyncMode;
 use std::io::Write;
 use std::path::PathBuf;
@@ -108,10 +109,33 @@ fn init_logging(default_level: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| EscapingStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
+}
+
+/// Stderr for log lines: the far side's names and messages in a line
+/// cannot forge another line or reach the terminal as controls (each write
+/// is one event, its newline at the end; the logger escapes ESC in what it
+/// is given and colours the rest itself).
+struct EscapingStderr;
+
+impl Write for EscapingStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let (line, nl) = match text.strip_suffix('\n') {
+            Some(l) => (l, "\n"),
+            None => (&*text, ""),
+        };
+        let line = longhaul_transfer::shown::shown_keeping_esc(line);
+        std::io::stderr().write_all(format!("{line}{nl}").as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 async fn run(cli: Cli) -> i32 {
@@ -136,10 +160,10 @@ fn finish(r: Result<i32>) -> i32 {
         Ok(code) => code,
         Err(e) => {
             if let Some(Fail(code, msg)) = e.downcast_ref::<Fail>() {
-                eprintln!("error: {msg}");
+                eprintln!("error: {}", shown(msg));
                 return *code;
             }
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", shown(&format!("{e:#}")));
             1
         }
     }
@@ -193,15 +217,118 @@ pub(crate) fn random_token() -> String {
     raw.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn read_token(file: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
-    if let Some(f) = file {
-        let t = std::fs::read(f)
-            .map_err(|e| usage(format!("reading the token file {}: {e}", f.display())))?;
-        let t = t.strip_suffix(b"\n").unwrap_or(&t).to_vec();
-        if t.is_empty() {
-            return Err(usage(format!("the token file {} is empty", f.display())));
+/// Who may do what on a server, for its banner.
+struct Access {
+    token: bool,
+    read_token: bool,
+    anonymous_put: bool,
+    read_only: bool,
+}
+
+impl Access {
+    /// The banner's first line's end.
+    fn short(&self) -> &'static str {
+        match self {
+            Access {
+                read_only: true, ..
+            } => "read-only (--read-only)",
+            Access { token: true, .. } => "token required",
+            Access {
+                read_token: true, ..
+            } => "read-only, token required",
+            Access {
+                anonymous_put: true,
+                ..
+            } => "WARNING: anyone may put (--allow-anonymous-put)",
+            _ => "read-only: no token",
         }
-        return Ok(Some(t));
+    }
+
+    /// The banner's access line: who can read, who can write.
+    fn long(&self, port: u16, root: &std::path::Path) -> String {
+        let root = root.display();
+        let who = match (self.token, self.read_token) {
+            (false, false) => format!("anyone who can reach UDP {port}"),
+            (true, false) => "holders of the --token-file token".into(),
+            (false, true) => "holders of the --read-token-file token".into(),
+            (true, true) => "holders of either token".into(),
+        };
+        let write = match (self.read_only, self.token, self.anonymous_put) {
+            (true, _, _) => "nobody can write (--read-only)".to_string(),
+            (false, true, _) if self.read_token => {
+                "only the --token-file token can write".to_string()
+            }
+            (false, true, _) => "they can write too".to_string(),
+            (false, false, true) => format!(
+                "WARNING: --allow-anonymous-put: anyone who can reach UDP {port} can write into {root}"
+            ),
+            (false, false, false) if self.read_token => {
+                "nobody can write (no --token-file)".to_string()
+            }
+            (false, false, false) => {
+                "no token, so nobody can write (--token-file FILE lets its holders)".to_string()
+            }
+        };
+        let read = if self.token || self.read_token {
+            format!("token required; {who} can read {root}")
+        } else if self.anonymous_put {
+            format!("no token; {who} can read {root}")
+        } else {
+            format!("read-only: no token; {who} can read {root}")
+        };
+        format!("{read}; {write}")
+    }
+}
+
+/// The addresses a server bound to `local` is reachable at: `local` itself,
+/// or, bound to 0.0.0.0 (::), every address of that family on the host's
+/// interfaces (loopback first).
+fn reachable(local: std::net::SocketAddr) -> Vec<std::net::SocketAddr> {
+    use std::net::SocketAddr;
+    if !local.ip().is_unspecified() {
+        return vec![local];
+    }
+    let mut all: Vec<SocketAddr> = nix::ifaddrs::getifaddrs()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| {
+            let a = i.address?;
+            let ip: std::net::IpAddr = if let Some(v4) = a.as_sockaddr_in() {
+                v4.ip().into()
+            } else {
+                let v6 = a.as_sockaddr_in6()?;
+                // A link-local address needs its interface to be named.
+                if v6.ip().segments()[0] & 0xffc0 == 0xfe80 {
+                    return None;
+                }
+                v6.ip().into()
+            };
+            (ip.is_ipv4() == local.is_ipv4()).then(|| SocketAddr::new(ip, local.port()))
+        })
+        .collect();
+    all.sort_by_key(|a| (!a.ip().is_loopback(), *a));
+    all.dedup();
+    if all.is_empty() {
+        all.push(local);
+    }
+    all
+}
+
+/// `--read-token-file`: the file's token (it must have one).
+fn read_token_file(file: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
+    let Some(f) = file else { return Ok(None) };
+    let t = std::fs::read(f)
+        .map_err(|e| usage(format!("reading the token file {}: {e}", f.display())))?;
+    let t = t.strip_suffix(b"\n").unwrap_or(&t).to_vec();
+    if t.is_empty() {
+        return Err(usage(format!("the token file {} is empty", f.display())));
+    }
+    Ok(Some(t))
+}
+
+fn read_token(file: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
+    if file.is_some() {
+        return read_token_file(file);
     }
     Ok(std::env::var_os("LONGHAUL_TOKEN").map(|t| {
         use std::os::unix::ffi::OsStrExt;
@@ -263,6 +390,24 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         .ok_or_else(|| usage("serve needs --root DIR"))?;
     let (net, _) = net_opts(&a.net)?;
     let mut token = read_token(&a.token_file)?;
+    let read_token = read_token_file(&a.read_token_file)?;
+    if a.allow_anonymous_put && token.is_some() {
+        return Err(usage(
+            "--allow-anonymous-put with a token (LONGHAUL_TOKEN): with a token, only its \
+             holders may put; drop one of them",
+        ));
+    }
+    if token.is_some() && token == read_token {
+        return Err(usage(
+            "the read token (--read-token-file) is the read-and-write token: \
+             make one with `longhaul serve --new-token FILE`",
+        ));
+    }
+    if a.once && read_token.is_some() {
+        return Err(usage(
+            "serve --once has one token: --read-token-file does not apply",
+        ));
+    }
     if a.once && token.is_none() {
         token = Some(random_token().into_bytes());
     }
@@ -275,12 +420,14 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
             "serve --once sends its token as text: the token is not UTF-8",
         ));
     }
-    if let Some(t) = token.as_ref().filter(|t| t.len() < MIN_TOKEN) {
-        eprintln!(
-            "longhaul serve: warning: the token is only {} bytes and can be guessed; \
-             `longhaul serve --new-token FILE` writes a strong one",
-            t.len()
-        );
+    for (which, t) in [("the", &token), ("the read", &read_token)] {
+        if let Some(t) = t.as_ref().filter(|t| t.len() < MIN_TOKEN) {
+            eprintln!(
+                "longhaul serve: warning: {which} token is only {} bytes and can be guessed; \
+                 `longhaul serve --new-token FILE` writes a strong one",
+                t.len()
+            );
+        }
     }
     let ssh_ip = ssh::ssh_connection_ip();
     // Every address, also with --once: behind NAT the address the ssh
@@ -301,6 +448,9 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         listen: std::net::SocketAddr::new(ip, ports[0]),
         read_only: a.read_only,
         token: token.clone(),
+        read_token: read_token.clone(),
+        anonymous_put: a.allow_anonymous_put,
+        exact_modes: a.exact_modes,
         state_dir,
         net,
         streams: match a.net.streams {
@@ -331,22 +481,42 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
     if a.once {
         return ssh::serve_once(server, ssh_ip, &token.unwrap_or_default()).await;
     }
+    let local = server.local_addr()?;
+    let access = Access {
+        token: token.is_some(),
+        read_token: read_token.is_some(),
+        anonymous_put: a.allow_anonymous_put,
+        read_only: a.read_only,
+    };
     let mut out = std::io::stdout().lock();
+    // The first two lines are what scripts read: the address, then the
+    // fingerprint.
     writeln!(
         out,
-        "longhaul serve: root {}, listening on {}{}{}",
+        "longhaul serve: root {}, listening on {local}, {}",
         root.display(),
-        server.local_addr()?,
-        if a.read_only { ", read-only" } else { "" },
-        if a.token_file.is_some() || std::env::var_os("LONGHAUL_TOKEN").is_some() {
-            ", token required"
-        } else {
-            ""
-        }
+        access.short()
     )?;
     writeln!(out, "fingerprint {}", server.fingerprint)?;
+    writeln!(out, "access: {}", access.long(local.port(), &root))?;
+    writeln!(
+        out,
+        "reachable at {}",
+        reachable(local)
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
     out.flush()?;
     drop(out);
+    if a.allow_anonymous_put {
+        tracing::warn!(
+            "--allow-anonymous-put: anyone who can reach UDP {} may write into {}",
+            local.port(),
+            root.display()
+        );
+    }
     let close = server.closer();
     tokio::select! {
         r = server.run() => r?,
@@ -432,6 +602,7 @@ pub(crate) fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOp
             None => 1,
         },
         durable: !a.no_fsync,
+        exact_modes: a.exact_modes,
         interrupt: Default::default(),
         connect_timeout: None,
     })
@@ -533,7 +704,7 @@ fn conclude(r: Result<ClientReport, Problem>, op: &str, t: &TransferArgs) -> i32
             // Problems go to stderr also with --json: a script that keeps only
             // stdout still shows its user why it failed.
             for p in &rep.problems {
-                eprintln!("error: {p}");
+                eprintln!("error: {}", shown(&p.to_string()));
             }
             if t.json {
                 println!(
@@ -546,7 +717,7 @@ fn conclude(r: Result<ClientReport, Problem>, op: &str, t: &TransferArgs) -> i32
             rep.exit_code()
         }
         Err(p) => {
-            eprintln!("error: {p}");
+            eprintln!("error: {}", shown(&p.to_string()));
             if t.json {
                 print_failure(op, std::slice::from_ref(&p), false);
             }

@@ -76,7 +76,13 @@ beneath --dest. Each session's result is logged on stderr (with --json, as one
 JSON line on stdout).
 
 Example:
-  longhaul multicast receive --group 239.7.7.7:7000 --dest /products --id dwd
+  longhaul multicast receive --group 239.7.7.7:7000 --dest /products --id dwd \
+      --key-file /etc/longhaul/mc.key
+
+Senders: with --key-file only sessions sealed with that key are taken. Without a
+key every session is refused (logged), unless --accept-any-sender: then anyone
+who can reach the group or port can write files into --dest, which is for a
+trusted, closed network only.
 
 Exit status (--once): 0 the session completed and verified, 2 usage, 3 the
   session failed (sender ended or went silent, not in a closed group), 5 local
@@ -157,9 +163,25 @@ pub struct ReceiveArgs {
     /// Shared key file (the sender's): only sealed sessions under it are taken.
     #[arg(long, value_name = "F")]
     pub key_file: Option<PathBuf>,
+    /// Without --key-file, take unsealed sessions from any sender: anyone who
+    /// can reach the group or port can then write files into --dest. For a
+    /// trusted, closed network only; without a key and without this, every
+    /// session is refused.
+    #[arg(long, conflicts_with = "key_file")]
+    pub accept_any_sender: bool,
     /// Local IPv4 address of the interface to join the group on.
     #[arg(long, value_name = "ADDR")]
     pub interface: Option<Ipv4Addr>,
+    /// Keep the setuid, setgid and sticky bits and write access for all of
+    /// the files received, exactly as sent (by default dropped: a mode
+    /// within 0775).
+    #[arg(long)]
+    pub exact_modes: bool,
+    /// Where the receiver keeps the sealed sessions it took in the last 10
+    /// minutes, to refuse them if replayed (a file per --dest)
+    /// [default: $XDG_STATE_HOME/longhaul/multicast].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Exit after the first session.
     #[arg(long)]
     pub once: bool,
@@ -277,6 +299,10 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
             2
         })),
         max_passes: a.max_passes,
+        created_us: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros() as u64,
         ..SenderConfig::default()
     };
     let start = Instant::now();
@@ -343,7 +369,8 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
         if let Some(l) = line {
             let l = format!("{:7.2} s  {l}", start.elapsed().as_secs_f64());
             if !quiet {
-                bar.println(&l);
+                // (A receiver's error is its own text.)
+                bar.println(longhaul_transfer::shown(&l));
             }
             log.push(l);
         }
@@ -376,7 +403,7 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
                 RxState::Expected => "absent".to_string(),
                 RxState::Active => "incomplete".to_string(),
                 RxState::Completed => "completed".to_string(),
-                RxState::Failed(w) => format!("FAILED ({w})"),
+                RxState::Failed(w) => format!("FAILED ({})", longhaul_transfer::shown(w)),
                 RxState::GaveUp(w) => format!("given up ({w})"),
             };
             let t = r
@@ -454,20 +481,42 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
     longhaul_mcast::wire::check_name(&name).map_err(|e| usage(format!("--id: {e}")))?;
     let mut cfg = ReceiverConfig::new(&name);
     cfg.key_material = read_key(&a.key_file)?;
+    cfg.accept_unsealed = a.accept_any_sender;
     cfg.idle_timeout = a.idle_timeout;
     let mut core = Receiver::new(cfg).map_err(usage)?;
-    let mut store = FileStore::new(&a.dest).context("destination")?;
+    let state = a
+        .state_dir
+        .clone()
+        .unwrap_or_else(longhaul_quic::identity::default_multicast_state_dir);
+    // One record per destination (by its canonical path).
+    let canon = std::fs::canonicalize(&a.dest).unwrap_or_else(|_| a.dest.clone());
+    let tag = blake3::hash(canon.as_os_str().as_encoded_bytes()).to_hex();
+    let mut store = FileStore::new(&a.dest)
+        .context("destination")?
+        .exact_modes(a.exact_modes)
+        .sessions_file(state.join(format!("sessions-{}", &tag[..16])));
     let sock =
         udp::receiver_socket(addr, a.interface).with_context(|| format!("listening on {addr}"))?;
+    let trust = match (&a.key_file, a.accept_any_sender) {
+        (Some(_), _) => "taking only what is sealed with --key-file".to_string(),
+        (None, true) => format!(
+            "WARNING: --accept-any-sender: any sender that reaches {addr} can write into {}",
+            a.dest.display()
+        ),
+        (None, false) => "REFUSING every sender: no --key-file (give the sender's; \
+             --accept-any-sender takes unsealed sessions on a closed network)"
+            .to_string(),
+    };
     if !a.json {
         eprintln!(
-            "longhaul multicast receive: {} on {addr}, writing to {}",
+            "longhaul multicast receive: {} on {addr}, writing to {}; {trust}",
             name,
             a.dest.display()
         );
     }
     let mut last: Option<ReceiveReport> = None;
     let json = a.json;
+    let has_key = a.key_file.is_some();
     udp::run_receiver(
         &sock,
         &mut core,
@@ -491,6 +540,26 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
                     eprintln!("session {session:016x} from {sender}: {files} files, {bytes} bytes");
                 }
             }
+            ReceiverEvent::Refused {
+                session,
+                sender,
+                why,
+            } => {
+                if json {
+                    println!(
+                        "{}",
+                        json!({"event": "refused", "session": format!("{session:016x}"),
+                    "sender": sender.to_string(), "why": why})
+                    );
+                } else if has_key {
+                    eprintln!("session {session:016x} from {sender}: refused: {why}");
+                } else {
+                    eprintln!(
+                        "session {session:016x} from {sender}: refused: {why} (--key-file F, \
+                         the sender's; or --accept-any-sender on a closed network)"
+                    );
+                }
+            }
             ReceiverEvent::Rejected { session } if !json => {
                 eprintln!("session {session:016x}: this receiver is not in its closed group");
             }
@@ -508,7 +577,11 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
                         r.packets + r.lost
                     );
                 } else {
-                    eprintln!("session {:016x}: FAILED: {}", r.session, r.error);
+                    eprintln!(
+                        "session {:016x}: FAILED: {}",
+                        r.session,
+                        longhaul_transfer::shown(&r.error)
+                    );
                 }
                 last = Some(r);
             }

@@ -448,6 +448,9 @@ fn serve_args(t: &TransferArgs) -> Vec<String> {
     if let Some(w) = &t.net.window {
         v.extend(["--window".into(), w.clone()]);
     }
+    if t.exact_modes {
+        v.push("--exact-modes".into());
+    }
     // A one-shot server runs one worker; a session over N connections
     // wants N there too.
     if let Some(n) = t.connections.filter(|&n| n > 1) {

@@ -38,6 +38,14 @@ pub trait Store {
     }
     /// The session failed: remove what `begin` and `write` left.
     fn abort(&mut self);
+    /// May the sealed session `session`, made at `created_us` (the sender's
+    /// wall clock, µs since the Unix epoch), be taken? Err: why not (made
+    /// too long ago, or taken before: a replay). A store that says yes
+    /// remembers the session. The default takes every session.
+    fn admit(&mut self, session: u64, created_us: u64) -> Result<(), String> {
+        let _ = (session, created_us);
+        Ok(())
+    }
 }
 
 /// A receiver's settings; [`ReceiverConfig::new`] gives the defaults.
@@ -48,6 +56,11 @@ pub struct ReceiverConfig {
     pub name: String,
     /// Key file contents; with them every datagram must be sealed.
     pub key_material: Option<Vec<u8>>,
+    /// Without a key: take unsealed sessions from any sender (a trusted,
+    /// closed network). Without a key and without this, every session is
+    /// refused ([`ReceiverEvent::Refused`]): anyone who can reach the
+    /// receiver could otherwise write files into its store.
+    pub accept_unsealed: bool,
     /// A session whose sender has been silent this long is failed.
     pub idle_timeout: Duration,
     /// Extra symbols asked per block beyond K (decoding at K fails ~1 % of the time).
@@ -55,11 +68,14 @@ pub struct ReceiverConfig {
 }
 
 impl ReceiverConfig {
-    /// Defaults for a receiver called `name`: no key, a 30 s idle timeout, a margin of 2.
+    /// Defaults for a receiver called `name`: no key (and so no session
+    /// taken until a key or `accept_unsealed` is set), a 30 s idle timeout,
+    /// a margin of 2.
     pub fn new(name: &str) -> ReceiverConfig {
         ReceiverConfig {
             name: name.to_string(),
             key_material: None,
+            accept_unsealed: false,
             idle_timeout: Duration::from_secs(30),
             margin: 2,
         }
@@ -135,6 +151,18 @@ pub enum ReceiverEvent {
     },
     /// A session is over, completed or not; the receiver takes the next one.
     Ended(ReceiveReport),
+    /// A session was refused: unsealed while this receiver has no key and
+    /// does not take unsealed sessions ([`ReceiverConfig::accept_unsealed`]),
+    /// or sealed but refused by the store ([`Store::admit`]: made too long
+    /// ago, or a replay). Once per session; its datagrams are dropped.
+    Refused {
+        /// Session id.
+        session: u64,
+        /// The sender's address.
+        sender: SocketAddr,
+        /// Why.
+        why: String,
+    },
     /// A datagram was dropped (counted in `stats`).
     Dropped {
         /// Where it came from.
@@ -238,6 +266,8 @@ pub struct Receiver {
     cfg: ReceiverConfig,
     sess: Option<Session>,
     finished: VecDeque<u64>,
+    /// Unsealed sessions refused lately (at most [`FINISHED_MEMORY`]).
+    refused: VecDeque<u64>,
     out: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
@@ -255,6 +285,7 @@ impl Receiver {
             cfg,
             sess: None,
             finished: VecDeque::new(),
+            refused: VecDeque::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
@@ -298,6 +329,24 @@ impl Receiver {
                 let done = data.saturating_sub(s.undone);
                 (done, data, s.layout.data_len)
             })
+    }
+
+    /// Refuses a session: said once (the first of at most
+    /// [`FINISHED_MEMORY`] remembered), its datagrams dropped.
+    fn refuse(&mut self, from: SocketAddr, session: u64, why: String) {
+        self.stats.dropped += 1;
+        if self.refused.contains(&session) {
+            return;
+        }
+        self.refused.push_back(session);
+        if self.refused.len() > FINISHED_MEMORY {
+            self.refused.pop_front();
+        }
+        self.events.push_back(ReceiverEvent::Refused {
+            session,
+            sender: from,
+            why,
+        });
     }
 
     fn drop(&mut self, from: SocketAddr, why: String) {
@@ -447,12 +496,19 @@ impl Receiver {
             if h.kind != wire::Kind::Announce {
                 return self.drop(from, format!("{:?} before any ANNOUNCE", h.kind));
             }
+            if self.refused.contains(&h.session) {
+                self.stats.dropped += 1;
+                return;
+            }
             let k = match Key::from_material(m, h.session) {
                 Ok(k) => k,
                 Err(e) => return self.drop(from, e),
             };
             match wire::decode(datagram, Some(&k)) {
-                Ok((_, Msg::Announce(a))) => self.open_session(now, from, h.session, a, Some(k)),
+                Ok((_, Msg::Announce(a))) => match store.admit(h.session, a.created_us) {
+                    Ok(()) => self.open_session(now, from, h.session, a, Some(k)),
+                    Err(why) => self.refuse(from, h.session, why),
+                },
                 Ok(_) => unreachable!("kind checked"),
                 Err(e) => self.drop(from, e.to_string()),
             }
@@ -471,6 +527,10 @@ impl Receiver {
         }
         if self.sess.is_none() {
             match msg {
+                Msg::Announce(_) if !self.cfg.accept_unsealed => {
+                    let why = "not sealed, and this receiver has no key".to_string();
+                    self.refuse(from, h.session, why);
+                }
                 Msg::Announce(a) => self.open_session(now, from, h.session, a, None),
                 m => self.drop(from, format!("{:?} before any ANNOUNCE", m.kind())),
             }

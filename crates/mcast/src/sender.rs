@@ -70,6 +70,9 @@ pub struct SenderConfig {
     pub wire_overhead: usize,
     /// How much sending a stalled sender may make up in one burst (see pacing).
     pub catch_up: Duration,
+    /// When the session was made: the sender's wall clock, µs since the Unix
+    /// epoch ([`crate::wire::Announce::created_us`]).
+    pub created_us: u64,
 }
 
 impl Default for SenderConfig {
@@ -88,6 +91,7 @@ impl Default for SenderConfig {
             silent_time: Duration::from_secs(5),
             wire_overhead: 28,
             catch_up: Duration::from_millis(10),
+            created_us: 0,
         }
     }
 }
@@ -529,6 +533,7 @@ impl Sender {
             open: self.cfg.group == Group::Open,
             time_us: self.now_us(now),
             grtt_us: self.grtt().as_micros().min(u32::MAX as u128) as u32,
+            created_us: self.cfg.created_us,
         })
     }
 

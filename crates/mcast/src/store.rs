@@ -257,6 +257,12 @@ pub struct FileStore {
     open: FdCache,
     /// How long the last `finish` (sync, verify, rename) took.
     finish_time: std::time::Duration,
+    /// Keep the modes sent exactly ([`FileStore::exact_modes`]).
+    exact_modes: bool,
+    /// Where the sealed sessions taken are kept ([`FileStore::sessions_file`]).
+    sessions: Option<PathBuf>,
+    /// The same, in memory, when there is no such file.
+    seen: Vec<(u64, u64)>,
 }
 
 impl FileStore {
@@ -271,7 +277,27 @@ impl FileStore {
             parts: Vec::new(),
             open: FdCache::default(),
             finish_time: std::time::Duration::ZERO,
+            exact_modes: false,
+            sessions: None,
+            seen: Vec::new(),
         })
+    }
+
+    /// Keep the sealed sessions taken within [`REPLAY_WINDOW`] in `file`
+    /// (one line each: the session id in hex, when it was made in µs since
+    /// the Unix epoch), so that a restarted receiver refuses them too;
+    /// without one they are kept in memory only.
+    pub fn sessions_file(mut self, file: PathBuf) -> FileStore {
+        self.sessions = Some(file);
+        self
+    }
+
+    /// Keep the modes sent exactly, setuid, setgid, sticky and world-write
+    /// bits included (`--exact-modes`); by default they are dropped
+    /// ([`longhaul_transfer::place::received_mode`]).
+    pub fn exact_modes(mut self, exact: bool) -> FileStore {
+        self.exact_modes = exact;
+        self
     }
 
     fn file(&mut self, i: usize) -> io::Result<&File> {
@@ -318,7 +344,8 @@ impl FileStore {
                     String::from_utf8_lossy(&it.path)
                 ));
             }
-            longhaul_transfer::place::apply_meta(&f, it.mode, it.mtime_ns)
+            let mode = longhaul_transfer::place::received_mode(it.mode, self.exact_modes);
+            longhaul_transfer::place::apply_meta(&f, mode, it.mtime_ns)
                 .and_then(|_| {
                     p.dir
                         .rename(os(&sibling_name(&p.name, PART)), &p.dir, os(&p.name))
@@ -338,7 +365,79 @@ impl FileStore {
     }
 }
 
+/// How far a sealed session's making may lie from this receiver's clock
+/// (either way) for it to be taken: a session recorded and replayed later
+/// than this is refused for its age, sooner by [`SESSIONS_FILE`].
+pub const REPLAY_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl FileStore {
+    /// [`Store::admit`] at `now_us` (this host's clock, µs since the Unix epoch).
+    fn admit_at(&mut self, session: u64, created_us: u64, now_us: u64) -> Result<(), String> {
+        let window = REPLAY_WINDOW.as_micros() as u64;
+        if created_us.saturating_add(window) < now_us {
+            return Err(format!(
+                "made {} s ago, more than {} s: a replay (or the sender's clock is that far behind)",
+                (now_us - created_us) / 1_000_000,
+                REPLAY_WINDOW.as_secs()
+            ));
+        }
+        if created_us > now_us.saturating_add(window) {
+            return Err(format!(
+                "made {} s from now: the sender's clock is more than {} s ahead",
+                (created_us - now_us) / 1_000_000,
+                REPLAY_WINDOW.as_secs()
+            ));
+        }
+        if let Some(path) = &self.sessions {
+            self.seen = match std::fs::read_to_string(path) {
+                Ok(t) => t
+                    .lines()
+                    .filter_map(|l| {
+                        let (id, at) = l.split_once(' ')?;
+                        Some((u64::from_str_radix(id, 16).ok()?, at.parse().ok()?))
+                    })
+                    .collect(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            };
+        }
+        if self.seen.iter().any(|&(id, _)| id == session) {
+            return Err("taken before: a replay of a session this receiver has had".into());
+        }
+        self.seen
+            .retain(|&(_, at)| at.saturating_add(window) >= now_us);
+        self.seen.push((session, created_us));
+        let Some(path) = &self.sessions else {
+            return Ok(());
+        };
+        let text: String = self
+            .seen
+            .iter()
+            .map(|(id, at)| format!("{id:016x} {at}\n"))
+            .collect();
+        let mut tmp = path.clone().into_os_string();
+        tmp.push(".tmp");
+        let written = (|| {
+            if let Some(d) = path.parent() {
+                std::fs::create_dir_all(d)?;
+            }
+            let mut f = File::create(&tmp)?;
+            io::Write::write_all(&mut f, text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)
+        })();
+        written.map_err(|e| format!("recording the session in {}: {e}", path.display()))
+    }
+}
+
 impl Store for FileStore {
+    fn admit(&mut self, session: u64, created_us: u64) -> Result<(), String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.admit_at(session, created_us, now.as_micros() as u64)
+    }
+
     fn begin(&mut self, m: &Manifest) -> Result<(), String> {
         self.abort();
         let base = Dir::open_ambient_dir(&self.dest_dir, cap_std::ambient_authority())
@@ -349,7 +448,8 @@ impl Store for FileStore {
         for it in &m.items {
             let rel = RelPath::from_wire(&it.path).map_err(|e| e.to_string())?;
             if it.kind == EntryKind::Dir {
-                dest.make_dir(&rel, it.mode, it.mtime_ns)
+                let mode = longhaul_transfer::place::received_mode(it.mode, self.exact_modes);
+                dest.make_dir(&rel, mode, it.mtime_ns)
                     .map_err(|e| format!("{}: {e}", rel.display()))?;
             }
         }
@@ -408,5 +508,45 @@ impl Store for FileStore {
         }
         self.manifest = None;
         self.dest = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_are_taken_once_within_the_window_and_remembered_across_restarts() {
+        let t = tempfile::tempdir().unwrap();
+        let now = 1_800_000_000_000_000u64;
+        let w = REPLAY_WINDOW.as_micros() as u64;
+        let file = t.path().join("state/sessions");
+        let store = || {
+            FileStore::new(&t.path().join("dest"))
+                .unwrap()
+                .sessions_file(file.clone())
+        };
+        let mut s = store();
+        s.admit_at(1, now - 5_000_000, now).unwrap();
+        s.admit_at(2, now, now).unwrap();
+        let e = s.admit_at(1, now - 5_000_000, now).unwrap_err();
+        assert!(e.contains("a replay"), "{e}");
+        // A new store on the same file: a restarted receiver.
+        let mut s = store();
+        let e = s.admit_at(2, now, now + 1).unwrap_err();
+        assert!(e.contains("a replay"), "{e}");
+        let e = s.admit_at(3, now - w - 1_000_000, now).unwrap_err();
+        assert!(e.starts_with("made 601 s ago"), "{e}");
+        let e = s.admit_at(4, now + w + 2_000_000, now).unwrap_err();
+        assert!(e.starts_with("made 602 s from now"), "{e}");
+        // Entries older than the window are forgotten as new ones come.
+        s.admit_at(5, now + w, now + w).unwrap();
+        let kept = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(kept.lines().count(), 2, "{kept}");
+        assert_eq!(
+            std::fs::read_dir(t.path().join("dest")).unwrap().count(),
+            0,
+            "nothing in the destination"
+        );
     }
 }

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub const MAGIC: [u8; 2] = *b"LM";
 /// Protocol version, byte 2 of the header; a datagram of another version is refused
 /// ([`WireError::Version`]).
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes of the header every datagram starts with; a sealed datagram's associated data.
 pub const HEADER_LEN: usize = 16;
 /// Fixed fields of a DATA body before the symbol: seq u64, block u32, esi u32.
@@ -97,6 +97,10 @@ pub struct Announce {
     pub time_us: u64,
     /// The group round-trip time the sender works with (µs).
     pub grtt_us: u32,
+    /// When the sender made the session (its wall clock, µs since the Unix
+    /// epoch): a receiver with a key refuses a session made long ago, or
+    /// one it has taken already (a replay).
+    pub created_us: u64,
 }
 
 /// "Report what you still need": sent at the end of each pass.
@@ -490,6 +494,7 @@ mod tests {
                 open: false,
                 time_us: 123,
                 grtt_us: 700_000,
+                created_us: 1_790_000_000_000_000,
             }),
             Msg::Data(
                 DataHdr {

@@ -170,6 +170,7 @@ fn run_keyed(
         .map(|(i, link)| {
             let mut rc = ReceiverConfig::new(names[i]);
             rc.key_material = key.map(|k| k.to_vec());
+            rc.accept_unsealed = key.is_none();
             let mut rx = Receiver::new(rc).unwrap();
             rx.seed(seed + i as u64);
             Node {
@@ -528,7 +529,9 @@ fn hostile_datagrams_are_dropped_never_fatal() {
     let mut c = cfg(&["a"]);
     c.announce_window = Duration::from_millis(100);
     let mut sender = Sender::new(c, 77, None, manifest.encode(), data.len() as u64, t0).unwrap();
-    let mut rx = Receiver::new(ReceiverConfig::new("a")).unwrap();
+    let mut rc = ReceiverConfig::new("a");
+    rc.accept_unsealed = true;
+    let mut rx = Receiver::new(rc).unwrap();
     let mut store = MemStore::default();
     let mut src = MemSource(data.clone());
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
@@ -658,4 +661,71 @@ fn a_held_up_sender_keeps_its_rate_in_bounded_bursts() {
         "a burst of {biggest} bits, cap {cap}"
     );
     assert!(biggest as f64 > 6e-3 * 100e6, "the stalls were not made up");
+}
+
+/// A receiver without a key that was not told to take unsealed sessions
+/// refuses one: a single `Refused` event however often it is announced,
+/// nothing sent back (no REGISTER), nothing stored; told to, it takes it.
+#[test]
+fn a_keyless_receiver_refuses_unsealed_sessions_unless_told_to_take_them() {
+    let (manifest, data) = dataset(3, &[20_000]);
+    let t0 = Instant::now();
+    let saddr: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+    for accept in [false, true] {
+        let mut c = cfg(&["a"]);
+        c.announce_window = Duration::from_millis(100);
+        let mut sender =
+            Sender::new(c, 78, None, manifest.encode(), data.len() as u64, t0).unwrap();
+        let mut rc = ReceiverConfig::new("a");
+        rc.accept_unsealed = accept;
+        let mut rx = Receiver::new(rc).unwrap();
+        let mut store = MemStore::default();
+        let mut src = MemSource(data.clone());
+        let (mut out, mut now) = (Vec::new(), t0);
+        let (mut refused, mut replies, mut ended) = (Vec::new(), 0, None);
+        let mut announced = 0;
+        while ended.is_none() && now < t0 + Duration::from_secs(5) {
+            while let Some(_d) = sender.poll_transmit(now, &mut src, &mut out).unwrap() {
+                announced += 1;
+                rx.handle(now, saddr, &mut out.clone(), &mut store);
+            }
+            if rx.poll_timeout().is_some_and(|t| t <= now) {
+                rx.handle_timeout(now, &mut store);
+            }
+            while let Some((_, mut b)) = rx.poll_transmit() {
+                replies += 1;
+                sender.handle(now, "10.0.0.2:6000".parse().unwrap(), &mut b);
+            }
+            while let Some(e) = rx.poll_event() {
+                match e {
+                    ReceiverEvent::Refused {
+                        session,
+                        sender,
+                        why,
+                    } => {
+                        assert_eq!(why, "not sealed, and this receiver has no key");
+                        refused.push((session, sender))
+                    }
+                    ReceiverEvent::Ended(r) => ended = Some(r),
+                    _ => {}
+                }
+            }
+            while sender.poll_event().is_some() {}
+            now += Duration::from_millis(1);
+        }
+        if accept {
+            assert!(refused.is_empty(), "{refused:?}");
+            assert!(ended.expect("session ended").ok);
+            assert_eq!(store.data, data);
+        } else {
+            assert!(announced > 1, "the sender announced {announced} times");
+            assert_eq!(refused, vec![(78, saddr)], "one Refused per session");
+            assert_eq!(replies, 0, "a refused session gets no REGISTER");
+            assert!(ended.is_none());
+            assert!(
+                store.manifest.is_none() && store.writes == 0,
+                "nothing stored"
+            );
+        }
+    }
 }

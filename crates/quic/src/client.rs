@@ -55,6 +55,10 @@ pub struct ClientOpts {
     /// The receiving side names a file only once its data is synced, and
     /// syncs its file system before it reports (false: `--no-fsync`).
     pub durable: bool,
+    /// A get keeps the modes received exactly (`--exact-modes`), setuid,
+    /// setgid, sticky and world-write bits included; else within
+    /// [`longhaul_transfer::place::SAFE_MODE_BITS`].
+    pub exact_modes: bool,
     /// Closes the transfer's connection on Ctrl-C.
     pub interrupt: Interrupt,
     /// How long the handshake may go unanswered before the server is taken
@@ -125,6 +129,7 @@ impl ClientOpts {
             sync: SyncMode::SizeMtime,
             rates: None,
             durable: true,
+            exact_modes: false,
             interrupt: Interrupt::default(),
         }
     }
@@ -924,6 +929,7 @@ pub async fn get<R: AsRef<[u8]>>(
             sync: opts.sync,
             fresh,
             durable: opts.durable,
+            exact_modes: opts.exact_modes,
         },
         progress.clone(),
     )

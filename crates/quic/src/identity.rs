@@ -93,6 +93,12 @@ pub fn default_state_dir() -> PathBuf {
     base_dir("XDG_STATE_HOME", ".local/state").join("longhaul/server")
 }
 
+/// A multicast receiver's state (the sealed sessions it took):
+/// `$XDG_STATE_HOME/longhaul/multicast`, else `~/.local/state/longhaul/multicast`.
+pub fn default_multicast_state_dir() -> PathBuf {
+    base_dir("XDG_STATE_HOME", ".local/state").join("longhaul/multicast")
+}
+
 /// The client's rate memory (`crate::rates`): `$XDG_STATE_HOME/longhaul/rates`,
 /// else `~/.local/state/longhaul/rates`.
 pub fn default_rates() -> PathBuf {

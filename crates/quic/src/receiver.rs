@@ -51,6 +51,8 @@ pub(crate) struct RecvOpts {
     pub fresh: bool,
     /// Durable files ([`RecvConfig::durable`]).
     pub durable: bool,
+    /// See [`RecvConfig::exact_modes`].
+    pub exact_modes: bool,
 }
 
 /// What reaches the driver's loop besides control frames.
@@ -95,6 +97,7 @@ pub(crate) async fn run_receiver(
         sync: opts.sync,
         fresh: opts.fresh,
         durable: opts.durable,
+        exact_modes: opts.exact_modes,
         max_waiting: MAX_WAITING,
     };
     let mut core = RecvCore::new(cfg, dest.landing, progress.clone());

@@ -41,11 +41,19 @@ pub struct ServeOpts {
     /// The UDP address to bind (port 0: any free port, see
     /// [`Server::local_addr`]).
     pub listen: SocketAddr,
-    /// Refuse every put (`Fatal { code: ReadOnly }`).
+    /// Refuse every put, whatever the token (`Fatal { code: ReadOnly }`).
     pub read_only: bool,
-    /// The secret a client's `Hello.token` must equal; None admits every
-    /// client.
+    /// The token that may read and write. With neither this nor
+    /// `read_token` every client may read, and none may write unless
+    /// `anonymous_put`; with either, a client must present one of them.
     pub token: Option<Vec<u8>>,
+    /// A token that may only read (get).
+    pub read_token: Option<Vec<u8>>,
+    /// Without tokens: let every client put (`--allow-anonymous-put`).
+    pub anonymous_put: bool,
+    /// Puts keep the modes sent exactly (`--exact-modes`); else within
+    /// [`longhaul_transfer::place::SAFE_MODE_BITS`].
+    pub exact_modes: bool,
     /// Where the server's certificate and key (`cert.der`, `key.der`) are
     /// kept; created on first start.
     pub state_dir: PathBuf,
@@ -158,7 +166,7 @@ impl Server {
             root: self.root.clone(),
             opts: self.opts.clone(),
             throttle: Default::default(),
-            live: AtomicUsize::new(0),
+            pending: Default::default(),
             trimming: AtomicBool::new(false),
             trim_at: std::sync::Mutex::new(Instant::now()),
             budget: (self.opts.send_buffer > 0).then(|| SendBudget::new(self.opts.send_buffer)),
@@ -188,6 +196,23 @@ impl Server {
             };
             let Some(incoming) = incoming else { break };
             let remote = incoming.remote_address();
+            // Handshakes in progress are bounded apart from sessions (as
+            // sshd's MaxStartups): past a few, a client must prove its
+            // address first (a stateless Retry: a forged source costs one
+            // packet and no state); past many, or many from one address,
+            // an attempt is ignored (its client sends its Initial again).
+            let (pending, from_ip) = ctx.pending.load(remote.ip());
+            if pending >= RETRY_ABOVE && !incoming.remote_address_validated() {
+                if let Err(e) = incoming.retry() {
+                    e.into_incoming().ignore();
+                }
+                continue;
+            }
+            if pending >= MAX_PENDING || from_ip >= MAX_PENDING_PER_IP {
+                tracing::debug!("{remote}: ignored: {pending} handshakes in progress");
+                incoming.ignore();
+                continue;
+            }
             // accept() builds the connection and its controller synchronously, so the
             // factory's last handle is this connection's.
             // Transport parameters depend on the peer (the path MTU of loopback is known).
@@ -200,30 +225,18 @@ impl Server {
                 }
             };
             let cc = self.factory.take_last();
-            // Sessions are counted at their Hello (a session may run over
-            // several connections); connections before that, up to as many
-            // as that many full sessions may have.
-            let max = self.opts.max_sessions;
-            if max > 0 && ctx.live.load(Ordering::Relaxed) >= max * MAX_CONNECTIONS as usize {
-                tracing::warn!(
-                    "{remote}: refused: already serving {max} session(s) (--max-sessions)"
-                );
-                tokio::spawn(async move {
-                    if let Ok(conn) = connecting.await {
-                        busy(&conn, max).await;
-                    }
-                });
-                continue;
-            }
+            let slot = Pending::new(&ctx, remote.ip());
             let ctx = ctx.clone();
-            ctx.live.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(async move {
                 let served = Arc::new(AtomicBool::new(false));
-                match connecting.await {
-                    Ok(conn) => session(ctx.clone(), conn, cc, served.clone()).await,
-                    Err(e) => tracing::info!("{remote}: handshake failed: {e}"),
+                match tokio::time::timeout(HANDSHAKE_WAIT, connecting).await {
+                    Ok(Ok(conn)) => session(ctx.clone(), conn, cc, served.clone(), slot).await,
+                    Ok(Err(e)) => tracing::info!("{remote}: handshake failed: {e}"),
+                    Err(_) => tracing::info!(
+                        "{remote}: no handshake within {} s",
+                        HANDSHAKE_WAIT.as_secs()
+                    ),
                 }
-                ctx.live.fetch_sub(1, Ordering::Relaxed);
                 if ctx.opts.once && served.load(Ordering::Relaxed) {
                     ctx.done.notify_one();
                 }
@@ -257,8 +270,8 @@ struct Ctx {
     opts: ServeOpts,
     /// Wrong tokens per client address, and the refusals they earned.
     throttle: std::sync::Mutex<AuthThrottle>,
-    /// Connections being handshaken or served.
-    live: AtomicUsize,
+    /// Connections accepted that have not passed the token check yet.
+    pending: PendingCount,
     /// A hand-back of free memory is scheduled ([`give_back_soon`]), and
     /// when its first step is due.
     trimming: AtomicBool,
@@ -277,6 +290,64 @@ struct Ctx {
     joins: std::sync::Mutex<HashMap<Vec<u8>, Joining>>,
 }
 
+/// Handshakes in progress (accepted, no token-checked `Hello` or `Join`
+/// yet) from which a client whose address is not validated gets a Retry.
+/// Below it nobody pays Retry's round trip.
+pub(crate) const RETRY_ABOVE: usize = 16;
+/// Handshakes in progress from which new attempts are ignored, and from one
+/// address. Sessions past the token check are never evicted for them.
+pub(crate) const MAX_PENDING: usize = 256;
+pub(crate) const MAX_PENDING_PER_IP: usize = 32;
+/// How long a handshake may take, and then the control stream and its
+/// first frame (a connection holds its pending slot at most for both).
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
+const HELLO_WAIT: Duration = Duration::from_secs(10);
+
+/// Handshakes in progress, in all and per address.
+#[derive(Default)]
+struct PendingCount(std::sync::Mutex<(usize, HashMap<std::net::IpAddr, usize>)>);
+
+impl PendingCount {
+    /// In all, and from `ip`.
+    fn load(&self, ip: std::net::IpAddr) -> (usize, usize) {
+        let g = self.0.lock().unwrap();
+        (g.0, g.1.get(&ip).copied().unwrap_or(0))
+    }
+}
+
+/// A connection counted in [`Ctx::pending`] until its token check passes
+/// (or it ends).
+struct Pending(Option<(Arc<Ctx>, std::net::IpAddr)>);
+
+impl Pending {
+    fn new(ctx: &Arc<Ctx>, ip: std::net::IpAddr) -> Pending {
+        let mut g = ctx.pending.0.lock().unwrap();
+        g.0 += 1;
+        *g.1.entry(ip).or_default() += 1;
+        Pending(Some((ctx.clone(), ip)))
+    }
+
+    fn release(&mut self) {
+        let Some((ctx, ip)) = self.0.take() else {
+            return;
+        };
+        let mut g = ctx.pending.0.lock().unwrap();
+        g.0 -= 1;
+        if let Some(n) = g.1.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                g.1.remove(&ip);
+            }
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 /// A connection that joined a session, and its controller.
 type Joined = (u32, quinn::Connection, Option<Arc<CcHandle>>);
 
@@ -284,6 +355,9 @@ type Joined = (u32, quinn::Connection, Option<Arc<CcHandle>>);
 struct Joining {
     /// Which connections have joined (or are the first), by index.
     seen: Vec<bool>,
+    /// The session is a put: a connection that joins must be allowed to
+    /// write.
+    put: bool,
     /// To the session.
     tx: mpsc::UnboundedSender<Joined>,
 }
@@ -447,10 +521,16 @@ fn closed_done(conn: &quinn::Connection) -> bool {
 
 /// The first frame of a connection's control stream: a `Hello` (a new
 /// session) or a `Join` (another connection of one).
-async fn first_frame(rx: &mut CtlRx) -> Result<Frame, (ErrorCode, String)> {
+async fn first_frame(
+    rx: &mut CtlRx,
+    by: tokio::time::Instant,
+) -> Result<Frame, (ErrorCode, String)> {
     let protocol = |m: String| (ErrorCode::Protocol, m);
-    match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
-        Err(_) => Err(protocol("no Hello within 10 s".into())),
+    match tokio::time::timeout_at(by, rx.recv()).await {
+        Err(_) => Err(protocol(format!(
+            "no Hello within {} s",
+            HELLO_WAIT.as_secs()
+        ))),
         Ok(None) => Err(protocol("connection closed before Hello".into())),
         // A Hello of another version, which did not decode as ours.
         Ok(Some(Err(p))) if p.peer_version.is_some() => Err((ErrorCode::Version, p.message)),
@@ -487,11 +567,24 @@ fn set_up(
     spawn_window_tuner(conn.clone(), ctx.opts.net, flow, ctx.budget.clone())
 }
 
+/// What a client may do, as its token says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// No token, and the server has none: read, and write only with
+    /// `anonymous_put`.
+    Anonymous,
+    /// The read token: get only.
+    Reader,
+    /// The read-and-write token (or `once`'s).
+    Writer,
+}
+
 /// The token check of a `Hello` or a `Join` from `remote`, with the
-/// throttle on wrong guesses; Err: the refusal's message.
-fn check_token(ctx: &Ctx, remote: SocketAddr, token: &[u8]) -> Result<(), String> {
-    if ctx.opts.token.is_none() {
-        return Ok(());
+/// throttle on wrong guesses: the client's role, or the refusal's message.
+fn check_token(ctx: &Ctx, remote: SocketAddr, token: &[u8]) -> Result<Role, String> {
+    let o = &ctx.opts;
+    if o.token.is_none() && o.read_token.is_none() {
+        return Ok(Role::Anonymous);
     }
     let ip = remote.ip();
     let refused = ctx.throttle.lock().unwrap().refused_for(ip, Instant::now());
@@ -501,18 +594,47 @@ fn check_token(ctx: &Ctx, remote: SocketAddr, token: &[u8]) -> Result<(), String
             wait.as_secs() + 1
         ));
     }
-    if !token_ok(&ctx.opts.token, token) {
-        let (n, block) = ctx.throttle.lock().unwrap().failed(ip, Instant::now());
-        if let Some(b) = block {
-            tracing::warn!(
-                "{ip}: {n} wrong tokens in a row: refused for {} s",
-                b.as_secs()
-            );
+    // Both compared, whichever matches, so timing tells neither apart.
+    let write = token_ok(&o.token, token);
+    let read = token_ok(&o.read_token, token);
+    let role = match (write, read) {
+        (true, _) => Role::Writer,
+        (false, true) => Role::Reader,
+        (false, false) => {
+            let (n, block) = ctx.throttle.lock().unwrap().failed(ip, Instant::now());
+            if let Some(b) = block {
+                tracing::warn!(
+                    "{ip}: {n} wrong tokens in a row: refused for {} s",
+                    b.as_secs()
+                );
+            }
+            return Err("access denied: wrong or missing token".to_string());
         }
-        return Err("access denied: wrong or missing token".to_string());
-    }
+    };
     ctx.throttle.lock().unwrap().succeeded(ip);
-    Ok(())
+    Ok(role)
+}
+
+/// Why `role` may not put on this server (None: it may).
+fn put_refusal(opts: &ServeOpts, role: Role) -> Option<(ErrorCode, String)> {
+    if opts.read_only {
+        let m = "this server is read-only (--read-only): put refused".to_string();
+        return Some((ErrorCode::ReadOnly, m));
+    }
+    let m = match role {
+        Role::Writer => return None,
+        Role::Anonymous if opts.anonymous_put => return None,
+        Role::Anonymous => {
+            "put refused: the server is read-only for clients without a token (start it \
+             with --token-file FILE and give clients that token, or with \
+             --allow-anonymous-put to let anyone write)"
+        }
+        Role::Reader => {
+            "put refused: this token may only read (the server's --read-token-file); \
+             a put needs the token of its --token-file"
+        }
+    };
+    Some((ErrorCode::Auth, m.to_string()))
 }
 
 /// A connection's `Join`: hands it to the session it names. Err: the
@@ -529,7 +651,7 @@ fn join(
     if version != VERSION {
         return Err(unsupported(version));
     }
-    check_token(ctx, conn.remote_address(), token).map_err(|m| (ErrorCode::Auth, m))?;
+    let role = check_token(ctx, conn.remote_address(), token).map_err(|m| (ErrorCode::Auth, m))?;
     // (The client sends its Joins after the Welcome, which the server
     // sends after registering the session: an unknown key is not early.)
     let mut joins = ctx.joins.lock().unwrap();
@@ -545,14 +667,22 @@ fn join(
         );
         return Err((ErrorCode::Protocol, m));
     }
+    // A connection carries the session's data: on a put, only one whose
+    // token may write.
+    if s.put {
+        if let Some(refusal) = put_refusal(&ctx.opts, role) {
+            return Err(refusal);
+        }
+    }
     s.seen[i] = true;
     let _ = s.tx.send((index, conn.clone(), cc));
     Ok(())
 }
 
+/// `got` is the token `expected` (never, when the server has none).
 fn token_ok(expected: &Option<Vec<u8>>, got: &[u8]) -> bool {
     match expected {
-        None => true,
+        None => false,
         Some(t) => {
             // Compare digests so neither content nor length leaks through timing.
             let a = blake3::hash(t);
@@ -569,9 +699,11 @@ async fn session(
     conn: quinn::Connection,
     cc: Option<Arc<CcHandle>>,
     served: Arc<AtomicBool>,
+    mut slot: Pending,
 ) {
     let remote = conn.remote_address();
-    let (send, recv) = match tokio::time::timeout(Duration::from_secs(10), conn.accept_bi()).await {
+    let hello_by = tokio::time::Instant::now() + HELLO_WAIT;
+    let (send, recv) = match tokio::time::timeout_at(hello_by, conn.accept_bi()).await {
         Ok(Ok(s)) => s,
         _ => {
             conn.close(VarIntCode::FATAL, b"no control stream");
@@ -580,7 +712,7 @@ async fn session(
     };
     let (ctl, writer) = spawn_writer(send);
     let mut rx = spawn_reader(recv);
-    let h = match first_frame(&mut rx).await {
+    let h = match first_frame(&mut rx, hello_by).await {
         Ok(Frame::Hello(h)) => h,
         Ok(Frame::Join {
             version,
@@ -597,6 +729,17 @@ async fn session(
         Ok(_) => unreachable!("first_frame returns a Hello or a Join"),
         Err((code, m)) => return fatal(&ctl, &conn, code, m).await,
     };
+    if h.version != VERSION {
+        let (code, m) = unsupported(h.version);
+        return fatal(&ctl, &conn, code, m).await;
+    }
+    let role = match check_token(&ctx, remote, &h.token) {
+        Ok(r) => r,
+        Err(m) => return fatal(&ctl, &conn, ErrorCode::Auth, m).await,
+    };
+    // Past the token check: a session, no longer a handshake. Only such
+    // count toward --max-sessions.
+    slot.release();
     let max = ctx.opts.max_sessions;
     let before = ctx.sessions.fetch_add(1, Ordering::Relaxed);
     let _counted = Counted(&ctx.sessions);
@@ -604,12 +747,13 @@ async fn session(
         tracing::warn!("{remote}: refused: already serving {max} session(s) (--max-sessions)");
         return busy(&conn, max).await;
     }
-    if h.version != VERSION {
-        let (code, m) = unsupported(h.version);
-        return fatal(&ctl, &conn, code, m).await;
-    }
-    if let Err(m) = check_token(&ctx, remote, &h.token) {
-        return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
+    if matches!(h.op, Op::Put { .. }) {
+        if let Some((code, m)) = put_refusal(&ctx.opts, role) {
+            return fatal(&ctl, &conn, code, m).await;
+        }
+        if role == Role::Anonymous {
+            tracing::warn!("{remote}: put without a token (--allow-anonymous-put)");
+        }
     }
     // `once`: the first session past the token check is the one served.
     if ctx.authed.swap(true, Ordering::Relaxed) && ctx.opts.once {
@@ -657,7 +801,7 @@ async fn session(
             let taken = joins.contains_key(&h.session);
             if !taken {
                 let tx = tx.clone();
-                joins.insert(h.session.clone(), Joining { seen, tx });
+                joins.insert(h.session.clone(), Joining { seen, put, tx });
             }
             taken
         };
@@ -751,10 +895,6 @@ async fn session(
             sync,
             durable,
         } => {
-            if ctx.opts.read_only {
-                let m = "this server is read-only (--read-only): put refused".to_string();
-                return fatal(&ctl, &conn, ErrorCode::ReadOnly, m).await;
-            }
             let prefix = match RelPath::from_request(&follow_dir_links(&ctx.opts, &dest)) {
                 Ok(p) => p,
                 Err(e) => return fatal(&ctl, &conn, ErrorCode::BadPath, e.to_string()).await,
@@ -793,6 +933,7 @@ async fn session(
                 sync: sync.into(),
                 fresh,
                 durable,
+                exact_modes: ctx.opts.exact_modes,
             };
             let (report, result) =
                 run_receiver(conns, ctl.clone(), &mut rx, spec, opts, progress).await;

@@ -4,6 +4,7 @@
 //! comparison by content and metadata; and [`raw`], a QUIC client that
 //! speaks the control protocol frame by frame for hostile tests.
 
+pub mod flood;
 pub mod raw;
 pub mod ssh;
 
@@ -208,6 +209,11 @@ impl<'a> ServeCfg<'a> {
         self.env.push((k.to_string(), v.into()));
         self
     }
+    /// Let clients without a token put (`--allow-anonymous-put`): a test
+    /// server on loopback that takes puts.
+    pub fn writable(self) -> Self {
+        self.arg("--allow-anonymous-put")
+    }
     pub fn nofile(mut self, n: u64) -> Self {
         self.nofile = Some(n);
         self
@@ -220,6 +226,10 @@ impl<'a> ServeCfg<'a> {
 impl Server {
     pub fn start(root: &Path, state_dir: &Path) -> Server {
         ServeCfg::new(root, state_dir).start()
+    }
+    /// A server that takes puts without a token ([`ServeCfg::writable`]).
+    pub fn start_writable(root: &Path, state_dir: &Path) -> Server {
+        ServeCfg::new(root, state_dir).writable().start()
     }
 
     fn start_cfg(cfg: ServeCfg) -> Server {

@@ -43,6 +43,35 @@ impl rustls::client::ClientSessionStore for TicketCount {
     }
 }
 
+/// A client configuration for `addr` that trusts whatever key it shows
+/// (recording it in the known-hosts file, if given) and counts the tickets
+/// it is sent.
+pub(crate) fn client_config(
+    addr: SocketAddr,
+    kept: Option<(PathBuf, Arc<TicketCount>)>,
+) -> quinn::ClientConfig {
+    let (known_hosts, tickets) = match kept {
+        Some((k, t)) => (Some(k), t),
+        None => (None, Arc::default()),
+    };
+    let verifier = Arc::new(PinVerifier::new(TrustPolicy {
+        host: addr.to_string(),
+        known_hosts,
+        pinned: None,
+        accept_new: true,
+    }));
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.resumption = rustls::client::Resumption::store(tickets);
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    quinn::ClientConfig::new(Arc::new(crypto))
+}
+
 /// A connection and its control stream.
 pub struct Raw {
     _endpoint: quinn::Endpoint,
@@ -60,23 +89,8 @@ impl Raw {
     /// Connects to `addr`, trusting (and recording in `known_hosts`) whatever
     /// key it shows, and opens the control stream.
     pub async fn connect(addr: SocketAddr, known_hosts: PathBuf) -> Raw {
-        let verifier = Arc::new(PinVerifier::new(TrustPolicy {
-            host: addr.to_string(),
-            known_hosts: Some(known_hosts),
-            pinned: None,
-            accept_new: true,
-        }));
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
-        tls.alpn_protocols = vec![ALPN.to_vec()];
         let tickets = Arc::new(TicketCount::default());
-        tls.resumption = rustls::client::Resumption::store(tickets.clone());
-        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-        let cfg = quinn::ClientConfig::new(Arc::new(crypto));
+        let cfg = client_config(addr, Some((known_hosts, tickets.clone())));
         let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
         let conn = endpoint
             .connect_with(cfg, addr, "longhaul")

@@ -11,6 +11,7 @@
 //! - [`place`]: the receiver's crash-safe placement: hidden temp file, verify, rename.
 //! - [`unnamed`]: unnamed files (`O_TMPFILE`) linked under their name once verified.
 //! - [`sync`]: skip/resume/full decisions.
+//! - [`shown`]: the far side's names and messages made safe for terminals and logs.
 //! - [`units`]: one grammar of sizes, rates and durations for flags, SPECs and suites.
 //! - [`testdata`]: seeded, incompressible test data for the demo, the bench and tests.
 
@@ -23,6 +24,7 @@ pub mod landing;
 pub mod manifest;
 pub mod path;
 pub mod place;
+pub mod shown;
 pub mod sync;
 pub mod testdata;
 pub mod units;
@@ -32,3 +34,4 @@ pub mod walk;
 pub use chunk::{ChunkPlan, CHUNK_SIZE};
 pub use manifest::{Entry, EntryKind};
 pub use path::{PathError, RelPath};
+pub use shown::shown;

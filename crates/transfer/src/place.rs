@@ -84,6 +84,22 @@ fn times(ns: i64) -> SystemTimeSpec {
     SystemTimeSpec::Absolute(cap_std::time::SystemTime::from_std(ns_to_system_time(ns)))
 }
 
+/// The mode bits a receiver keeps of what the far side sends, unless told
+/// to keep them all ([`received_mode`]): no setuid, setgid or sticky bit,
+/// and nothing writable by all, as sftp (`& 0777`) and rsync without `-p`
+/// keep a peer's modes within reason.
+pub const SAFE_MODE_BITS: u32 = 0o775;
+
+/// The mode a received file or directory takes: `mode` within
+/// [`SAFE_MODE_BITS`], or all its permission bits when `exact`
+/// (`--exact-modes`).
+pub fn received_mode(mode: u32, exact: bool) -> u32 {
+    match exact {
+        true => mode & 0o7777,
+        false => mode & SAFE_MODE_BITS,
+    }
+}
+
 fn perms(mode: u32) -> cap_std::fs::Permissions {
     cap_std::fs::Permissions::from_std(std::fs::Permissions::from_mode(mode & 0o7777))
 }
@@ -170,13 +186,16 @@ impl DestDir {
     }
 
     /// Create a directory (and its parents). Its mode and mtime are applied by
-    /// [`DestDir::finish_dirs`], after its contents are in place.
+    /// [`DestDir::finish_dirs`], after its contents are in place. The base
+    /// itself (the served root, a get's existing destination) is never given
+    /// the far side's mode or mtime.
     pub fn make_dir(&mut self, path: &RelPath, mode: u32, mtime_ns: i64) -> io::Result<()> {
-        if !path.is_root() {
-            let (_, created) = open_dirs(&self.base, path, true)?;
-            if created {
-                self.fresh.insert(path.clone());
-            }
+        if path.is_root() {
+            return Ok(());
+        }
+        let (_, created) = open_dirs(&self.base, path, true)?;
+        if created {
+            self.fresh.insert(path.clone());
         }
         self.dirs.push((path.clone(), mode, mtime_ns));
         Ok(())
@@ -229,18 +248,41 @@ impl DestDir {
     }
 
     /// Apply directory modes and mtimes, deepest first. Call once, at the end.
+    /// Each directory is reached from the base one component at a time
+    /// through no link ([`open_dirs`]) and changed through its own handle
+    /// (`.` beneath it), never by its path: a directory swapped for a link
+    /// meanwhile is an error, not a chmod of what the link points at. At
+    /// most a few descriptors are open, however deep the tree.
     pub fn finish_dirs(&mut self) -> io::Result<()> {
         self.cached = None;
         let mut dirs = std::mem::take(&mut self.dirs);
+        // A descendant sorts after its ancestor: reversed, children first.
         dirs.sort_by(|a, b| b.0.cmp(&a.0));
+        dirs.dedup_by(|a, b| a.0 == b.0);
+        let mut parent: Option<(RelPath, Dir)> = None;
         let mut first_err = None;
         for (p, mode, mtime) in dirs {
-            let r = self
-                .base
-                .set_permissions(p.as_path(), perms(mode | 0o200))
-                .and_then(|_| self.base.set_times(p.as_path(), None, Some(times(mtime))))
-                .and_then(|_| self.base.set_permissions(p.as_path(), perms(mode)));
-            if let Err(e) = r {
+            let Some(pp) = p.parent() else { continue };
+            let mut one = || -> io::Result<()> {
+                if !matches!(&parent, Some((q, _)) if *q == pp) {
+                    parent = None;
+                    let d = match pp.is_root() {
+                        true => self.base.try_clone()?,
+                        false => open_dirs(&self.base, &pp, false)?.0,
+                    };
+                    parent = Some((pp.clone(), d));
+                }
+                let dir = &parent.as_ref().expect("opened above").1;
+                let name = os(p.file_name());
+                let own = dir
+                    .open_dir_nofollow(name)
+                    .map_err(|e| not_a_dir(dir, name.as_os_str(), p.as_path(), e))?;
+                // The times first: the mode may take away the search
+                // permission that reaching `.` needs.
+                own.set_times(".", None, Some(times(mtime)))?;
+                own.set_permissions(".", perms(mode))
+            };
+            if let Err(e) = one() {
                 first_err.get_or_insert(io::Error::new(e.kind(), format!("{}: {e}", p.display())));
             }
         }
@@ -1731,6 +1773,76 @@ mod tests {
         dest.make_dir(&rel(b"proj/new"), 0o755, 0).unwrap();
         assert!(!dest.in_fresh_dir(&rel(b"proj/old/x")));
         assert!(dest.in_fresh_dir(&rel(b"proj/new/x")));
+    }
+
+    /// Directory metadata goes to the directories placed, through their
+    /// own handles: never to the base, never through a link swapped in for
+    /// a directory before the end, and a mode that takes away the owner's
+    /// access still gets its mtime.
+    #[test]
+    fn directory_modes_reach_only_the_directories_placed() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let t = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let base = Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap();
+        let mut dest = DestDir::new(base);
+        let rel = |p: &[u8]| RelPath::from_wire(p).unwrap();
+        let base_mtime = std::fs::metadata(t.path()).unwrap().modified().unwrap();
+        dest.make_dir(&RelPath::root(), 0o1777, 1_000_000_000)
+            .unwrap();
+        dest.make_dir(&rel(b"a"), 0o750, 1_000_000_000).unwrap();
+        dest.make_dir(&rel(b"a/b"), 0o700, 2_000_000_000).unwrap();
+        dest.make_dir(&rel(b"a/shut"), 0o000, 3_000_000_000)
+            .unwrap();
+        dest.make_dir(&rel(b"swapped"), 0o777, 0).unwrap();
+        // Before the end, `swapped` becomes a link to a directory inside
+        // the base.
+        std::fs::create_dir(t.path().join("target")).unwrap();
+        std::fs::set_permissions(
+            t.path().join("target"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::fs::remove_dir(t.path().join("swapped")).unwrap();
+        std::os::unix::fs::symlink("target", t.path().join("swapped")).unwrap();
+        let err = dest.finish_dirs().expect_err("the link is refused");
+        assert!(
+            err.to_string().contains("swapped: is a symbolic link"),
+            "{err}"
+        );
+        assert_eq!(
+            mode(&t.path().join("target")),
+            0o755,
+            "the link's target untouched"
+        );
+        assert_eq!(mode(t.path()), 0o755, "the base's mode untouched");
+        // (Its entries changed it, not the far side's 1 s after the epoch.)
+        assert!(
+            std::fs::metadata(t.path()).unwrap().modified().unwrap() >= base_mtime,
+            "the base's mtime is not the far side's"
+        );
+        assert_eq!(mode(&t.path().join("a")), 0o750);
+        assert_eq!(mode(&t.path().join("a/b")), 0o700);
+        assert_eq!(mode(&t.path().join("a/shut")), 0);
+        let mtime = |p: &str| {
+            let m = std::fs::metadata(t.path().join(p)).unwrap();
+            std::os::unix::fs::MetadataExt::mtime(&m)
+        };
+        assert_eq!((mtime("a"), mtime("a/b"), mtime("a/shut")), (1, 2, 3));
+        std::fs::set_permissions(
+            t.path().join("a/shut"),
+            std::fs::Permissions::from_mode(0o700),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn received_modes_lose_special_and_world_write_bits_unless_exact() {
+        assert_eq!(received_mode(0o106777, false), 0o775);
+        assert_eq!(received_mode(0o1777, false), 0o775);
+        assert_eq!(received_mode(0o644, false), 0o644);
+        assert_eq!(received_mode(0o106777, true), 0o6777);
     }
 
     #[test]

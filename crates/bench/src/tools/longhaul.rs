@@ -57,6 +57,9 @@ impl Adapter for Longhaul {
                         &format!("{}:7878", r.addr),
                         "--state-dir",
                         &p(&s.run.join(format!("serve-state-{i}"))),
+                        // (The lab's hosts are namespaces of this machine
+                        // alone.)
+                        "--allow-anonymous-put",
                     ])
                 });
                 let actors = s

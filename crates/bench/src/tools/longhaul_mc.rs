@@ -44,6 +44,9 @@ impl Adapter for LonghaulMc {
                     &p(&r.dst),
                     "--id",
                     &format!("rx{i}"),
+                    // (The lab's hosts are namespaces of this machine
+                    // alone.)
+                    "--accept-any-sender",
                 ])
             });
             let bps = s.push_rate()?;

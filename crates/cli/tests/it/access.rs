@@ -342,3 +342,221 @@ fn serve_refuses_zero_streams_as_a_usage_error() {
         out.stderr
     );
 }
+
+/// `put` of `up.bin` (content `body`) to `srv:name` with `extra`; the outcome.
+fn put(c: &Client, srv: &Server, src: &Path, name: &str, extra: &[&str]) -> Out {
+    let mut args: Vec<OsString> = vec!["--fingerprint".into(), srv.fingerprint.clone().into()];
+    args.extend(extra.iter().map(OsString::from));
+    args.push(src.into());
+    args.push(srv.remote(name));
+    run(c.cmd("put", args))
+}
+
+/// Without a token a server is read-only: a stranger's put is refused with
+/// exit 3 and says what to do; `--allow-anonymous-put` lets it land.
+#[test]
+fn a_server_without_a_token_is_read_only_unless_told_otherwise() {
+    let (t, root) = setup("anon");
+    let up = t.join("up.bin");
+    std::fs::write(&up, b"from a stranger").unwrap();
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let before = list_tree(&root);
+    let out = put(&c, &srv, &up, "evil.bin", &[]);
+    out.expect_code(3);
+    assert!(
+        out.stderr.contains(
+            "the server is read-only for clients without a token (start it with --token-file"
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = put(&c, &srv, &up, "evil.bin", &["--json"]);
+    out.expect_code(3);
+    assert_eq!(out.json()["problems"][0]["kind"], "connection");
+    assert_eq!(list_tree(&root), before, "nothing written");
+    assert!(srv.log_text().contains("put refused"), "{}", srv.log_text());
+    // Reading is open to all.
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    get(&c, &srv, &dest, &["--quiet".into()], None).expect_code(0);
+    assert_same_tree(&root.join("data.bin"), &dest.join("data.bin"), Compare::ALL);
+    srv.kill();
+
+    let srv = Server::start_writable(&root, &t.join("state"));
+    let out = put(&c, &srv, &up, "ok.bin", &["--quiet"]);
+    out.expect_code(0);
+    assert_eq!(
+        std::fs::read(root.join("ok.bin")).unwrap(),
+        b"from a stranger"
+    );
+    let log = srv.log_text();
+    assert!(log.contains("--allow-anonymous-put: anyone"), "{log}");
+    assert!(log.contains("put without a token"), "{log}");
+}
+
+/// A read token may get and not put; the read-and-write token may do both;
+/// no token, or a wrong one, neither; wrong ones are throttled as ever.
+#[test]
+fn a_read_token_reads_and_a_write_token_writes() {
+    let (t, root) = setup("roles");
+    let (rw, ro) = (t.join("rw.token"), t.join("ro.token"));
+    std::fs::write(&rw, "read-and-write-token-0123456789\n").unwrap();
+    std::fs::write(&ro, "read-only-token-0123456789abcdef\n").unwrap();
+    let srv = ServeCfg::new(&root, &t.join("state"))
+        .arg("--token-file")
+        .arg(&rw)
+        .arg("--read-token-file")
+        .arg(&ro)
+        .start();
+    let c = Client::new(t.join("kh"));
+    let up = t.join("up.bin");
+    std::fs::write(&up, b"uploaded").unwrap();
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let tf = |f: &Path| vec!["--token-file".to_string(), f.to_str().unwrap().to_string()];
+    let ro_args = tf(&ro);
+    let ro_args: Vec<&str> = ro_args.iter().map(String::as_str).collect();
+    let rw_args = tf(&rw);
+    let rw_args: Vec<&str> = rw_args.iter().map(String::as_str).collect();
+
+    // No token: neither.
+    get(&c, &srv, &dest, &[], None).expect_code(3);
+    put(&c, &srv, &up, "x.bin", &[]).expect_code(3);
+    // The read token: get, not put (over several connections too).
+    let ro_os: Vec<OsString> = ro_args.iter().map(OsString::from).collect();
+    get(&c, &srv, &dest, &ro_os, None).expect_code(0);
+    assert_same_tree(&root.join("data.bin"), &dest.join("data.bin"), Compare::ALL);
+    for more in [&[][..], &["--connections", "2"][..]] {
+        let args: Vec<&str> = ro_args.iter().chain(more).copied().collect();
+        let out = put(&c, &srv, &up, "x.bin", &args);
+        out.expect_code(3);
+        assert!(
+            out.stderr.contains("this token may only read"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert!(!root.join("x.bin").exists());
+    // The read-and-write token: both.
+    std::fs::remove_file(dest.join("data.bin")).unwrap();
+    let rw_os: Vec<OsString> = rw_args.iter().map(OsString::from).collect();
+    get(&c, &srv, &dest, &rw_os, None).expect_code(0);
+    let args: Vec<&str> = rw_args
+        .iter()
+        .copied()
+        .chain(["--connections", "2"])
+        .collect();
+    put(&c, &srv, &up, "x.bin", &args).expect_code(0);
+    assert_eq!(std::fs::read(root.join("x.bin")).unwrap(), b"uploaded");
+    // Wrong tokens are still counted and refused.
+    for _ in 0..6 {
+        get(&c, &srv, &dest, &[], Some("guess")).expect_code(3);
+    }
+    let out = get(&c, &srv, &dest, &ro_os, None);
+    out.expect_code(3);
+    assert!(
+        out.stderr.contains("too many wrong tokens"),
+        "{}",
+        out.stderr
+    );
+
+    // The same token for both roles, or anonymous puts beside a token, is a
+    // usage error.
+    for extra in [
+        vec!["--token-file", rw_args[1], "--read-token-file", rw_args[1]],
+        vec!["--token-file", rw_args[1], "--allow-anonymous-put"],
+        vec!["--read-token-file", ro_args[1], "--allow-anonymous-put"],
+        vec!["--read-only", "--allow-anonymous-put"],
+    ] {
+        let mut cmd = longhaul();
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--root"])
+            .arg(&root)
+            .arg("--state-dir")
+            .arg(t.join("state"))
+            .args(&extra);
+        run_timeout(cmd, std::time::Duration::from_secs(10)).expect_code(2);
+    }
+}
+
+/// The banner says who may read and write, and every address the server
+/// is reachable at.
+#[test]
+fn the_banner_says_who_may_read_and_write_and_where() {
+    use std::io::BufRead;
+    let (t, root) = setup("banner");
+    let tok = t.join("t");
+    std::fs::write(&tok, "a-token-long-enough-to-be-fine\n").unwrap();
+    let cases: [(&[&str], &str, &[&str]); 4] = [
+        (
+            &[],
+            "0.0.0.0:0",
+            &[
+                "read-only: no token",
+                "anyone who can reach UDP",
+                "nobody can write",
+            ],
+        ),
+        (
+            &["--allow-anonymous-put"],
+            "127.0.0.1:0",
+            &["WARNING", "--allow-anonymous-put", "can write into"],
+        ),
+        (
+            &["--token-file", tok.to_str().unwrap()],
+            "127.0.0.1:0",
+            &[
+                "token required",
+                "holders of the --token-file token",
+                "write too",
+            ],
+        ),
+        (
+            &["--read-token-file", tok.to_str().unwrap()],
+            "127.0.0.1:0",
+            &["read-only, token required", "nobody can write"],
+        ),
+    ];
+    for (extra, listen, words) in cases {
+        let mut cmd = longhaul();
+        cmd.args(["serve", "--listen", listen, "--root"])
+            .arg(&root)
+            .arg("--state-dir")
+            .arg(t.join("state"))
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let lines: Vec<String> = (0..4)
+            .map(|_| {
+                let mut l = String::new();
+                out.read_line(&mut l).unwrap();
+                l
+            })
+            .collect();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let text = lines.concat();
+        assert!(lines[1].starts_with("fingerprint SHA256:"), "{text}");
+        for w in words {
+            assert!(text.contains(w), "{extra:?}: no {w:?} in\n{text}");
+        }
+        let port = lines[0]
+            .split("listening on ")
+            .nth(1)
+            .and_then(|a| a.split(',').next())
+            .and_then(|a| a.rsplit(':').next())
+            .unwrap()
+            .to_string();
+        assert!(
+            lines[3].starts_with("reachable at ")
+                && lines[3].contains(&format!("127.0.0.1:{port}")),
+            "{text}"
+        );
+        if listen.starts_with("0.0.0.0") {
+            assert!(lines[0].contains(&format!("0.0.0.0:{port}")), "{text}");
+        }
+    }
+}

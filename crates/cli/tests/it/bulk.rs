@@ -34,7 +34,7 @@ fn one_gib_file() {
     let big_hash = hash_file(&root.join("big.bin"));
     eprintln!("generated and hashed 1 GiB in {:?}", started.elapsed());
 
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
@@ -96,6 +96,7 @@ fn twenty_thousand_small_files_with_1024_open_files() {
     );
 
     let srv = ServeCfg::new(&root, &t.join("state"))
+        .writable()
         .nofile(NOFILE)
         .start();
     let c = Client::new(t.join("kh"));

@@ -37,7 +37,7 @@ fn the_server_closes_a_finished_session_itself() {
     let root = t.join("root");
     std::fs::create_dir_all(root.join("empty")).unwrap();
     std::fs::create_dir_all(root.join("in")).unwrap();
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let addr = format!("127.0.0.1:{}", srv.port).parse().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

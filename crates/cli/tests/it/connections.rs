@@ -74,7 +74,7 @@ fn a_get_and_a_put_over_several_connections() {
     let t = Tmp::new("connections");
     let root = t.join("root");
     let payload = tree(&root.join("set"));
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
 
     let dest = t.join("dest");

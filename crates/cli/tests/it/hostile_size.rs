@@ -47,7 +47,7 @@ fn absurd_file_size_in_a_put_manifest_does_not_kill_the_server() {
     std::fs::create_dir(&root).unwrap();
     std::fs::write(root.join("ok.txt"), b"ok\n").unwrap();
     let state = t.join("state");
-    let mut cfg = ServeCfg::new(&root, &state);
+    let mut cfg = ServeCfg::new(&root, &state).writable();
     cfg.address_space = Some(8 << 30);
     let srv = cfg.start();
 

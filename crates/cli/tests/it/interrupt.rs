@@ -28,7 +28,7 @@ fn get_two_seconds_in(tag: &str, seed: u64, extra: &[&str]) -> Cut {
     let root = t.join("root");
     std::fs::create_dir(&root).unwrap();
     gen_file(&root.join("big.bin"), seed, SIZE);
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
@@ -190,7 +190,7 @@ fn ctrl_c_of_a_put_ends_the_servers_session_at_once() {
     std::fs::create_dir_all(root.join("in")).unwrap();
     let src = t.join("big.bin");
     gen_file(&src, 12, SIZE);
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let args: Vec<OsString> = vec![
         "--accept-new".into(),

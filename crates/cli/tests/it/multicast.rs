@@ -58,6 +58,14 @@ fn tree(base: &Path) -> PathBuf {
 }
 
 fn receiver(port: u16, dest: &Path, id: &str, extra: &[&str]) -> Child {
+    receiver_cmd(port, dest, id, extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("receiver")
+}
+
+fn receiver_cmd(port: u16, dest: &Path, id: &str, extra: &[&str]) -> Command {
     let mut c = longhaul();
     c.args([
         "multicast",
@@ -70,12 +78,12 @@ fn receiver(port: u16, dest: &Path, id: &str, extra: &[&str]) -> Child {
     .arg(format!("127.0.0.1:{port}"))
     .arg("--dest")
     .arg(dest)
+    .arg("--state-dir")
+    .arg(dest.with_extension("state"))
     .args(["--id", id])
     .args(extra)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    c.spawn().expect("receiver")
+    .stdin(Stdio::null());
+    c
 }
 
 fn wait(c: Child) -> Out {
@@ -110,8 +118,8 @@ fn a_tree_reaches_two_receivers_identically() {
     let tmp = Tmp::new("mc-tree");
     let src = tree(tmp.path());
     let (d1, d2) = (tmp.join("d1"), tmp.join("d2"));
-    let r1 = receiver(47311, &d1, "site-1", &[]);
-    let r2 = receiver(47312, &d2, "site-2", &[]);
+    let r1 = receiver(47311, &d1, "site-1", &["--accept-any-sender"]);
+    let r2 = receiver(47312, &d2, "site-2", &["--accept-any-sender"]);
     std::thread::sleep(Duration::from_millis(300));
     let out = run_timeout(
         sender(&[47311, 47312], &["--receivers", "site-1,site-2"], &[&src]),
@@ -142,6 +150,9 @@ fn a_tree_reaches_two_receivers_identically() {
 fn contents_of_a_directory_with_a_trailing_slash_and_a_key() {
     let tmp = Tmp::new("mc-key");
     let src = tree(tmp.path());
+    // A setuid file arrives without its setuid bit.
+    std::fs::write(src.join("tool"), b"#!/bin/sh\n").unwrap();
+    set_mode(&src.join("tool"), 0o4755);
     let key = tmp.join("k");
     std::fs::write(&key, gen_bytes(7, 32)).unwrap();
     let d = tmp.join("d");
@@ -161,6 +172,12 @@ fn contents_of_a_directory_with_a_trailing_slash_and_a_key() {
     out.expect_code(0);
     wait(r).expect_code(0);
     assert_same_tree(&src, &d, Compare::CONTENT);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(d.join("tool"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o755);
 }
 
 #[test]
@@ -223,6 +240,48 @@ fn a_wrong_key_or_a_stranger_gets_nothing() {
             d.display()
         );
     }
+}
+
+/// A receiver without a key takes no unsealed session unless told so: the
+/// session is refused (said once, nothing written) and the receiver waits on.
+#[test]
+fn a_keyless_receiver_refuses_a_strangers_session() {
+    let tmp = Tmp::new("mc-keyless");
+    let src = tree(tmp.path());
+    let d = tmp.join("d");
+    let mut r = receiver(47351, &d, "site-1", &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = run_timeout(
+        sender(
+            &[47351],
+            &["--receivers", "site-1", "--announce-window", "1s"],
+            &[&src],
+        ),
+        Duration::from_secs(60),
+    );
+    out.expect_code(4);
+    assert_eq!(out.json()["receivers"][0]["reason"], "never registered");
+    // Still waiting for a session it may take (--once).
+    assert!(r.try_wait().unwrap().is_none(), "the receiver exited");
+    r.kill().unwrap();
+    let o = wait(r);
+    assert!(o.stderr.contains("REFUSING every sender"), "{}", o.stderr);
+    assert_eq!(
+        o.stderr.matches("refused: not sealed").count(),
+        1,
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("--accept-any-sender"), "{}", o.stderr);
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0, "nothing written");
+    // The flag conflicts with a key.
+    let o = run(receiver_cmd(
+        47352,
+        &d,
+        "site-1",
+        &["--accept-any-sender", "--key-file", "/dev/null"],
+    ));
+    o.expect_code(2);
 }
 
 #[test]

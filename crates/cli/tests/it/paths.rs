@@ -16,7 +16,7 @@ fn missing_and_escaping_paths() {
     std::fs::write(t.join("outside/secret"), b"secret\n").unwrap();
     symlink("/etc", root.join("etc-link")).unwrap();
     symlink("../outside", root.join("out-link")).unwrap();
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let work = t.join("work");
     let dest = work.join("dest");
@@ -147,7 +147,7 @@ fn symlink_with_trailing_slash_is_a_remote_error() {
     std::fs::write(root.join("dir/f"), b"f").unwrap();
     symlink("dir", root.join("dir-link")).unwrap();
     symlink("/etc", root.join("etc-link")).unwrap();
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir_all(&dest).unwrap();
@@ -179,7 +179,7 @@ fn a_put_sends_what_it_can_when_one_local_path_is_missing() {
     let h1 = t.join("h1");
     std::fs::write(&h1, b"here").unwrap();
     let nosuch = t.join("nosuch");
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let out = c.run(
         "put",
@@ -222,7 +222,7 @@ fn a_put_of_dir_dot_sends_the_contents_and_a_file_dot_is_refused() {
     std::fs::create_dir_all(obs.join("sub")).unwrap();
     std::fs::write(obs.join("a.txt"), b"a").unwrap();
     std::fs::write(obs.join("sub/b.txt"), b"b").unwrap();
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dot = OsString::from(format!("{}/.", obs.display()));
     let out = c.run(
@@ -253,7 +253,7 @@ fn names_that_are_not_utf8_can_be_given_on_the_command_line() {
     std::fs::create_dir_all(root.join("in")).unwrap();
     let name = std::ffi::OsStr::from_bytes(b"bad\xffname");
     std::fs::write(root.join(name), b"latin-1 or worse").unwrap();
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();

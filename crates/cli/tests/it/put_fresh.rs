@@ -51,7 +51,7 @@ fn fixture(label: &str) -> Fixture {
     let root = t.join("served");
     std::fs::create_dir(&root).unwrap();
     Fixture {
-        srv: Server::start(&root, &t.join("state")),
+        srv: Server::start_writable(&root, &t.join("state")),
         c: Client::new(t.join("kh")),
         src,
         root,

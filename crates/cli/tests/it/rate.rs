@@ -19,7 +19,7 @@ fn max_rate_is_honoured() {
     std::fs::create_dir(&root).unwrap();
     let size = 32 * MIB;
     gen_file(&root.join("f.bin"), 3, size);
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
@@ -107,7 +107,7 @@ fn each_congestion_controller_delivers() {
     let root = t.join("root");
     std::fs::create_dir(&root).unwrap();
     gen_file(&root.join("f.bin"), 5, 8 * MIB);
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
@@ -168,7 +168,7 @@ fn the_rate_memory_gives_wan_its_start() {
     for i in 0..100 {
         gen_file(&root.join(format!("many/{i:03}")), 100 + i, 700 * 1024);
     }
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();

@@ -33,7 +33,7 @@ fn a_slow_destination_sets_the_pace_and_says_so() {
     let t = Tmp::new("slow-receiver");
     let root = t.join("root");
     make_tree(&root);
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     let mut cmd = c.cmd(
@@ -75,6 +75,7 @@ fn a_put_client_says_when_the_servers_disk_set_the_pace() {
     std::fs::create_dir_all(&root).unwrap();
     let state = t.join("state");
     let srv = ServeCfg::new(&root, &state)
+        .writable()
         .env("LONGHAUL_TEST_WRITE_DELAY_MS", "40")
         .start();
     let c = Client::new(t.join("kh"));

@@ -36,7 +36,7 @@ fn sync_skips_unchanged_and_fetches_changed() {
     }
     let nfiles = 5u64;
     let total: u64 = 5 * MIB + 3 + MIB + 6 + 70_000;
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
@@ -173,7 +173,7 @@ fn an_interrupted_transfer_in_the_source_is_not_sent_and_destroys_nothing() {
     std::fs::write(set.join("y"), b"why").unwrap();
     std::fs::write(set.join(".y.lh-part"), b"part of y").unwrap();
     let before = std::fs::read(set.join(".x.lh-part")).unwrap();
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
@@ -223,7 +223,7 @@ fn put_sync_skips_what_the_server_has() {
     std::fs::create_dir_all(&set).unwrap();
     gen_file(&set.join("big.bin"), 1, 3 * MIB + 7);
     std::fs::write(set.join("small.txt"), b"small\n").unwrap();
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let put = |extra: &[&str]| {
         let mut a: Vec<OsString> = vec!["--json".into(), "--accept-new".into()];
@@ -268,7 +268,7 @@ fn get_streams_reaches_the_server() {
     let root = t.join("root");
     std::fs::create_dir_all(&root).unwrap();
     gen_file(&root.join("f"), 5, 2 * MIB);
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
@@ -300,7 +300,7 @@ fn sync_gives_a_skipped_file_the_sources_mode() {
     let f = root.join("f");
     std::fs::write(&f, b"same bytes").unwrap();
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
@@ -329,7 +329,7 @@ fn a_put_is_durable_on_the_server_unless_no_fsync_says_otherwise() {
     std::fs::create_dir_all(root.join("in")).unwrap();
     let src = t.join("f");
     gen_file(&src, 9, 3 * MIB);
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let put = |extra: &[&str], dest: &str| {
         let mut a: Vec<OsString> = vec!["--accept-new".into()];

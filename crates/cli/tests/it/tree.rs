@@ -5,7 +5,7 @@
 use longhaul_testkit::*;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 const DEPTH: usize = 200;
@@ -186,7 +186,7 @@ pub(crate) fn assert_secret_not_copied(dest: &Path, secret: &Path) {
 fn get_tricky_tree_preserves_bytes_and_metadata() {
     let t = Tmp::new("tree-get");
     let b = tricky_tree(t.path());
-    let srv = Server::start(&t.join("root"), &t.join("state"));
+    let srv = Server::start_writable(&t.join("root"), &t.join("state"));
     let c = Client::new(t.join("kh"));
 
     // DEST exists: `tree` lands as DEST/tree.
@@ -215,9 +215,12 @@ fn get_tricky_tree_preserves_bytes_and_metadata() {
         Path::new("../../outside-secret.txt")
     );
 
-    // `tree/` puts the contents straight into DEST2 (which takes tree's own metadata).
+    // `tree/` puts the contents straight into DEST2, which keeps its own
+    // mode and mtime: the far side never changes the destination itself.
     let dest2 = t.join("dest2");
     std::fs::create_dir(&dest2).unwrap();
+    set_mode(&dest2, 0o711);
+    let dest2_meta = std::fs::metadata(&dest2).unwrap();
     let out = c.run(
         "get",
         [
@@ -227,7 +230,14 @@ fn get_tricky_tree_preserves_bytes_and_metadata() {
         ],
     );
     out.expect_code(0);
-    assert_same_tree(&b.tree, &dest2, Compare::ALL);
+    let below = Compare {
+        top_meta: false,
+        ..Compare::ALL
+    };
+    assert_same_tree(&b.tree, &dest2, below);
+    let after = std::fs::metadata(&dest2).unwrap();
+    assert_eq!(after.permissions().mode() & 0o7777, 0o711);
+    assert_eq!(after.mtime(), dest2_meta.mtime());
     check_report(&out, &b, "", true);
 
     // A single file to a DEST that does not exist is saved under that name.
@@ -269,7 +279,7 @@ fn put_tricky_tree_preserves_bytes_and_metadata() {
     let b = tricky_tree(t.path());
     let srv_root = t.join("served");
     std::fs::create_dir(&srv_root).unwrap();
-    let srv = Server::start(&srv_root, &t.join("state"));
+    let srv = Server::start_writable(&srv_root, &t.join("state"));
     let c = Client::new(t.join("kh"));
 
     // `put TREE srv:incoming/` stores incoming/tree.
@@ -324,7 +334,7 @@ fn put_report_is_complete() {
     let b = tricky_tree(t.path());
     let srv_root = t.join("served");
     std::fs::create_dir(&srv_root).unwrap();
-    let srv = Server::start(&srv_root, &t.join("state"));
+    let srv = Server::start_writable(&srv_root, &t.join("state"));
     let c = Client::new(t.join("kh"));
     let out = c.run(
         "put",

@@ -19,7 +19,7 @@ fn unknown_accept_new_remembered_then_changed_key_refused() {
     std::fs::write(root.join("hello.txt"), b"hello\n").unwrap();
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
-    let srv = Server::start(&root, &t.join("state1"));
+    let srv = Server::start_writable(&root, &t.join("state1"));
     let port = srv.port;
     let kh = t.join("config/known_hosts");
     let c = Client::new(&kh);
@@ -136,7 +136,7 @@ fn wrong_fingerprint_is_refused() {
     std::fs::write(root.join("hello.txt"), b"hello\n").unwrap();
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
-    let srv = Server::start(&root, &t.join("state"));
+    let srv = Server::start_writable(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
 
     // Well-formed but another key's fingerprint (of another state dir).

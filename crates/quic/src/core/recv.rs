@@ -43,6 +43,10 @@ pub(crate) struct RecvConfig {
     /// The most record bytes held for entries not yet announced (fresh
     /// sessions only); more ends the session ([`MAX_WAITING`]).
     pub max_waiting: u64,
+    /// Keep the modes sent exactly; else within
+    /// [`longhaul_transfer::place::SAFE_MODE_BITS`] (no setuid, setgid,
+    /// sticky or world-write bit).
+    pub exact_modes: bool,
 }
 
 /// The most record bytes a fresh session holds for entries not yet seen. A
@@ -483,7 +487,8 @@ impl RecvCore {
         }
     }
 
-    fn on_entry(&mut self, now: Instant, e: Entry) -> Result<(), Problem> {
+    fn on_entry(&mut self, now: Instant, mut e: Entry) -> Result<(), Problem> {
+        e.mode = longhaul_transfer::place::received_mode(e.mode, self.cfg.exact_modes);
         // Ids rise: a reused one would hand a write in flight for the old
         // file to the new one, which would be placed with that chunk never
         // written.

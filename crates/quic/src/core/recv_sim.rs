@@ -45,6 +45,7 @@ fn cfg(fresh: bool) -> RecvConfig {
         fresh,
         durable: false,
         max_waiting: 4 * CHUNK_SIZE,
+        exact_modes: false,
     }
 }
 

@@ -34,19 +34,32 @@ impl Drop for Served {
 /// Serves `root` on a free loopback port, its state under `state`, with
 /// four data streams and the default network options.
 pub fn serve(root: &Path, state: &Path, read_only: bool) -> Served {
-    let server = Server::bind(ServeOpts {
+    serve_with(opts(root, state, read_only))
+}
+
+/// The options of [`serve`], to change before [`serve_with`].
+pub fn opts(root: &Path, state: &Path, read_only: bool) -> ServeOpts {
+    ServeOpts {
         root: root.to_path_buf(),
         listen: "127.0.0.1:0".parse().unwrap(),
         read_only,
         token: None,
+        read_token: None,
+        // (A writable test server takes puts without a token.)
+        exact_modes: false,
+        anonymous_put: !read_only,
         state_dir: state.to_path_buf(),
         net: NetOpts::default(),
         streams: 4,
         max_sessions: 0,
         send_buffer: longhaul_quic::DEFAULT_SEND_BUFFER,
         once: false,
-    })
-    .unwrap();
+    }
+}
+
+/// Serves with `opts`.
+pub fn serve_with(opts: ServeOpts) -> Served {
+    let server = Server::bind(opts).unwrap();
     Served {
         addr: server.local_addr().unwrap(),
         fingerprint: server.fingerprint.clone(),

@@ -5,6 +5,7 @@
 //! (`src/core/*_sim.rs`).
 
 mod common;
+mod flood;
 mod fresh;
 mod hostile;
 mod placement_error;
