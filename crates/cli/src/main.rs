@@ -481,6 +481,7 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
     if a.once {
         return ssh::serve_once(server, ssh_ip, &token.unwrap_or_default()).await;
     }
+    let stop = stop_signal();
     let local = server.local_addr()?;
     let access = Access {
         token: token.is_some(),
@@ -520,12 +521,38 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
     let close = server.closer();
     tokio::select! {
         r = server.run() => r?,
-        _ = tokio::signal::ctrl_c() => {
+        _ = stop => {
             eprintln!("longhaul serve: interrupted, closing connections and exiting");
             close.await;
         }
     }
     Ok(0)
+}
+
+/// Ctrl-C (SIGINT), SIGTERM or SIGHUP: a server's cue to close its
+/// connections and exit cleanly (a one-shot server then also removes its
+/// temporary key). The handlers are in place when this returns, before the
+/// future is first polled.
+pub(crate) fn stop_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+    async fn on(s: &mut Option<Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    let mut int = signal(SignalKind::interrupt()).ok();
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut hup = signal(SignalKind::hangup()).ok();
+    async move {
+        tokio::select! {
+            _ = on(&mut int) => {}
+            _ = on(&mut term) => {}
+            _ = on(&mut hup) => {}
+        }
+    }
 }
 
 /// `HOST[:PORT]:PATH` split into (`HOST:PORT` key, host, port, path).

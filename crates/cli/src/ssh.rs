@@ -85,6 +85,8 @@ pub(crate) fn parse_port_range(s: &str) -> Result<Vec<u16>, String> {
 /// session, and end with it, with standard input (ssh gone), or with Ctrl-C.
 pub(crate) async fn serve_once(server: Server, addr: Option<IpAddr>, token: &[u8]) -> Result<i32> {
     let cwd = std::env::current_dir()?;
+    // (Before the hello: a signal right after it finds the handlers.)
+    let stop = crate::stop_signal();
     let hello = Hello {
         longhaul_ssh: 1,
         port: server.local_addr()?.port(),
@@ -112,7 +114,8 @@ pub(crate) async fn serve_once(server: Server, addr: Option<IpAddr>, token: &[u8
     tokio::select! {
         r = server.run() => r?,
         _ = stdin_closed => close.await,
-        _ = tokio::signal::ctrl_c() => close.await,
+        // (Returning removes the fresh key's temporary directory.)
+        _ = stop => close.await,
     }
     Ok(0)
 }

@@ -244,7 +244,10 @@ impl DestDir {
         let _ = dir.remove_file(os(&tmp));
         dir.symlink_contents(os(target), os(&tmp))?;
         let _ = dir.set_symlink_times(os(&tmp), None, Some(times(mtime_ns)));
-        dir.rename(os(&tmp), &dir, os(&name))
+        dir.rename(os(&tmp), &dir, os(&name)).inspect_err(|_| {
+            // (A directory of that name, say: no stray link is left.)
+            let _ = dir.remove_file(os(&tmp));
+        })
     }
 
     /// Apply directory modes and mtimes, deepest first. Call once, at the end.
@@ -886,6 +889,11 @@ impl Incoming {
             let had_journal = !kept && dir.symlink_metadata(os(&jname)).is_ok();
             let mut jo = OpenOptions::new();
             jo.write(true).create(true).follow(FollowSymlinks::No);
+            {
+                // As private as the part it describes.
+                use cap_std::fs::OpenOptionsExt;
+                jo.mode(0o600);
+            }
             if kept {
                 jo.append(true);
             } else {
@@ -1460,6 +1468,12 @@ mod tests {
             std::fs::read(&part).unwrap(),
             std::fs::read(&journal).unwrap(),
         );
+        // The journal is as private as the part.
+        use std::os::unix::fs::PermissionsExt;
+        for f in [&part, &journal] {
+            let mode = std::fs::metadata(f).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", f.display());
+        }
         drop(inc);
         std::fs::write(&journal, &journal_then).unwrap();
         let mut torn = part_then;
@@ -1835,6 +1849,25 @@ mod tests {
             std::fs::Permissions::from_mode(0o700),
         )
         .unwrap();
+    }
+
+    /// A link entry where a directory of that name is: refused, and no
+    /// stray `.NAME.lh-link` left behind.
+    #[test]
+    fn a_link_over_a_directory_leaves_no_stray_name() {
+        let t = tempfile::tempdir().unwrap();
+        let base = Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap();
+        let mut dest = DestDir::new(base);
+        let x = RelPath::from_wire(b"x").unwrap();
+        dest.make_dir(&x, 0o755, 0).unwrap();
+        std::fs::write(t.path().join("x/in"), b"kept").unwrap();
+        dest.make_symlink(&x, b"target", 0).expect_err("refused");
+        let names: Vec<_> = std::fs::read_dir(t.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("x")]);
+        assert_eq!(std::fs::read(t.path().join("x/in")).unwrap(), b"kept");
     }
 
     #[test]

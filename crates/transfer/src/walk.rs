@@ -2,6 +2,10 @@
 //! are reported as links, directories are opened with O_NOFOLLOW, and cap-std keeps
 //! every lookup beneath the root. Items come in pre-order (a directory before its
 //! contents), names sorted bytewise, one directory listing in memory per level.
+//! Only the deepest [`OPEN_LEVELS`] levels keep their directory open: a level
+//! above them is opened again (from the start, through no link, and checked to
+//! be the same directory) when the walk comes back to it, so however deep the
+//! tree, the walk holds a few descriptors.
 
 use crate::manifest::EntryKind;
 use crate::path::RelPath;
@@ -44,8 +48,17 @@ impl std::fmt::Display for WalkError {
     }
 }
 
+/// Levels of the walk that keep their directory open; a deeper tree opens a
+/// level above them again when the walk returns to it.
+pub const OPEN_LEVELS: usize = 16;
+
 struct Level {
-    dir: Dir,
+    /// None when closed (more than [`OPEN_LEVELS`] levels below it).
+    dir: Option<Dir>,
+    /// Its name in the level above (empty for the start).
+    name: Vec<u8>,
+    /// Its device and inode, to know it again when reopened.
+    id: (u64, u64),
     prefix: RelPath,
     names: std::vec::IntoIter<Vec<u8>>,
 }
@@ -54,7 +67,16 @@ struct Level {
 /// part that cannot be read yields a [`WalkError`] and the walk goes on.
 pub struct Walker {
     first: Option<Result<WalkItem, WalkError>>,
+    /// The root and the start, to open closed levels again.
+    root: Dir,
+    start: RelPath,
     stack: Vec<Level>,
+}
+
+/// A directory's device and inode.
+fn ident(d: &Dir) -> io::Result<(u64, u64)> {
+    let m = d.dir_metadata()?;
+    Ok((m.dev(), m.ino()))
 }
 
 fn kind_of(meta: &Metadata) -> Option<EntryKind> {
@@ -132,25 +154,89 @@ impl Walker {
                 ))
             }
         };
-        let mut stack = Vec::new();
-        if first.kind == EntryKind::Dir {
-            let dir = if start.is_root() {
-                root.try_clone()?
-            } else {
-                root.open_dir_nofollow(start.as_path())?
-            };
-            let names = list(&dir)?;
-            stack.push(Level {
-                dir,
-                prefix: RelPath::root(),
-                names: names.into_iter(),
-            });
-        }
-        Ok(Walker {
+        let is_dir = first.kind == EntryKind::Dir;
+        let mut w = Walker {
             first: Some(Ok(first)),
-            stack,
-        })
+            root: root.try_clone()?,
+            start: start.clone(),
+            stack: Vec::new(),
+        };
+        if is_dir {
+            let dir = w.open_start()?;
+            let names = list(&dir)?;
+            w.push(dir, Vec::new(), RelPath::root(), names)?;
+        }
+        Ok(w)
     }
+
+    fn open_start(&self) -> io::Result<Dir> {
+        if self.start.is_root() {
+            self.root.try_clone()
+        } else {
+            self.root.open_dir_nofollow(self.start.as_path())
+        }
+    }
+
+    /// A level entered; the one [`OPEN_LEVELS`] above it is closed.
+    fn push(
+        &mut self,
+        dir: Dir,
+        name: Vec<u8>,
+        prefix: RelPath,
+        names: Vec<Vec<u8>>,
+    ) -> io::Result<()> {
+        let id = ident(&dir)?;
+        self.stack.push(Level {
+            dir: Some(dir),
+            name,
+            id,
+            prefix,
+            names: names.into_iter(),
+        });
+        if let Some(k) = self.stack.len().checked_sub(OPEN_LEVELS + 1) {
+            self.stack[k].dir = None;
+        }
+        Ok(())
+    }
+
+    /// Opens the top level again: from the deepest level still open (or the
+    /// start), one name at a time through no link, each checked to be the
+    /// directory listed; the levels more than [`OPEN_LEVELS`] above the top
+    /// are closed again on the way.
+    fn reopen(&mut self) -> io::Result<()> {
+        let top = self.stack.len() - 1;
+        let mut i = match self.stack[..top].iter().rposition(|l| l.dir.is_some()) {
+            Some(i) => i,
+            None => {
+                let d = self.open_start()?;
+                same(&d, self.stack[0].id)?;
+                self.stack[0].dir = Some(d);
+                0
+            }
+        };
+        while i < top {
+            let parent = self.stack[i].dir.as_ref().expect("open");
+            let name = std::ffi::OsStr::from_bytes(&self.stack[i + 1].name);
+            let d = parent.open_dir_nofollow(name)?;
+            same(&d, self.stack[i + 1].id)?;
+            self.stack[i + 1].dir = Some(d);
+            i += 1;
+            if let Some(k) = i.checked_sub(OPEN_LEVELS) {
+                self.stack[k].dir = None;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `d` is the directory the walk listed as `id`.
+fn same(d: &Dir, id: (u64, u64)) -> io::Result<()> {
+    if ident(d)? != id {
+        return Err(io::Error::other(
+            "the directory was replaced during the walk",
+        ));
+    }
+    Ok(())
 }
 
 impl Iterator for Walker {
@@ -161,6 +247,15 @@ impl Iterator for Walker {
             return Some(f);
         }
         loop {
+            if self.stack.last()?.dir.is_none() {
+                if let Err(error) = self.reopen() {
+                    let gone = self.stack.pop().expect("a level");
+                    return Some(Err(WalkError {
+                        path: gone.prefix,
+                        error,
+                    }));
+                }
+            }
             let level = self.stack.last_mut()?;
             let Some(name) = level.names.next() else {
                 self.stack.pop();
@@ -176,27 +271,31 @@ impl Iterator for Walker {
                 }
             };
             let os = std::ffi::OsStr::from_bytes(&name);
-            let it = match item(&level.dir, os.as_ref(), path.clone()) {
+            let dir = level.dir.as_ref().expect("the top level is open");
+            let it = match item(dir, os.as_ref(), path.clone()) {
                 Ok(Some(it)) => it,
                 Ok(None) => continue,
                 Err(error) => return Some(Err(WalkError { path, error })),
             };
             if it.kind == EntryKind::Dir {
-                let opened = level
-                    .dir
+                let opened = dir
                     .open_dir_nofollow(os)
                     .and_then(|d| list(&d).map(|n| (d, n)));
-                match opened {
-                    Ok((dir, names)) => self.stack.push(Level {
-                        dir,
-                        prefix: path,
-                        names: names.into_iter(),
-                    }),
-                    Err(error) => return Some(Err(WalkError { path, error })),
+                let pushed = opened.and_then(|(d, names)| self.push(d, name, path.clone(), names));
+                if let Err(error) = pushed {
+                    return Some(Err(WalkError { path, error }));
                 }
             }
             return Some(Ok(it));
         }
+    }
+}
+
+impl Walker {
+    /// Levels whose directory is open now.
+    #[cfg(test)]
+    fn open_levels(&self) -> usize {
+        self.stack.iter().filter(|l| l.dir.is_some()).count()
     }
 }
 
@@ -244,5 +343,80 @@ mod tests {
         assert!(Walker::new(&root, &RelPath::from_wire(b"b/esc/x").unwrap()).is_err());
         assert!(Walker::new(&root, &RelPath::from_wire(b"b/slash/etc").unwrap()).is_err());
         assert!(Walker::new(&root, &RelPath::from_wire(b"nope").unwrap()).is_err());
+    }
+
+    #[test]
+    fn a_deep_tree_is_walked_with_a_few_directories_open() {
+        let t = tempfile::tempdir().unwrap();
+        let depth = 200;
+        let mut p = t.path().join("root");
+        for i in 0..depth {
+            p.push("d");
+            if i % 50 == 0 {
+                std::fs::create_dir_all(&p).unwrap();
+                std::fs::write(p.join("f"), i.to_string()).unwrap();
+            }
+        }
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("leaf"), b"bottom").unwrap();
+        let root = Dir::open_ambient_dir(t.path().join("root"), ambient_authority()).unwrap();
+        let mut w = Walker::new(&root, &RelPath::root()).unwrap();
+        let (mut most, mut dirs, mut files) = (0, 0, Vec::new());
+        while let Some(it) = w.next() {
+            let it = it.unwrap();
+            match it.kind {
+                EntryKind::Dir => dirs += 1,
+                _ => files.push(it.path.display()),
+            }
+            most = most.max(w.open_levels());
+        }
+        assert_eq!(dirs, depth + 1);
+        assert_eq!(files.len(), 5, "{files:?}");
+        assert!(files.iter().any(|f| f.ends_with("/d/leaf")));
+        // The files above the deepest levels come after the walk returned
+        // to (and reopened) their directories.
+        assert!(files.last().unwrap().ends_with("d/f"), "{files:?}");
+        assert_eq!(most, OPEN_LEVELS, "at most {OPEN_LEVELS} levels open");
+    }
+
+    #[test]
+    fn a_directory_replaced_during_the_walk_is_an_error_not_a_detour() {
+        let t = tempfile::tempdir().unwrap();
+        let mut p = t.path().join("root/top");
+        for _ in 0..OPEN_LEVELS + 2 {
+            p.push("d");
+        }
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(t.path().join("root/top/z"), b"z").unwrap();
+        let root = Dir::open_ambient_dir(t.path().join("root"), ambient_authority()).unwrap();
+        let mut w = Walker::new(&root, &RelPath::root()).unwrap();
+        // Down to the bottom: `top` is closed by then.
+        while w
+            .next()
+            .unwrap()
+            .unwrap()
+            .path
+            .as_path()
+            .components()
+            .count()
+            < OPEN_LEVELS + 3
+        {}
+        // `top` swapped for another directory of the same name.
+        std::fs::rename(t.path().join("root/top"), t.path().join("moved")).unwrap();
+        std::fs::create_dir(t.path().join("root/top")).unwrap();
+        std::fs::write(t.path().join("root/top/z"), b"planted").unwrap();
+        let rest: Vec<_> = w.collect();
+        assert!(
+            rest.iter().any(|r| r
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("replaced during the walk"))),
+            "{rest:?}"
+        );
+        assert!(
+            !rest
+                .iter()
+                .any(|r| r.as_ref().is_ok_and(|i| i.path.display() == "top/z")),
+            "{rest:?}"
+        );
     }
 }

@@ -146,3 +146,123 @@ fn twenty_thousand_small_files_with_1024_open_files() {
     assert_same_tree(&small, &root.join("uploaded/small"), Compare::ALL);
     eprintln!("whole small-files test: {:?}", started.elapsed());
 }
+
+/// A chain of `depth` directories `d/d/...` beneath `base`, with `leaf`
+/// holding `data` at the bottom, made one level at a time (the whole path
+/// is longer than PATH_MAX).
+fn deep_chain(base: &Path, depth: usize, data: &[u8]) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    std::fs::create_dir_all(base).unwrap();
+    let mut dir: OwnedFd = std::fs::File::open(base).unwrap().into();
+    for _ in 0..depth {
+        // SAFETY: plain syscalls on a descriptor we own and a C string.
+        unsafe {
+            assert_eq!(libc::mkdirat(dir.as_raw_fd(), c"d".as_ptr(), 0o755), 0);
+            let fd = libc::openat(
+                dir.as_raw_fd(),
+                c"d".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            );
+            assert!(fd >= 0);
+            dir = OwnedFd::from_raw_fd(fd);
+        }
+    }
+    // SAFETY: as above.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c"leaf".as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            0o644,
+        )
+    };
+    assert!(fd >= 0);
+    // SAFETY: a descriptor just opened, owned by the File from here on.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    std::io::Write::write_all(&mut f, data).unwrap();
+}
+
+/// The bottom of a chain made by [`deep_chain`]: its depth and its leaf's bytes.
+fn read_chain(base: &Path) -> (usize, Vec<u8>) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut dir: OwnedFd = std::fs::File::open(base).unwrap().into();
+    let mut depth = 0;
+    loop {
+        // SAFETY: plain syscalls on a descriptor we own and a C string.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                c"d".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            )
+        };
+        if fd < 0 {
+            break;
+        }
+        // SAFETY: a descriptor just opened.
+        dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        depth += 1;
+    }
+    // SAFETY: as above.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c"leaf".as_ptr(), libc::O_RDONLY) };
+    assert!(fd >= 0, "no leaf at depth {depth}");
+    // SAFETY: a descriptor just opened, owned by the File from here on.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut data).unwrap();
+    (depth, data)
+}
+
+/// A tree 2,000 directories deep goes up with a put and back with a get
+/// when both sides may open 256 files: the walk keeps a few levels open,
+/// not one per level.
+#[test]
+fn a_tree_2000_deep_with_256_open_files() {
+    const TIGHT: u64 = 256;
+    const DEPTH: usize = 2000;
+    let t = Tmp::new("bulk-deep");
+    deep_chain(&t.join("src/deep"), DEPTH, b"at the bottom");
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let srv = ServeCfg::new(&root, &t.join("state"))
+        .writable()
+        .nofile(TIGHT)
+        .start();
+    let c = Client::new(t.join("kh"));
+    let mut cmd = c.cmd(
+        "put",
+        [
+            OsString::from("--accept-new"),
+            "--quiet".into(),
+            t.join("src/deep").into(),
+            srv.remote(""),
+        ],
+    );
+    limit_nofile(&mut cmd, TIGHT);
+    let started = Instant::now();
+    run(cmd).expect_code(0);
+    eprintln!("put of a 2,000-deep tree: {:?}", started.elapsed());
+    assert_eq!(
+        read_chain(&root.join("deep")),
+        (DEPTH, b"at the bottom".to_vec())
+    );
+
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let mut cmd = c.cmd(
+        "get",
+        [
+            OsString::from("--quiet"),
+            srv.remote("deep"),
+            dest.clone().into(),
+        ],
+    );
+    limit_nofile(&mut cmd, TIGHT);
+    let started = Instant::now();
+    run(cmd).expect_code(0);
+    eprintln!("get of a 2,000-deep tree: {:?}", started.elapsed());
+    assert_eq!(
+        read_chain(&dest.join("deep")),
+        (DEPTH, b"at the bottom".to_vec())
+    );
+}

@@ -344,3 +344,37 @@ fn udp_that_does_not_get_through_is_said_within_seconds() {
     );
     assert_no_server_left();
 }
+
+/// A one-shot server stopped with SIGTERM (or SIGHUP) closes and removes
+/// its temporary key, as it does when its session or its ssh login ends.
+#[test]
+fn a_one_shot_server_stopped_by_a_signal_leaves_no_key_behind() {
+    use std::io::BufRead;
+    let t = Tmp::new("once-term");
+    let tmp = t.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    for sig in [libc::SIGTERM, libc::SIGHUP] {
+        let mut c = longhaul();
+        c.args(["serve", "--once", "--listen", "127.0.0.1:0", "--root"])
+            .arg(t.path())
+            .env("TMPDIR", &tmp)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut hello = String::new();
+        out.read_line(&mut hello).unwrap();
+        assert!(hello.contains("\"fingerprint\""), "{hello}");
+        assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 1, "its key");
+        // SAFETY: a signal to our own child, by its PID.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert!(status.code().is_some(), "exited, not killed: {status:?}");
+        assert_eq!(
+            std::fs::read_dir(&tmp).unwrap().count(),
+            0,
+            "the temporary key is gone after signal {sig}"
+        );
+    }
+}
