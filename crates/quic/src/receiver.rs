@@ -123,6 +123,7 @@ pub(crate) async fn run_receiver(
             progress: progress.clone(),
             next: Default::default(),
             repair: repair.clone(),
+            protected: Default::default(),
         };
         tokio::spawn(async move {
             let Conns {
@@ -206,6 +207,9 @@ impl RepairCounts {
 /// most this many per connection (an honest sender's come at most a
 /// congestion window early: its datagrams go ahead of queued stream data).
 const EARLY_SYMBOLS: usize = 16_384;
+/// Symbols waiting for an open stream's reader at most: a block takes at
+/// most K + K / 4 symbols (about 330 repair symbols in 1.5 MiB).
+const OPEN_SYMBOLS: usize = 512;
 
 /// Where one connection's repair datagrams go: to the task of the
 /// protected stream they name, or to wait for it.
@@ -217,7 +221,7 @@ struct Board {
 
 enum Slot {
     Early(Vec<Repair>),
-    Open(mpsc::UnboundedSender<Repair>),
+    Open(mpsc::Sender<Repair>),
     /// The stream is done with: its symbols are dropped.
     Closed,
 }
@@ -230,7 +234,9 @@ impl Board {
     fn deliver(&mut self, r: Repair) -> bool {
         match self.slots.get_mut(&r.stream) {
             Some(Slot::Open(tx)) => {
-                let _ = tx.send(r);
+                // (Full: the reader is behind; a symbol is as droppable as
+                // the datagram it came in.)
+                let _ = tx.try_send(r);
                 false
             }
             Some(Slot::Closed) => false,
@@ -254,12 +260,12 @@ impl Board {
     }
 
     /// A protected stream's symbols from now on (those that came early first).
-    fn open(&mut self, stream: u64) -> mpsc::UnboundedReceiver<Repair> {
-        let (tx, rx) = mpsc::unbounded_channel();
+    fn open(&mut self, stream: u64) -> mpsc::Receiver<Repair> {
+        let (tx, rx) = mpsc::channel(OPEN_SYMBOLS);
         if let Some(Slot::Early(v)) = self.slots.remove(&stream) {
             self.early -= v.len();
             for r in v {
-                let _ = tx.send(r);
+                let _ = tx.try_send(r);
             }
         }
         self.slots.insert(stream, Slot::Open(tx));
@@ -283,6 +289,8 @@ struct Accept {
     /// Numbers the streams of every connection of the session.
     next: Arc<std::sync::atomic::AtomicU64>,
     repair: Arc<RepairCounts>,
+    /// Bytes the session's protected streams hold ([`PROTECTED_HELD`]).
+    protected: Arc<AtomicU64>,
 }
 
 impl Accept {
@@ -296,10 +304,10 @@ impl Accept {
             progress,
             next,
             repair,
+            protected,
         } = self;
         let mut tasks = tokio::task::JoinSet::new();
         let board: SharedBoard = Default::default();
-        let protected_held: Arc<AtomicU64> = Default::default();
         let early: Arc<tokio::sync::Notify> = Default::default();
         {
             let (conn, board, repair) = (conn.clone(), board.clone(), repair.clone());
@@ -332,7 +340,7 @@ impl Accept {
             let repair = Repairs {
                 board: board.clone(),
                 counts: repair.clone(),
-                held: protected_held.clone(),
+                held: protected.clone(),
                 early: early.clone(),
             };
             tasks.spawn(async move {
@@ -718,17 +726,19 @@ async fn read_stream(
 struct Repairs {
     board: SharedBoard,
     counts: Arc<RepairCounts>,
-    /// Bytes the connection's protected streams hold ([`Block::footprint`]).
+    /// Bytes the session's protected streams hold ([`Block::footprint`]).
     held: Arc<AtomicU64>,
     /// Woken when symbols come for a stream not read yet.
     early: Arc<tokio::sync::Notify>,
 }
 
-/// The most a connection's protected streams may hold at once. Their data
-/// is read out of order, and QUIC gives its flow-control credit back as it
-/// is read: this bound, not the receive window, limits what a sender can
-/// make them keep. An honest one protects at most 256 MiB (and each stream
-/// is read as it comes).
+/// The most a session's protected streams may hold at once, every
+/// connection together ([`Block::footprint`]: the bytes that came, never
+/// their holes, and a little for each piece). Their data is read out of
+/// order, and QUIC gives its flow-control credit back as it is read: this
+/// bound, not the receive windows, limits what a sender can make them keep.
+/// An honest one protects at most 256 MiB (and each stream is read as it
+/// comes).
 const PROTECTED_HELD: u64 = 512 << 20;
 
 /// A data stream as its records are read: in order from quinn, or (a
@@ -784,7 +794,7 @@ const QUIET: std::time::Duration = std::time::Duration::from_millis(5);
 struct Repaired {
     rs: quinn::RecvStream,
     block: Block,
-    symbols: mpsc::UnboundedReceiver<Repair>,
+    symbols: mpsc::Receiver<Repair>,
     stream: u64,
     repairs: Repairs,
     /// Bytes handed to the record reader, from the stream's start.
@@ -823,9 +833,8 @@ impl Repaired {
         loop {
             let end = self.block.contiguous();
             if end > self.at {
-                let to = end.min(self.at + max as u64);
-                let b = bytes::Bytes::copy_from_slice(self.block.slice(self.at, to));
-                self.at = to;
+                let b = bytes::Bytes::copy_from_slice(self.block.chunk(self.at, max));
+                self.at += b.len() as u64;
                 return Ok(Some(b));
             }
             // The end: every byte read, and QUIC's end of the stream seen
