@@ -367,7 +367,8 @@ impl FileStore {
 
 /// How far a sealed session's making may lie from this receiver's clock
 /// (either way) for it to be taken: a session recorded and replayed later
-/// than this is refused for its age, sooner by [`SESSIONS_FILE`].
+/// than this is refused for its age, sooner by the record of
+/// [`FileStore::sessions_file`].
 pub const REPLAY_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl FileStore {

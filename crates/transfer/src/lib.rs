@@ -11,7 +11,7 @@
 //! - [`place`]: the receiver's crash-safe placement: hidden temp file, verify, rename.
 //! - [`unnamed`]: unnamed files (`O_TMPFILE`) linked under their name once verified.
 //! - [`sync`]: skip/resume/full decisions.
-//! - [`shown`]: the far side's names and messages made safe for terminals and logs.
+//! - [`mod@shown`]: the far side's names and messages made safe for terminals and logs.
 //! - [`units`]: one grammar of sizes, rates and durations for flags, SPECs and suites.
 //! - [`testdata`]: seeded, incompressible test data for the demo, the bench and tests.
 

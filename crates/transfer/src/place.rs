@@ -252,7 +252,7 @@ impl DestDir {
 
     /// Apply directory modes and mtimes, deepest first. Call once, at the end.
     /// Each directory is reached from the base one component at a time
-    /// through no link ([`open_dirs`]) and changed through its own handle
+    /// through no link and changed through its own handle
     /// (`.` beneath it), never by its path: a directory swapped for a link
     /// meanwhile is an error, not a chmod of what the link points at. At
     /// most a few descriptors are open, however deep the tree.
