@@ -54,11 +54,6 @@ fn waiting_open_limit() -> usize {
     })
 }
 
-/// Files of a session being received that may keep their part open between
-/// chunks; past them a file gives its descriptor back after each write
-/// ([`Incoming::release`]) and opens it again for the next.
-const OPEN_PARTS: usize = 16;
-
 /// Waiting files holding a descriptor, in all sessions of the process.
 static WAITING_OPEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
@@ -428,17 +423,6 @@ impl RecvDisk {
             }
             None => {
                 inc.record(index, digest);
-                // Files whose other chunks are still to come keep no
-                // descriptor past [`OPEN_PARTS`] of them: a sender may send
-                // the first chunks of many files before their last ones.
-                if inc.holds_descriptor() && !inc.is_complete() {
-                    let open = files.values().filter(|f| f.holds_descriptor()).count();
-                    if open > OPEN_PARTS {
-                        if let Some(inc) = files.get_mut(&id) {
-                            inc.release();
-                        }
-                    }
-                }
                 Ok(Wrote::Chunk)
             }
         }

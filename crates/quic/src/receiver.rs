@@ -473,21 +473,10 @@ fn run_job(
     } else {
         let (disk, tx) = (disk.clone(), tx.clone());
         tokio::task::spawn_blocking(move || {
-            let done = {
-                let _slot = DISK_JOBS.take();
-                disk.run(job)
-            };
-            let _ = tx.blocking_send(Input::Done(done));
+            let _ = tx.blocking_send(Input::Done(disk.run(job)));
         });
     }
 }
-
-/// Jobs on the blocking pool that run at once, in all sessions of the
-/// process (the pool starts a thread per queued job, up to 512): a burst of
-/// files finishing together opened as many parts and journals at once, and
-/// under 256 descriptors a get of 2,000 files of two chunks failed 2 times
-/// in 5.
-static DISK_JOBS: longhaul_transfer::place::Slots = longhaul_transfer::place::Slots::new(32);
 
 /// When every open data stream waits for the receiver, and for how long in
 /// all: the time the receiver read nothing because it was behind, so that

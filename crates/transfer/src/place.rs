@@ -448,12 +448,10 @@ struct Holder {
     closed: Arc<Mutex<bool>>,
     /// When its session last heard from its peer, if the session says.
     heard: Option<Heard>,
-    /// The part file as a holder of this claim has it open, locked (flock)
-    /// against other processes: open only while data moves, so a file
-    /// announced far ahead of its data holds no descriptor. A session that
-    /// takes the file over uses this one while it lives (a second open in
-    /// this process would find its own lock).
-    part: std::sync::Weak<File>,
+    /// The part file, locked (flock) against other processes while any
+    /// session of this one receives it: passed on to a session that takes
+    /// the file over.
+    lock: Arc<File>,
 }
 
 /// Open `name`'s part (created if absent, never truncated here) and lock it
@@ -547,11 +545,11 @@ impl Claim {
         closed: Arc<Mutex<bool>>,
         heard: Option<Heard>,
         entry: &Entry,
-    ) -> io::Result<(Claim, Arc<File>)> {
+    ) -> io::Result<Claim> {
         let key = Claim::key(dir, name)?;
         let deadline = std::time::Instant::now() + wait;
         let mut held = RECEIVING.lock().unwrap();
-        let mut taken: Option<std::sync::Weak<File>> = None;
+        let mut lock = None;
         let mut waited = false;
         while let Some(h) = held.get(&key) {
             waited = true;
@@ -565,7 +563,7 @@ impl Claim {
                 // After any checkpoint of the old holder under way; from
                 // now on it neither writes, journals nor places this file.
                 *h.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
-                taken = Some(h.part.clone());
+                lock = Some(h.lock.clone());
                 break;
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -581,21 +579,15 @@ impl Claim {
             let wait = if ending { tick } else { left.min(tick) };
             held = RELEASED.wait_timeout(held, wait).unwrap().0;
         }
-        if waited && taken.is_none() && placed_as(dir, name, entry) {
+        if waited && lock.is_none() && placed_as(dir, name, entry) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 PlacedMeanwhile,
             ));
         }
-        // The part's lock: the one the holder taken over has open, else a
-        // new one (another process's makes this fail), kept while the part
-        // is set up.
-        let (part, lock) = match taken.as_ref().and_then(|w| w.upgrade()) {
-            Some(f) => (Arc::downgrade(&f), f),
-            None => {
-                let f = Arc::new(lock_part(dir, name)?);
-                (Arc::downgrade(&f), f)
-            }
+        let lock = match lock {
+            Some(l) => l,
+            None => Arc::new(lock_part(dir, name)?),
         };
         let id = NEXT_CLAIM.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let holder = Holder {
@@ -604,22 +596,10 @@ impl Claim {
             active: std::time::Instant::now(),
             closed,
             heard,
-            part,
+            lock,
         };
         held.insert(key.clone(), holder);
-        Ok((Claim { key, id }, lock))
-    }
-
-    /// The part as a holder of this claim has it open and locked, if one does.
-    fn open_part(&self) -> Option<Arc<File>> {
-        let mut f = None;
-        self.with_holder(|h| f = h.part.upgrade());
-        f
-    }
-
-    /// This claim's holder has the part open and locked as `f`.
-    fn set_part(&self, f: &Arc<File>) {
-        self.with_holder(|h| h.part = Arc::downgrade(f));
+        Ok(Claim { key, id })
     }
 
     /// Runs `f` on this claim's registry entry, if it is still this claim's.
@@ -695,33 +675,6 @@ pub struct Incoming {
     /// Bytes already held from an earlier run.
     pub resumed_bytes: u64,
     claim: Option<Claim>,
-    /// The part as set up (a file of several chunks): what it must still be
-    /// when it is opened again for its data.
-    ident: Option<PartIdent>,
-}
-
-/// A part file's identity: its inode, and when it last changed (any write
-/// or truncation by another process changes that).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PartIdent {
-    ino: u64,
-    ctime_ns: i128,
-}
-
-impl PartIdent {
-    fn of(m: &std::fs::Metadata) -> PartIdent {
-        use std::os::unix::fs::MetadataExt;
-        PartIdent {
-            ino: m.ino(),
-            ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
-        }
-    }
-}
-
-fn part_changed() -> io::Error {
-    io::Error::other(
-        "the part file changed while this session waited for the file's data (another process receiving it?); not written",
-    )
 }
 
 fn taken_over() -> io::Error {
@@ -898,15 +851,18 @@ impl Incoming {
         // Before the part is truncated. A file of one chunk needs none: each
         // writer has a file of its own until it is linked or renamed whole.
         let closed = Arc::new(Mutex::new(false));
-        // The part's lock, held while the part is set up (and then given up
-        // until data comes: `Incoming::file` takes it again).
-        let (claim, lock) = if journaled {
-            let (c, l) = Claim::take(&dir, name, claim_wait, closed.clone(), heard, entry)?;
-            (Some(c), Some(l))
+        let claim = if journaled {
+            Some(Claim::take(
+                &dir,
+                name,
+                claim_wait,
+                closed.clone(),
+                heard,
+                entry,
+            )?)
         } else {
-            (None, None)
+            None
         };
-        let mut ident = None;
         let header = JournalHeader {
             size: entry.size,
             mtime_ns: entry.mtime_ns,
@@ -988,10 +944,8 @@ impl Incoming {
                 }
             }
             file.set_len(entry.size)?;
-            ident = Some(PartIdent::of(&file.metadata()?));
             drop(file);
         }
-        drop(lock);
         let missing = plan.count() - digests.len() as u64;
         let resumed_bytes = digests.keys().filter_map(|&i| plan.len(i)).sum();
         let ranges = gaps(digests.keys().copied(), plan.count());
@@ -1017,7 +971,6 @@ impl Incoming {
                 writing: Default::default(),
                 resumed_bytes,
                 claim,
-                ident,
             },
             ranges,
         ))
@@ -1044,12 +997,7 @@ impl Incoming {
                 return Ok(f);
             }
         }
-        if self.journaled {
-            let f = self.part_again()?;
-            self.file = Some(f.clone());
-            return Ok(f);
-        }
-        let f = if self.created {
+        let f = if self.journaled || self.created {
             self.dir.open_with(os(&part), &opts)?
         } else {
             use cap_std::fs::OpenOptionsExt;
@@ -1071,65 +1019,6 @@ impl Incoming {
         let f = Arc::new(f.into_std());
         self.file = Some(f.clone());
         Ok(f)
-    }
-
-    /// A file of several chunks: its part, open and locked again for its
-    /// data. The descriptor a holder of its claim still has (a session this
-    /// one took it over from), else a new one, locked (another process's
-    /// lock makes this fail) and checked to be the part as set up.
-    fn part_again(&mut self) -> io::Result<Arc<File>> {
-        let ident = self.ident.expect("a file of several chunks was set up");
-        let claim = self
-            .claim
-            .as_ref()
-            .expect("a file of several chunks is claimed");
-        if let Some(f) = claim.open_part() {
-            if PartIdent::of(&f.metadata()?).ino != ident.ino {
-                return Err(part_changed());
-            }
-            return Ok(f);
-        }
-        // (This process's last descriptor of it may be closing on another
-        // thread, its lock not yet gone: a few tries before that counts as
-        // another process's.)
-        let mut tries = 0;
-        let f = loop {
-            match lock_part(&self.dir, &self.name) {
-                Err(e) if e.kind() == io::ErrorKind::ResourceBusy && tries < 20 => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                r => break Arc::new(r?),
-            }
-        };
-        if PartIdent::of(&f.metadata()?) != ident {
-            return Err(part_changed());
-        }
-        claim.set_part(&f);
-        Ok(f)
-    }
-
-    /// Give back the part's descriptor, and its lock, while no chunk of it
-    /// is being written (a file of several chunks whose other chunks are
-    /// still to come): [`Incoming::file`] takes both again for the next.
-    /// True if it held one.
-    pub fn release(&mut self) -> bool {
-        if !self.journaled || !self.writing.is_empty() {
-            return false;
-        }
-        let Some(f) = self.file.take() else {
-            return false;
-        };
-        match f.metadata() {
-            Ok(m) => {
-                self.ident = Some(PartIdent::of(&m));
-                true
-            }
-            Err(_) => {
-                self.file = Some(f);
-                false
-            }
-        }
     }
 
     /// The file's directory was created by this session ([`DestDir::in_fresh_dir`]):
@@ -1300,11 +1189,6 @@ impl Incoming {
         }
         if self.journaled {
             self.pending.push((index, digest));
-            if self.missing == 0 && self.expected.is_none() {
-                // Complete: neither a descriptor nor the part's lock while
-                // the hash is awaited (its sender may be far behind).
-                self.release();
-            }
         } else if self.missing == 0 && !self.unnamed {
             self.file = None; // complete: no descriptor while waiting for the hash
         }
@@ -1330,16 +1214,8 @@ impl Incoming {
             self.unsynced.extend_from_slice(&recs);
             recs
         };
-        // (A complete part awaiting its hash holds no descriptor: the
-        // checkpoint opens it to sync it, if it syncs.)
-        let file = match &self.file {
-            Some(f) => Some(f.clone()),
-            None if self.journaled => None,
-            None => Some(self.file()?),
-        };
         Ok(Some(Checkpoint {
-            file,
-            part: sibling_name(&self.name, PART),
+            file: self.file()?,
             dir: self.dir.clone(),
             journal: sibling_name(&self.name, JOURNAL),
             records,
@@ -1385,8 +1261,7 @@ impl Incoming {
         let actual = self.verify()?;
         let part = sibling_name(&self.name, PART);
         let unnamed = if self.unnamed { self.file.take() } else { None };
-        // (A part's lock is held until it has its final name.)
-        let _locked = self.file.take();
+        self.file = None;
         self.pending.clear();
         self.unsynced.clear();
         let closed = self.closed.clone();
@@ -1480,11 +1355,7 @@ pub fn sync_fs(dir: &Dir) -> io::Result<()> {
 /// Chunks taken from an [`Incoming`] to be made durable and journaled.
 #[must_use = "a checkpoint journals nothing until committed"]
 pub struct Checkpoint {
-    /// The part as its file has it open; None when it holds no descriptor
-    /// (complete, awaiting its hash): a synced checkpoint then opens the
-    /// part to sync it, an unsynced one needs none.
-    file: Option<Arc<File>>,
-    part: Vec<u8>,
+    file: Arc<File>,
     dir: Arc<Dir>,
     journal: Vec<u8>,
     records: Vec<(u64, Digest)>,
@@ -1492,49 +1363,6 @@ pub struct Checkpoint {
     sync: bool,
     closed: Arc<Mutex<bool>>,
 }
-
-/// At most so many threads at once in a piece of blocking file work (a
-/// counting semaphore for threads): what bounds the descriptors such work
-/// opens, however many jobs are queued.
-pub struct Slots {
-    max: usize,
-    taken: Mutex<usize>,
-    freed: std::sync::Condvar,
-}
-
-/// A place taken in [`Slots`], given back when dropped.
-pub struct Slot<'a>(&'a Slots);
-
-impl Slots {
-    /// `max` places.
-    pub const fn new(max: usize) -> Slots {
-        Slots {
-            max,
-            taken: Mutex::new(0),
-            freed: std::sync::Condvar::new(),
-        }
-    }
-
-    /// A place, once one is free (blocks).
-    pub fn take(&self) -> Slot<'_> {
-        let mut n = self.taken.lock().unwrap_or_else(|e| e.into_inner());
-        while *n >= self.max {
-            n = self.freed.wait(n).unwrap_or_else(|e| e.into_inner());
-        }
-        *n += 1;
-        Slot(self)
-    }
-}
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        *self.0.taken.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
-        self.0.freed.notify_one();
-    }
-}
-
-/// Checkpoint commits running at once, in all sessions of the process.
-static COMMITS: Slots = Slots::new(8);
 
 impl Checkpoint {
     /// Append the records to the journal; for a synced checkpoint, sync the
@@ -1546,15 +1374,8 @@ impl Checkpoint {
         if *closed {
             return Ok(());
         }
-        // Each commit opens the journal (and perhaps the part): a few at a
-        // time, whatever the number of files finishing at once (a thousand
-        // small last chunks queued a thousand commits on as many threads).
-        let _slot = COMMITS.take();
         if self.sync {
-            match &self.file {
-                Some(f) => f.sync_data()?,
-                None => open_read(&self.dir, os(&self.part))?.sync_data()?,
-            }
+            self.file.sync_data()?;
         }
         let j = self.dir.open_with(
             os(&self.journal),
@@ -1773,104 +1594,21 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::ResourceBusy, "{err}");
         assert!(err.to_string().contains("another process"), "{err}");
         assert_eq!(std::fs::read(&part).unwrap(), bytes, "its part untouched");
-        // Set up, the file holds no descriptor (nor the lock) until its data
-        // comes; then its lock keeps the other process out until it is done.
+        // Our own lock keeps the other process out until the file is done.
         drop(other);
         let (mut a, _) = Incoming::open(dir.clone(), b"f", &entry(size), false, WAIT).unwrap();
-        assert!(!a.holds_descriptor());
         let theirs = std::fs::File::open(&part).unwrap();
-        theirs.lock().unwrap();
-        let err = a.file().expect_err("another process holds the lock");
-        assert_eq!(err.kind(), io::ErrorKind::ResourceBusy, "{err}");
-        theirs.unlock().unwrap();
-        for i in 0..3 {
+        assert!(matches!(
+            theirs.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ));
+        for i in 0..4 {
             put_chunk(&mut a, &bytes, i);
         }
-        assert!(matches!(
-            theirs.try_lock(),
-            Err(std::fs::TryLockError::WouldBlock)
-        ));
-        a.expected = Some(*blake3::hash(&bytes).as_bytes());
-        put_chunk(&mut a, &bytes, 3);
-        assert!(matches!(
-            theirs.try_lock(),
-            Err(std::fs::TryLockError::WouldBlock)
-        ));
+        a.expected = Some(a.root());
         a.finish().unwrap();
         assert!(theirs.try_lock().is_ok(), "released once placed");
         assert_eq!(std::fs::read(t.path().join("f")).unwrap(), bytes);
-    }
-
-    /// A part whose chunks are all in, awaiting its hash, gives its
-    /// descriptor and lock back, and takes them again to be placed.
-    #[test]
-    fn a_complete_part_awaiting_its_hash_holds_no_descriptor() {
-        let t = tempfile::tempdir().unwrap();
-        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
-        let size = 2 * CHUNK_SIZE + 9;
-        let bytes = data(size as usize);
-        let (mut a, _) = Incoming::open(dir.clone(), b"f", &entry(size), false, WAIT).unwrap();
-        for i in 0..3 {
-            put_chunk(&mut a, &bytes, i);
-        }
-        assert!(!a.holds_descriptor());
-        a.take_checkpoint(true).unwrap().unwrap().commit().unwrap();
-        assert!(
-            !a.holds_descriptor(),
-            "the checkpoint's descriptor was its own"
-        );
-        let theirs = std::fs::File::open(t.path().join(".f.lh-part")).unwrap();
-        assert!(theirs.try_lock().is_ok(), "not locked while idle");
-        theirs.unlock().unwrap();
-        a.expected = Some(*blake3::hash(&bytes).as_bytes());
-        a.finish().unwrap();
-        assert_eq!(std::fs::read(t.path().join("f")).unwrap(), bytes);
-    }
-
-    /// Between its set-up and its data a part holds no lock: if another
-    /// process wrote to it meanwhile, the data is refused, not mixed in.
-    #[test]
-    fn a_part_changed_while_its_data_was_awaited_is_not_written() {
-        let t = tempfile::tempdir().unwrap();
-        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
-        let size = 2 * CHUNK_SIZE + 5;
-        let (mut a, _) = Incoming::open(dir.clone(), b"f", &entry(size), false, WAIT).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        let theirs = std::fs::OpenOptions::new()
-            .write(true)
-            .open(t.path().join(".f.lh-part"))
-            .unwrap();
-        std::os::unix::fs::FileExt::write_at(&theirs, b"theirs", 0).unwrap();
-        drop(theirs);
-        let err = a.file().expect_err("refused");
-        assert!(err.to_string().contains("the part file changed"), "{err}");
-    }
-
-    /// Thousands of files announced and set up hold no descriptor each.
-    #[test]
-    fn files_set_up_ahead_of_their_data_hold_no_descriptors() {
-        let t = tempfile::tempdir().unwrap();
-        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
-        let open: Vec<_> = (0..2000)
-            .map(|i| {
-                let name = format!("f{i}");
-                Incoming::open(
-                    dir.clone(),
-                    name.as_bytes(),
-                    &entry(CHUNK_SIZE + 1),
-                    false,
-                    WAIT,
-                )
-                .unwrap()
-                .0
-            })
-            .collect();
-        assert!(open.iter().all(|f| !f.holds_descriptor()));
-        // (Were each to keep its part's lock open, 2,000 would be past the
-        // 1,024 descriptors of a default soft limit; see also the CLI's
-        // large-files test under 256.)
-        let fds = std::fs::read_dir("/proc/self/fd").unwrap().count();
-        assert!(fds < 1500, "{fds} descriptors open");
     }
 
     #[test]
@@ -2383,9 +2121,6 @@ mod tests {
         let cp = inc.take_checkpoint(true).unwrap().unwrap();
         write(&mut inc, 1);
         cp.commit().unwrap();
-        // A kill closes the process's descriptors (the part's lock with
-        // them) and runs no drop.
-        inc.file = None;
         std::mem::forget(inc);
         // The killed process's claim on the file goes with it.
         RECEIVING
