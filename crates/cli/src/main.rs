@@ -481,7 +481,7 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
     if a.once {
         return ssh::serve_once(server, ssh_ip, &token.unwrap_or_default()).await;
     }
-    let stop = stop_signal();
+    let stop = stop_signal(false);
     let local = server.local_addr()?;
     let access = Access {
         token: token.is_some(),
@@ -529,11 +529,12 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Ctrl-C (SIGINT), SIGTERM or SIGHUP: a server's cue to close its
-/// connections and exit cleanly (a one-shot server then also removes its
-/// temporary key). The handlers are in place when this returns, before the
-/// future is first polled.
-pub(crate) fn stop_signal() -> impl std::future::Future<Output = ()> {
+/// Ctrl-C (SIGINT), SIGTERM, and with `hangup` SIGHUP: a server's cue to
+/// close its connections and exit cleanly (a one-shot server then also
+/// removes its temporary key; a daemon keeps SIGHUP as it was given, so
+/// `nohup longhaul serve` outlives its terminal). The handlers are in place
+/// when this returns, before the future is first polled.
+pub(crate) fn stop_signal(hangup: bool) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, Signal, SignalKind};
     async fn on(s: &mut Option<Signal>) {
         match s {
@@ -545,7 +546,7 @@ pub(crate) fn stop_signal() -> impl std::future::Future<Output = ()> {
     }
     let mut int = signal(SignalKind::interrupt()).ok();
     let mut term = signal(SignalKind::terminate()).ok();
-    let mut hup = signal(SignalKind::hangup()).ok();
+    let mut hup = hangup.then(|| signal(SignalKind::hangup()).ok()).flatten();
     async move {
         tokio::select! {
             _ = on(&mut int) => {}

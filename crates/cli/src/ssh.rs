@@ -86,7 +86,7 @@ pub(crate) fn parse_port_range(s: &str) -> Result<Vec<u16>, String> {
 pub(crate) async fn serve_once(server: Server, addr: Option<IpAddr>, token: &[u8]) -> Result<i32> {
     let cwd = std::env::current_dir()?;
     // (Before the hello: a signal right after it finds the handlers.)
-    let stop = crate::stop_signal();
+    let stop = crate::stop_signal(true);
     let hello = Hello {
         longhaul_ssh: 1,
         port: server.local_addr()?.port(),

@@ -261,8 +261,11 @@ pub struct FileStore {
     exact_modes: bool,
     /// Where the sealed sessions taken are kept ([`FileStore::sessions_file`]).
     sessions: Option<PathBuf>,
-    /// The same, in memory, when there is no such file.
+    /// The sealed sessions taken within the window (with the file's, once
+    /// read).
     seen: Vec<(u64, u64)>,
+    /// A session was taken and is not yet in the file.
+    admitted: bool,
 }
 
 impl FileStore {
@@ -280,6 +283,7 @@ impl FileStore {
             exact_modes: false,
             sessions: None,
             seen: Vec::new(),
+            admitted: false,
         })
     }
 
@@ -389,18 +393,28 @@ impl FileStore {
                 REPLAY_WINDOW.as_secs()
             ));
         }
+        // What the file holds (sessions taken before a restart), with what
+        // this process took; unreadable, this process's alone.
         if let Some(path) = &self.sessions {
-            self.seen = match std::fs::read_to_string(path) {
-                Ok(t) => t
-                    .lines()
-                    .filter_map(|l| {
-                        let (id, at) = l.split_once(' ')?;
-                        Some((u64::from_str_radix(id, 16).ok()?, at.parse().ok()?))
-                    })
-                    .collect(),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-                Err(e) => return Err(format!("{}: {e}", path.display())),
-            };
+            match std::fs::read_to_string(path) {
+                Ok(t) => {
+                    for l in t.lines() {
+                        let Some((id, at)) = l.split_once(' ') else {
+                            continue;
+                        };
+                        if let (Ok(id), Ok(at)) = (u64::from_str_radix(id, 16), at.parse()) {
+                            if !self.seen.iter().any(|&(s, _)| s == id) {
+                                self.seen.push((id, at));
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(
+                    "{}: {e}; replays are refused from this run's memory only",
+                    path.display()
+                ),
+            }
         }
         if self.seen.iter().any(|&(id, _)| id == session) {
             return Err("taken before: a replay of a session this receiver has had".into());
@@ -408,8 +422,21 @@ impl FileStore {
         self.seen
             .retain(|&(_, at)| at.saturating_add(window) >= now_us);
         self.seen.push((session, created_us));
+        // Kept on disk once the session ends (a receiver restarted during
+        // it may still take it: the sender goes on with it).
+        self.admitted = true;
+        Ok(())
+    }
+
+    /// The session taken ended: the sessions taken, kept in the file (a
+    /// failure to is logged: it costs only the replay check across a
+    /// restart).
+    fn record_sessions(&mut self) {
+        if !std::mem::take(&mut self.admitted) {
+            return;
+        }
         let Some(path) = &self.sessions else {
-            return Ok(());
+            return;
         };
         let text: String = self
             .seen
@@ -427,7 +454,9 @@ impl FileStore {
             f.sync_all()?;
             std::fs::rename(&tmp, path)
         })();
-        written.map_err(|e| format!("recording the session in {}: {e}", path.display()))
+        if let Err(e) = written {
+            tracing::warn!("recording the sessions taken in {}: {e}", path.display());
+        }
     }
 }
 
@@ -440,7 +469,7 @@ impl Store for FileStore {
     }
 
     fn begin(&mut self, m: &Manifest) -> Result<(), String> {
-        self.abort();
+        self.drop_parts();
         let base = Dir::open_ambient_dir(&self.dest_dir, cap_std::ambient_authority())
             .map_err(|e| format!("{}: {e}", self.dest_dir.display()))?;
         let mut dest = DestDir::new(base);
@@ -495,6 +524,7 @@ impl Store for FileStore {
         let t = std::time::Instant::now();
         let r = self.place_all();
         self.finish_time = t.elapsed();
+        self.record_sessions();
         r
     }
 
@@ -503,6 +533,14 @@ impl Store for FileStore {
     }
 
     fn abort(&mut self) {
+        self.drop_parts();
+        self.record_sessions();
+    }
+}
+
+impl FileStore {
+    /// Remove what `begin` and `write` left.
+    fn drop_parts(&mut self) {
         self.open.clear();
         for p in self.parts.drain(..) {
             let _ = p.dir.remove_file(os(&sibling_name(&p.name, PART)));
@@ -529,11 +567,17 @@ mod tests {
         };
         let mut s = store();
         s.admit_at(1, now - 5_000_000, now).unwrap();
+        s.abort();
         s.admit_at(2, now, now).unwrap();
         let e = s.admit_at(1, now - 5_000_000, now).unwrap_err();
         assert!(e.contains("a replay"), "{e}");
-        // A new store on the same file: a restarted receiver.
+        s.abort();
+        // A session taken and not ended (the receiver was killed during
+        // it) may be taken again after a restart; ended ones may not.
+        s.admit_at(7, now, now).unwrap();
         let mut s = store();
+        s.admit_at(7, now, now + 1).unwrap();
+        s.abort();
         let e = s.admit_at(2, now, now + 1).unwrap_err();
         assert!(e.contains("a replay"), "{e}");
         let e = s.admit_at(3, now - w - 1_000_000, now).unwrap_err();
@@ -541,9 +585,15 @@ mod tests {
         let e = s.admit_at(4, now + w + 2_000_000, now).unwrap_err();
         assert!(e.starts_with("made 602 s from now"), "{e}");
         // Entries older than the window are forgotten as new ones come.
+        let mut s = store();
         s.admit_at(5, now + w, now + w).unwrap();
+        s.abort();
         let kept = std::fs::read_to_string(&file).unwrap();
-        assert_eq!(kept.lines().count(), 2, "{kept}");
+        assert_eq!(kept.lines().count(), 3, "{kept}");
+        assert!(
+            !kept.contains("0000000000000001 "),
+            "1 is past the window: {kept}"
+        );
         assert_eq!(
             std::fs::read_dir(t.path().join("dest")).unwrap().count(),
             0,
