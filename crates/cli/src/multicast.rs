@@ -299,10 +299,7 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
             2
         })),
         max_passes: a.max_passes,
-        created_us: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_micros() as u64,
+        created_us: longhaul_mcast::store::wall_clock_us(),
         ..SenderConfig::default()
     };
     let start = Instant::now();

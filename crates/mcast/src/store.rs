@@ -375,6 +375,16 @@ impl FileStore {
 /// [`FileStore::sessions_file`].
 pub const REPLAY_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// This host's clock, µs since the Unix epoch: what a sender stamps a
+/// session with ([`crate::SenderConfig::created_us`]) and what a receiver
+/// checks it against.
+pub fn wall_clock_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros() as u64
+}
+
 impl FileStore {
     /// [`Store::admit`] at `now_us` (this host's clock, µs since the Unix epoch).
     fn admit_at(&mut self, session: u64, created_us: u64, now_us: u64) -> Result<(), String> {
@@ -462,10 +472,7 @@ impl FileStore {
 
 impl Store for FileStore {
     fn admit(&mut self, session: u64, created_us: u64) -> Result<(), String> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        self.admit_at(session, created_us, now.as_micros() as u64)
+        self.admit_at(session, created_us, wall_clock_us())
     }
 
     fn begin(&mut self, m: &Manifest) -> Result<(), String> {

@@ -4,42 +4,36 @@
 //! is refused for its age.
 
 use longhaul_mcast::seal::Key;
-use longhaul_mcast::store::{FileSet, FileStore, REPLAY_WINDOW};
+use longhaul_mcast::store::{wall_clock_us, FileSet, FileStore, REPLAY_WINDOW};
 use longhaul_mcast::{Group, Receiver, ReceiverConfig, ReceiverEvent, Sender, SenderConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const KEY: &[u8] = b"a shared key of thirty-two bytes";
 
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64
-}
-
-/// What a receiver on `dest` made of `wire` (datagrams from the sender),
-/// and what it sent back, given to `back`.
-fn receive(
-    dest: &Path,
-    wire: &[Vec<u8>],
-    mut back: impl FnMut(Vec<u8>),
-) -> (Vec<ReceiverEvent>, usize) {
+/// A receiver with the key, and its store on `dest` (the sessions it took
+/// kept beside it): started afresh, as after a restart.
+fn keyed_receiver(dest: &Path) -> (Receiver, FileStore) {
     let mut rc = ReceiverConfig::new("rx");
     rc.key_material = Some(KEY.to_vec());
-    let mut rx = Receiver::new(rc).unwrap();
-    let mut store = FileStore::new(dest)
+    let store = FileStore::new(dest)
         .unwrap()
         .sessions_file(dest.with_extension("sessions"));
+    (Receiver::new(rc).unwrap(), store)
+}
+
+/// What a fresh receiver on `dest` made of `wire` (datagrams from the
+/// sender), and how many datagrams it sent back.
+fn receive(dest: &Path, wire: &[Vec<u8>]) -> (Vec<ReceiverEvent>, usize) {
+    let (mut rx, mut store) = keyed_receiver(dest);
     let from: SocketAddr = "10.0.0.1:5000".parse().unwrap();
     let now = Instant::now();
     let mut replies = 0;
     for d in wire {
         rx.handle(now, from, &mut d.clone(), &mut store);
-        while let Some((_, b)) = rx.poll_transmit() {
+        while rx.poll_transmit().is_some() {
             replies += 1;
-            back(b);
         }
     }
     let mut events = Vec::new();
@@ -53,7 +47,7 @@ fn receive(
 /// in lock step; returns every datagram the sender sent, and whether the
 /// receiver completed it.
 fn session(src: &Path, dest: &Path, id: u64, created_us: u64) -> (Vec<Vec<u8>>, bool) {
-    let files = FileSet::build(&[src.to_path_buf()], |_| {}).unwrap();
+    let mut files = FileSet::build(&[src.to_path_buf()], |_| {}).unwrap();
     let cfg = SenderConfig {
         group: Group::Closed(vec!["rx".into()]),
         announce_window: Duration::from_millis(50),
@@ -62,16 +56,10 @@ fn session(src: &Path, dest: &Path, id: u64, created_us: u64) -> (Vec<Vec<u8>>, 
     };
     let t0 = Instant::now();
     let key = Key::from_material(KEY, id).unwrap();
-    let mut files = files;
     let manifest = files.manifest.encode();
     let len = files.manifest.data_len();
     let mut tx = Sender::new(cfg, id, Some(key), manifest, len, t0).unwrap();
-    let mut rc = ReceiverConfig::new("rx");
-    rc.key_material = Some(KEY.to_vec());
-    let mut rx = Receiver::new(rc).unwrap();
-    let mut store = FileStore::new(dest)
-        .unwrap()
-        .sessions_file(dest.with_extension("sessions"));
+    let (mut rx, mut store) = keyed_receiver(dest);
     let (sender, me): (SocketAddr, SocketAddr) = (
         "10.0.0.1:5000".parse().unwrap(),
         "10.0.0.2:6000".parse().unwrap(),
@@ -113,16 +101,16 @@ fn dirs(name: &str, data: &[u8]) -> (tempfile::TempDir, PathBuf, PathBuf) {
 #[test]
 fn a_recorded_session_replayed_after_a_newer_one_and_a_restart_changes_nothing() {
     let (_t, src, dest) = dirs("forecast.grib", b"version 1");
-    let (v1, ok) = session(&src, &dest, 0x1111, now_us());
+    let (v1, ok) = session(&src, &dest, 0x1111, wall_clock_us());
     assert!(ok, "v1 completes");
     std::fs::write(src.join("forecast.grib"), b"version 2, newer").unwrap();
-    let (_, ok) = session(&src, &dest, 0x2222, now_us());
+    let (_, ok) = session(&src, &dest, 0x2222, wall_clock_us());
     assert!(ok, "v2 completes");
     let target = dest.join("products/forecast.grib");
     assert_eq!(std::fs::read(&target).unwrap(), b"version 2, newer");
 
     // A fresh receiver (a restart) on the same destination hears v1 again.
-    let (events, replies) = receive(&dest, &v1, |_| {});
+    let (events, replies) = receive(&dest, &v1);
     assert_eq!(replies, 0, "no REGISTER for a replay");
     let refused: Vec<_> = events
         .iter()
@@ -146,10 +134,10 @@ fn a_recorded_session_replayed_after_a_newer_one_and_a_restart_changes_nothing()
 #[test]
 fn a_session_made_longer_ago_than_the_window_is_refused_for_its_age() {
     let (_t, src, dest) = dirs("old.bin", b"old");
-    let long_ago = now_us() - REPLAY_WINDOW.as_micros() as u64 - 5_000_000;
+    let long_ago = wall_clock_us() - REPLAY_WINDOW.as_micros() as u64 - 5_000_000;
     let (wire, ok) = session(&src, &dest, 0x3333, long_ago);
     assert!(!ok);
-    let (events, _) = receive(&dest, &wire[..1], |_| {});
+    let (events, _) = receive(&dest, &wire[..1]);
     assert!(
         events.iter().any(|e| matches!(e,
             ReceiverEvent::Refused { why, .. } if why.contains("s ago, more than 600 s: a replay"))),

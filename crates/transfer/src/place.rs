@@ -215,6 +215,13 @@ impl DestDir {
 
     /// The directory that will hold `path`, created if needed.
     pub fn parent_of(&mut self, path: &RelPath) -> io::Result<(Arc<Dir>, Vec<u8>)> {
+        self.parent(path, true)
+    }
+
+    /// The directory that holds `path`, reached through no link (created
+    /// where missing with `create`), and `path`'s name in it; the last one
+    /// reached is kept for the next call.
+    fn parent(&mut self, path: &RelPath, create: bool) -> io::Result<(Arc<Dir>, Vec<u8>)> {
         let parent = path.parent().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -230,7 +237,7 @@ impl DestDir {
         let dir = if parent.is_root() {
             self.base.try_clone()?
         } else {
-            open_dirs(&self.base, &parent, true)?.0
+            open_dirs(&self.base, &parent, create)?.0
         };
         let dir = Arc::new(dir);
         self.cached = Some((parent, dir.clone()));
@@ -262,34 +269,26 @@ impl DestDir {
         // A descendant sorts after its ancestor: reversed, children first.
         dirs.sort_by(|a, b| b.0.cmp(&a.0));
         dirs.dedup_by(|a, b| a.0 == b.0);
-        let mut parent: Option<(RelPath, Dir)> = None;
         let mut first_err = None;
         for (p, mode, mtime) in dirs {
-            let Some(pp) = p.parent() else { continue };
-            let mut one = || -> io::Result<()> {
-                if !matches!(&parent, Some((q, _)) if *q == pp) {
-                    parent = None;
-                    let d = match pp.is_root() {
-                        true => self.base.try_clone()?,
-                        false => open_dirs(&self.base, &pp, false)?.0,
-                    };
-                    parent = Some((pp.clone(), d));
-                }
-                let dir = &parent.as_ref().expect("opened above").1;
-                let name = os(p.file_name());
-                let own = dir
-                    .open_dir_nofollow(name)
-                    .map_err(|e| not_a_dir(dir, name.as_os_str(), p.as_path(), e))?;
-                // The times first: the mode may take away the search
-                // permission that reaching `.` needs.
-                own.set_times(".", None, Some(times(mtime)))?;
-                own.set_permissions(".", perms(mode))
-            };
-            if let Err(e) = one() {
+            if let Err(e) = self.finish_dir(&p, mode, mtime) {
                 first_err.get_or_insert(io::Error::new(e.kind(), format!("{}: {e}", p.display())));
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// One directory's mode and mtime, through its own handle.
+    fn finish_dir(&mut self, path: &RelPath, mode: u32, mtime_ns: i64) -> io::Result<()> {
+        let (dir, name) = self.parent(path, false)?;
+        let name = os(&name).as_os_str();
+        let own = dir
+            .open_dir_nofollow(name)
+            .map_err(|e| not_a_dir(&dir, name, path.as_path(), e))?;
+        // The times first: the mode may take away the search permission
+        // that reaching `.` needs.
+        own.set_times(".", None, Some(times(mtime_ns)))?;
+        own.set_permissions(".", perms(mode))
     }
 }
 

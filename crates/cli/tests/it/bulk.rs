@@ -13,6 +13,17 @@ const SMALL_SIZE: usize = 10_000;
 /// The soft open-files limit most systems give a login session.
 const NOFILE: u64 = 1024;
 
+/// `op` with `args` run as `c` with at most `nofile` open files; prints
+/// how long it took, for `what`.
+fn run_limited(c: &Client, op: &str, args: Vec<OsString>, nofile: u64, what: &str) -> Out {
+    let mut cmd = c.cmd(op, args);
+    limit_nofile(&mut cmd, nofile);
+    let t0 = Instant::now();
+    let out = run(cmd);
+    eprintln!("{op} of {what}: {:?}", t0.elapsed());
+    out
+}
+
 fn small_files(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     // 20,000 distinct files (each begins with its own index, then seeded bytes).
@@ -102,20 +113,14 @@ fn twenty_thousand_small_files_with_1024_open_files() {
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
-    let mut cmd = c.cmd(
-        "get",
-        [
-            OsString::from("--accept-new"),
-            "--json".into(),
-            srv.remote("lead.bin"),
-            srv.remote("small"),
-            dest.clone().into(),
-        ],
-    );
-    limit_nofile(&mut cmd, NOFILE);
-    let t0 = Instant::now();
-    let out = run(cmd);
-    eprintln!("get of 20,000 files: {:?}", t0.elapsed());
+    let args = vec![
+        "--accept-new".into(),
+        "--json".into(),
+        srv.remote("lead.bin"),
+        srv.remote("small"),
+        dest.clone().into(),
+    ];
+    let out = run_limited(&c, "get", args, NOFILE, "20,000 files");
     out.expect_code(0);
     let j = out.json();
     assert_eq!(j["ok"], true);
@@ -129,18 +134,12 @@ fn twenty_thousand_small_files_with_1024_open_files() {
     assert_same_tree(&small, &dest.join("small"), Compare::ALL);
 
     // And back up with a put (the server is the receiver now).
-    let t0 = Instant::now();
-    let mut cmd = c.cmd(
-        "put",
-        [
-            OsString::from("--json"),
-            small.clone().into(),
-            srv.remote("uploaded/"),
-        ],
-    );
-    limit_nofile(&mut cmd, NOFILE);
-    let out = run(cmd);
-    eprintln!("put of 20,000 files: {:?}", t0.elapsed());
+    let args = vec![
+        "--json".into(),
+        small.clone().into(),
+        srv.remote("uploaded/"),
+    ];
+    let out = run_limited(&c, "put", args, NOFILE, "20,000 files");
     out.expect_code(0);
     assert_eq!(totals(&out.json(), "verified"), SMALL_COUNT);
     assert_same_tree(&small, &root.join("uploaded/small"), Compare::ALL);
@@ -229,19 +228,13 @@ fn a_tree_2000_deep_with_256_open_files() {
         .nofile(TIGHT)
         .start();
     let c = Client::new(t.join("kh"));
-    let mut cmd = c.cmd(
-        "put",
-        [
-            OsString::from("--accept-new"),
-            "--quiet".into(),
-            t.join("src/deep").into(),
-            srv.remote(""),
-        ],
-    );
-    limit_nofile(&mut cmd, TIGHT);
-    let started = Instant::now();
-    run(cmd).expect_code(0);
-    eprintln!("put of a 2,000-deep tree: {:?}", started.elapsed());
+    let args = vec![
+        "--accept-new".into(),
+        "--quiet".into(),
+        t.join("src/deep").into(),
+        srv.remote(""),
+    ];
+    run_limited(&c, "put", args, TIGHT, "a 2,000-deep tree").expect_code(0);
     assert_eq!(
         read_chain(&root.join("deep")),
         (DEPTH, b"at the bottom".to_vec())
@@ -249,18 +242,8 @@ fn a_tree_2000_deep_with_256_open_files() {
 
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
-    let mut cmd = c.cmd(
-        "get",
-        [
-            OsString::from("--quiet"),
-            srv.remote("deep"),
-            dest.clone().into(),
-        ],
-    );
-    limit_nofile(&mut cmd, TIGHT);
-    let started = Instant::now();
-    run(cmd).expect_code(0);
-    eprintln!("get of a 2,000-deep tree: {:?}", started.elapsed());
+    let args = vec!["--quiet".into(), srv.remote("deep"), dest.clone().into()];
+    run_limited(&c, "get", args, TIGHT, "a 2,000-deep tree").expect_code(0);
     assert_eq!(
         read_chain(&dest.join("deep")),
         (DEPTH, b"at the bottom".to_vec())

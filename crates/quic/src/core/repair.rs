@@ -193,13 +193,11 @@ pub(crate) const MAX_PIECES: usize = 4096;
 pub(crate) struct Block {
     /// What came, by offset: disjoint (they may touch), exact copies.
     pieces: BTreeMap<u64, Box<[u8]>>,
-    /// Bytes in `pieces`.
-    stored: u64,
     /// Where the furthest bytes that came end.
     extent: u64,
     /// The byte ranges held: start → end, disjoint and not touching.
     have: BTreeMap<u64, u64>,
-    /// Bytes in them.
+    /// Bytes in them (and so in `pieces`, which hold exactly these ranges).
     held: u64,
     /// The stream's length, once its end or a repair symbol said it.
     len: Option<u64>,
@@ -237,7 +235,6 @@ impl Block {
         for (s, e) in self.missing(offset, end) {
             let part = &bytes[(s - offset) as usize..(e - offset) as usize];
             self.pieces.insert(s, part.into());
-            self.stored += e - s;
             self.add_range(s, e);
         }
         if self.pieces.len() > MAX_PIECES {
@@ -375,7 +372,8 @@ impl Block {
     /// and [`PIECE_COST`] for each of them.
     pub(crate) fn footprint(&self) -> u64 {
         let t = self.symbol_size.unwrap_or(0) as u64;
-        self.stored
+        // (The pieces are disjoint and hold exactly the ranges held.)
+        self.held
             + PIECE_COST * self.pieces.len() as u64
             + (t + PIECE_COST) * self.repairs.len() as u64
     }
@@ -479,7 +477,6 @@ impl Block {
             Some(mut block) => {
                 block.truncate(len as usize);
                 self.pieces = BTreeMap::from([(0, block.into_boxed_slice())]);
-                self.stored = len;
                 self.extent = len;
                 self.have = BTreeMap::from([(0, len)]);
                 self.held = len;
@@ -818,7 +815,8 @@ mod tests {
                 assert!(b.footprint() < data.len() as u64 + MAX_PIECES as u64 * PIECE_COST);
             }
             assert_eq!(b.read(0, data.len() as u64), data);
-            assert_eq!(b.stored, data.len() as u64, "each byte stored once");
+            let stored: usize = b.pieces.values().map(|p| p.len()).sum();
+            assert_eq!(stored, data.len(), "each byte stored once");
             let mut at = 0;
             let mut out = Vec::new();
             while at < data.len() as u64 {
