@@ -39,16 +39,7 @@ pub(crate) const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_sec
 fn waiting_open_limit() -> usize {
     static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *LIMIT.get_or_init(|| {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes into the struct given.
-        let soft = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } {
-            0 => r.rlim_cur,
-            _ => 1024,
-        };
-        usize::try_from(soft / 4)
+        usize::try_from(longhaul_transfer::partlock::soft_nofile() / 4)
             .unwrap_or(usize::MAX)
             .clamp(64, 8192)
     })
@@ -72,8 +63,10 @@ pub(crate) struct RecvDisk {
 
 #[derive(Default)]
 struct Waiting {
-    files: HashMap<u64, Incoming>,
-    /// Of them, those holding a descriptor (counted in [`WAITING_OPEN`] too).
+    /// Each with whether it was let keep its descriptor (a file of one
+    /// chunk, counted in `open` and [`WAITING_OPEN`]).
+    files: HashMap<u64, (Incoming, bool)>,
+    /// Of them, those counted.
     open: usize,
 }
 
@@ -108,15 +101,20 @@ impl RecvDisk {
     /// wait open).
     fn wait(&self, id: u64, mut inc: Incoming) -> io::Result<()> {
         let mut w = self.waiting.lock().unwrap();
-        if inc.holds_descriptor() {
+        let mut counted = false;
+        if !inc.single_chunk() {
+            // Its part's lock and descriptors go back until its commit.
+            inc.park()?;
+        } else if inc.holds_descriptor() {
             if WAITING_OPEN.fetch_add(1, Ordering::Relaxed) >= waiting_open_limit() {
                 WAITING_OPEN.fetch_sub(1, Ordering::Relaxed);
                 inc.park()?;
             } else {
                 w.open += 1;
+                counted = true;
             }
         }
-        w.files.insert(id, inc);
+        w.files.insert(id, (inc, counted));
         Ok(())
     }
 
@@ -128,8 +126,8 @@ impl RecvDisk {
         {
             let mut w = self.waiting.lock().unwrap();
             for id in ids {
-                if let Some(inc) = w.files.remove(id) {
-                    if inc.holds_descriptor() {
+                if let Some((inc, counted)) = w.files.remove(id) {
+                    if counted {
                         w.open -= 1;
                         WAITING_OPEN.fetch_sub(1, Ordering::Relaxed);
                     }
@@ -378,7 +376,8 @@ impl RecvDisk {
             if inc.single_chunk() && expected.is_some() {
                 inc.expected = expected;
             }
-            let file = inc.file()?;
+            // A file of several chunks has its part locked while this lives.
+            let file = inc.writer()?;
             // A file of one chunk is whole after this write: its writer gives
             // it its mode and mtime with this descriptor and, with the hash
             // that came in the record, verifies and places it too.
@@ -394,6 +393,7 @@ impl RecvDisk {
         let settled = placer
             .map(|p| p.settle(&file, digest, self.durable))
             .transpose()?;
+        drop(file);
         let mut files = self.files.lock().unwrap();
         let Some(inc) = files.get_mut(&id) else {
             return Ok(Wrote::Chunk);

@@ -472,11 +472,31 @@ fn run_job(
         core.handle_done(now, done);
     } else {
         let (disk, tx) = (disk.clone(), tx.clone());
+        let syncs = matches!(
+            job,
+            Job::Checkpoint { sync: true, .. } | Job::Commit { .. } | Job::SyncFs
+        );
         tokio::task::spawn_blocking(move || {
-            let _ = tx.blocking_send(Input::Done(disk.run(job)));
+            let done = {
+                // Syncs wait for a slot of their own first: slow ones must
+                // not take every place from the writes.
+                let _sync = syncs.then(|| SYNC_JOBS.take());
+                let _slot = DISK_JOBS.take();
+                disk.run(job)
+            };
+            let _ = tx.blocking_send(Input::Done(done));
         });
     }
 }
+
+/// Jobs on the blocking pool that run at once, in all sessions of the
+/// process: the pool starts a thread per queued job (up to 512), and a burst
+/// of files finishing together would open a part and a journal each at once.
+static DISK_JOBS: longhaul_transfer::place::Slots = longhaul_transfer::place::Slots::new(32);
+
+/// Of them, jobs that sync (checkpoints, commits, the destination's
+/// syncfs): an fdatasync may take seconds on a busy disk.
+static SYNC_JOBS: longhaul_transfer::place::Slots = longhaul_transfer::place::Slots::new(8);
 
 /// When every open data stream waits for the receiver, and for how long in
 /// all: the time the receiver read nothing because it was behind, so that

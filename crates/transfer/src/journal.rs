@@ -19,6 +19,13 @@
 //! corrupt record at the tail (a crash while appending) ends the journal there;
 //! the chunks it would have named are simply fetched again. A reader older
 //! than written records stops at the first one (its index is past the file).
+//!
+//! An **owner** record (`index` = bit 62 alone, the digest a nonce) is
+//! appended by each process that sets the part up: a receiver that gave the
+//! part's lock back between chunks knows the part is still as it left it
+//! when, locked again, the journal still ends where its own appends ended
+//! and its owner record still stands where it put it. Readers skip owner
+//! records; a reader older than them stops at the first one.
 
 use crate::chunk::{Digest, CHUNK_SIZE};
 use std::io::{self, Read, Write};
@@ -39,6 +46,10 @@ pub struct JournalHeader {
 
 /// Bit 63 of a record's index: the record is of the *written* kind.
 const WRITTEN: u64 = 1 << 63;
+/// The index of an owner record (see the module's text).
+const OWNER: u64 = 1 << 62;
+/// Bytes of one record (an owner record too).
+pub const RECORD_LEN: u64 = RECORD as u64;
 
 /// A journal's header and its valid records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +61,9 @@ pub struct Parsed {
     /// Chunks written but not known to be synced (written records of chunks
     /// without a synced record): read back and check before trusting them.
     pub written: Vec<(u64, Digest)>,
+    /// Bytes of the journal up to its first torn or corrupt record (all of
+    /// it when there is none): where a resume appends.
+    pub valid_len: u64,
 }
 
 fn check(index: u64, digest: &Digest) -> [u8; 4] {
@@ -85,6 +99,15 @@ pub fn encode_records(records: &[(u64, Digest)], synced: bool) -> Vec<u8> {
     v
 }
 
+/// The owner record of `nonce` (see the module's text).
+pub fn encode_owner(nonce: &Digest) -> [u8; RECORD] {
+    let mut v = [0u8; RECORD];
+    v[..8].copy_from_slice(&OWNER.to_le_bytes());
+    v[8..40].copy_from_slice(nonce);
+    v[40..].copy_from_slice(&check(OWNER, nonce));
+    v
+}
+
 /// Parse a journal. `None` if the header is missing, foreign or for another chunk
 /// size; records past the first torn/corrupt one, or naming a chunk beyond the file,
 /// are dropped.
@@ -102,13 +125,22 @@ pub fn decode(bytes: &[u8], chunks: u64) -> Option<Parsed> {
     }
     let mut synced = Vec::new();
     let mut written = std::collections::BTreeMap::new();
+    let mut valid_len = HEADER as u64;
     for rec in bytes[HEADER..].chunks_exact(RECORD) {
         let raw = u64::from_le_bytes(rec[..8].try_into().unwrap());
         let digest: Digest = rec[8..40].try_into().unwrap();
         let index = raw & !WRITTEN;
-        if rec[40..44] != check(raw, &digest) || index >= chunks {
+        if rec[40..44] != check(raw, &digest) {
             break;
         }
+        if raw == OWNER {
+            valid_len += RECORD_LEN;
+            continue;
+        }
+        if index >= chunks {
+            break;
+        }
+        valid_len += RECORD_LEN;
         if raw & WRITTEN == 0 {
             synced.push((index, digest));
         } else {
@@ -122,6 +154,7 @@ pub fn decode(bytes: &[u8], chunks: u64) -> Option<Parsed> {
         header,
         synced,
         written: written.into_iter().collect(),
+        valid_len,
     })
 }
 
@@ -154,9 +187,14 @@ mod tests {
         let parsed = decode(&bytes, 5).unwrap();
         assert_eq!((parsed.header, &parsed.synced), (h, &recs));
         assert!(parsed.written.is_empty());
+        assert_eq!(parsed.valid_len, bytes.len() as u64);
         // torn last record
         let torn = &bytes[..bytes.len() - 5];
         assert_eq!(decode(torn, 5).unwrap().synced, recs[..2].to_vec());
+        assert_eq!(
+            decode(torn, 5).unwrap().valid_len,
+            (HEADER + 2 * RECORD) as u64
+        );
         // corrupt middle record stops the journal there
         let mut bad = bytes.clone();
         bad[HEADER + RECORD + 10] ^= 0xff;
@@ -165,6 +203,26 @@ mod tests {
         assert_eq!(decode(&bytes, 4).unwrap().synced, recs[..2].to_vec());
         // foreign file
         assert_eq!(decode(b"hello world, not a journal at all", 5), None);
+    }
+
+    #[test]
+    fn owner_records_are_skipped() {
+        let h = JournalHeader {
+            size: 3 * CHUNK_SIZE,
+            mtime_ns: 1,
+        };
+        let mut bytes = encode_header(&h);
+        bytes.extend(encode_owner(&[9; 32]));
+        bytes.extend(encode_records(&[(0, [1; 32])], true));
+        bytes.extend(encode_owner(&[8; 32]));
+        bytes.extend(encode_records(&[(2, [3; 32])], false));
+        let p = decode(&bytes, 3).unwrap();
+        assert_eq!(p.synced, vec![(0, [1; 32])]);
+        assert_eq!(p.written, vec![(2, [3; 32])]);
+        // A corrupt owner record ends the journal like any other.
+        let mut bad = bytes.clone();
+        bad[HEADER + 20] ^= 1;
+        assert_eq!(decode(&bad, 3).unwrap().synced, vec![]);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! - [`walk`]: a streaming, non-following walk of a tree confined to a root (cap-std).
 //! - [`landing`]: where received entries land (rsync's rules), for every receiver.
 //! - [`place`]: the receiver's crash-safe placement: hidden temp file, verify, rename.
+//! - [`partlock`]: a part file's lock against other processes, held while its data moves.
 //! - [`unnamed`]: unnamed files (`O_TMPFILE`) linked under their name once verified.
 //! - [`sync`]: skip/resume/full decisions.
 //! - [`mod@shown`]: the far side's names and messages made safe for terminals and logs.
@@ -22,6 +23,7 @@ pub mod fec;
 pub mod journal;
 pub mod landing;
 pub mod manifest;
+pub mod partlock;
 pub mod path;
 pub mod place;
 pub mod shown;

@@ -17,6 +17,7 @@
 use crate::chunk::{hex, ChunkPlan, Digest};
 use crate::journal::{self, JournalHeader};
 use crate::manifest::{ns_to_system_time, Entry};
+use crate::partlock::{Guard, Guarded, Locked, Seal, Writer};
 use crate::path::RelPath;
 use crate::sync::Existing;
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, SystemTimeSpec};
@@ -382,6 +383,39 @@ type ClaimKey = (u64, u64, Vec<u8>);
 /// share its part file, and each would verify only what it received, not what
 /// the part then holds.
 static RECEIVING: Mutex<BTreeMap<ClaimKey, Holder>> = Mutex::new(BTreeMap::new());
+/// Past the process's budget of locked parts ([`crate::partlock::budget`]),
+/// gives back the locks (and descriptors) of parts, down to three quarters
+/// of it: first those set up and not written since, then those written
+/// longest ago, skipping any being written or used now.
+fn shed() {
+    let budget = crate::partlock::budget();
+    if crate::partlock::held() <= budget {
+        return;
+    }
+    let guards: Vec<Arc<Guard>> = RECEIVING
+        .lock()
+        .unwrap()
+        .values()
+        .map(|h| h.guard.clone())
+        .collect();
+    let mut idle: Vec<(Option<std::time::Instant>, Arc<Guard>)> = guards
+        .into_iter()
+        .filter_map(|guard| {
+            let used = guard.try_lock().filter(|g| g.releasable())?.used;
+            Some((used, guard))
+        })
+        .collect();
+    idle.sort_by_key(|(used, _)| *used);
+    for (_, guard) in idle {
+        if crate::partlock::held() <= budget * 3 / 4 {
+            break;
+        }
+        if let Some(mut g) = guard.try_lock() {
+            g.release();
+        }
+    }
+}
+
 /// Signalled whenever a claim is given up or marked ending.
 static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
 /// Numbers the claims, so that a claim taken over is not given up by its
@@ -443,49 +477,11 @@ struct Holder {
     ending: bool,
     /// When it last recorded a chunk (or took the claim).
     active: std::time::Instant,
-    /// Its file's `closed` flag: set when a newer session takes the file over.
-    closed: Arc<Mutex<bool>>,
+    /// Its file's guard: closed when a newer session takes the file over,
+    /// which then gets the part's lock if the holder has it.
+    guard: Arc<Guard>,
     /// When its session last heard from its peer, if the session says.
     heard: Option<Heard>,
-    /// The part file, locked (flock) against other processes while any
-    /// session of this one receives it: passed on to a session that takes
-    /// the file over.
-    lock: Arc<File>,
-}
-
-/// Open `name`'s part (created if absent, never truncated here) and lock it
-/// against other processes, without waiting: two processes receiving one
-/// target would mix their data in one part file.
-fn lock_part(dir: &Dir, name: &[u8]) -> io::Result<File> {
-    use cap_std::fs::OpenOptionsExt;
-    let part = sibling_name(name, PART);
-    let mut opts = OpenOptions::new();
-    opts.read(true)
-        .write(true)
-        .create(true)
-        .follow(FollowSymlinks::No)
-        .mode(0o600);
-    let f = match dir.open_with(os(&part), &opts) {
-        // A part an earlier run gave a read-only final mode: a lock needs
-        // no write access.
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => dir.open_with(
-            os(&part),
-            OpenOptions::new().read(true).follow(FollowSymlinks::No),
-        )?,
-        r => r?,
-    }
-    .into_std();
-    match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
-            io::ErrorKind::ResourceBusy,
-            format!(
-                "another process is receiving this file (its part file {} is locked); run one transfer into a destination at a time",
-                String::from_utf8_lossy(&part)
-            ),
-        )),
-        Err(std::fs::TryLockError::Error(e)) => Err(e),
-    }
 }
 
 /// Why [`Incoming::open`] refused a file it had waited for: the session
@@ -533,7 +529,8 @@ impl Claim {
     /// Blocks up to `wait` while the holder's session goes on, and until it
     /// is given up once that session is ending (callers run it off the async
     /// runtime); takes the file over from a holder silent for
-    /// [`STALE_CLAIM`]. `closed` is the new holder's file's flag.
+    /// [`STALE_CLAIM`], and with it the part's lock if the holder has it
+    /// (returned). `guard` is the new holder's file's guard.
     /// A claim granted after a wait, for a file that meanwhile stands under
     /// its name with `entry`'s size and mtime (the session that held it
     /// placed it), is refused with [`PlacedMeanwhile`].
@@ -541,14 +538,15 @@ impl Claim {
         dir: &Dir,
         name: &[u8],
         wait: std::time::Duration,
-        closed: Arc<Mutex<bool>>,
+        guard: Arc<Guard>,
         heard: Option<Heard>,
         entry: &Entry,
-    ) -> io::Result<Claim> {
+    ) -> io::Result<(Claim, Option<Locked>)> {
         let key = Claim::key(dir, name)?;
         let deadline = std::time::Instant::now() + wait;
         let mut held = RECEIVING.lock().unwrap();
         let mut lock = None;
+        let mut took = false;
         let mut waited = false;
         while let Some(h) = held.get(&key) {
             waited = true;
@@ -561,8 +559,8 @@ impl Claim {
             if !ending && stale {
                 // After any checkpoint of the old holder under way; from
                 // now on it neither writes, journals nor places this file.
-                *h.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
-                lock = Some(h.lock.clone());
+                lock = h.guard.quiet().take_over();
+                took = true;
                 break;
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -578,27 +576,22 @@ impl Claim {
             let wait = if ending { tick } else { left.min(tick) };
             held = RELEASED.wait_timeout(held, wait).unwrap().0;
         }
-        if waited && lock.is_none() && placed_as(dir, name, entry) {
+        if waited && !took && placed_as(dir, name, entry) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 PlacedMeanwhile,
             ));
         }
-        let lock = match lock {
-            Some(l) => l,
-            None => Arc::new(lock_part(dir, name)?),
-        };
         let id = NEXT_CLAIM.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let holder = Holder {
             id,
             ending: false,
             active: std::time::Instant::now(),
-            closed,
+            guard,
             heard,
-            lock,
         };
         held.insert(key.clone(), holder);
-        Ok(Claim { key, id })
+        Ok((Claim { key, id }, lock))
     }
 
     /// Runs `f` on this claim's registry entry, if it is still this claim's.
@@ -644,8 +637,8 @@ pub struct Incoming {
     missing: u64,
     /// The sender's BLAKE3 of the whole file, once announced.
     pub expected: Option<Digest>,
-    /// Open only while data is moving, so a manifest far ahead of the data does
-    /// not hold one descriptor per announced file.
+    /// A file of one chunk: its part, open only while its data is moving (a
+    /// file of several chunks has its descriptors in `guard`).
     file: Option<Arc<File>>,
     dir: Arc<Dir>,
     name: Vec<u8>,
@@ -655,10 +648,11 @@ pub struct Incoming {
     /// Chunks in the journal as *written* records only (not yet synced):
     /// the next synced checkpoint journals them again, as synced.
     unsynced: Vec<(u64, Digest)>,
-    /// Orders checkpoints against each other and against `finish`/`discard`; true
-    /// once the part and journal are renamed or removed (a late checkpoint then
-    /// has nothing to do).
-    closed: Arc<Mutex<bool>>,
+    /// Orders checkpoints against each other and against `finish`/`discard`;
+    /// closed once the part and journal are renamed or removed (a late
+    /// checkpoint then has nothing to do). A file of several chunks keeps its
+    /// part's lock and descriptors here ([`crate::partlock`]).
+    guard: Arc<Guard>,
     mode: u32,
     mtime_ns: i64,
     /// A single-chunk file's part exists (see [`Incoming::file`]).
@@ -676,7 +670,7 @@ pub struct Incoming {
     claim: Option<Claim>,
 }
 
-fn taken_over() -> io::Error {
+pub(crate) fn taken_over() -> io::Error {
     io::Error::other(
         "a newer session took this file over (this one had received nothing for a while)",
     )
@@ -849,18 +843,17 @@ impl Incoming {
         let journaled = plan.count() > 1;
         // Before the part is truncated. A file of one chunk needs none: each
         // writer has a file of its own until it is linked or renamed whole.
-        let closed = Arc::new(Mutex::new(false));
-        let claim = if journaled {
-            Some(Claim::take(
-                &dir,
-                name,
-                claim_wait,
-                closed.clone(),
-                heard,
-                entry,
-            )?)
+        let guard = Guard::new(dir.clone(), part.clone(), jname.clone());
+        let (claim, lock) = if journaled {
+            let (claim, inherited) =
+                Claim::take(&dir, name, claim_wait, guard.clone(), heard, entry)?;
+            let lock = match inherited {
+                Some(l) => l,
+                None => crate::partlock::lock_part(&dir, &part)?,
+            };
+            (Some(claim), Some(lock))
         } else {
-            None
+            (None, None)
         };
         let header = JournalHeader {
             size: entry.size,
@@ -869,14 +862,14 @@ impl Incoming {
         let mut digests = BTreeMap::new();
         let mut written = Vec::new();
         let mut unsynced = Vec::new();
-        let mut kept = false;
+        let mut kept = None;
         if resume && journaled {
             if let Ok(j) = open_read(&dir, os(&jname)) {
                 if let Ok(Some(parsed)) = journal::read(j, plan.count()) {
                     if parsed.header == header {
                         digests.extend(parsed.synced);
                         written = parsed.written;
-                        kept = true;
+                        kept = Some(parsed.valid_len);
                     }
                 }
             }
@@ -884,8 +877,8 @@ impl Incoming {
         // The journal is emptied before the part is truncated, and made
         // durable first when it held records: a crash between the two must
         // not leave records that a resume would trust beside a zeroed part.
-        if journaled {
-            let had_journal = !kept && dir.symlink_metadata(os(&jname)).is_ok();
+        if let Some(lock) = lock {
+            let had_journal = kept.is_none() && dir.symlink_metadata(os(&jname)).is_ok();
             let mut jo = OpenOptions::new();
             jo.write(true).create(true).follow(FollowSymlinks::No);
             {
@@ -893,57 +886,77 @@ impl Incoming {
                 use cap_std::fs::OpenOptionsExt;
                 jo.mode(0o600);
             }
-            if kept {
-                jo.append(true);
-            } else {
+            if kept.is_none() {
                 jo.truncate(true);
             }
             let mut j = dir.open_with(os(&jname), &jo)?.into_std();
-            if !kept {
-                use std::io::Write;
-                j.write_all(&journal::encode_header(&header))?;
-                if had_journal {
-                    j.sync_data()?;
-                }
-            }
-            let mut opts = OpenOptions::new();
-            opts.read(true)
-                .write(true)
-                .create(true)
-                .follow(FollowSymlinks::No);
-            if !kept {
-                opts.truncate(true);
-            }
             {
-                use cap_std::fs::OpenOptionsExt;
-                opts.mode(0o600);
-            }
-            // A part an earlier run gave its final mode (read-only, say) before
-            // a rename that failed: writable again, as it is ours.
-            let file = match dir.open_with(os(&part), &opts) {
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                    dir.set_permissions(os(&part), perms(0o600))?;
-                    dir.open_with(os(&part), &opts)?
+                use std::io::{Seek, Write};
+                match kept {
+                    // A torn record at its end (a crash while appending)
+                    // goes: what is appended after it must be read.
+                    Some(valid) => {
+                        if j.metadata()?.len() != valid {
+                            j.set_len(valid)?;
+                        }
+                        j.seek(io::SeekFrom::Start(valid))?;
+                    }
+                    None => {
+                        j.write_all(&journal::encode_header(&header))?;
+                        if had_journal {
+                            j.sync_data()?;
+                        }
+                    }
                 }
-                r => r?,
-            }
-            .into_std();
-            if kept && file.metadata()?.len() < entry.size {
-                // Chunks the journal names must be inside the part file.
-                let len = file.metadata()?.len();
-                digests.retain(|&i, _| plan.offset(i) + plan.len(i).unwrap_or(0) <= len);
-                written.retain(|&(i, _)| plan.offset(i) + plan.len(i).unwrap_or(0) <= len);
-            }
-            // Chunks journaled without a sync are trusted only if they read
-            // back with their digest (a power cut may have lost them).
-            for (i, d) in written {
-                if !digests.contains_key(&i) && read_back(&file, &plan, i)? == d {
-                    digests.insert(i, d);
-                    unsynced.push((i, d));
+                let owner_at = j.stream_position()?;
+                let owner = journal::encode_owner(&crate::partlock::nonce());
+                j.write_all(&owner)?;
+                let seal = Seal {
+                    part: lock.ident()?,
+                    journal: crate::partlock::ident(&j)?,
+                    journal_len: owner_at + journal::RECORD_LEN,
+                    owner_at,
+                    owner,
+                };
+                // A part an earlier run gave its final mode (read-only, say)
+                // before a rename that failed: writable again, as it is ours.
+                let mut opts = OpenOptions::new();
+                opts.read(true).write(true).follow(FollowSymlinks::No);
+                let file = match dir.open_with(os(&part), &opts) {
+                    Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                        dir.set_permissions(os(&part), perms(0o600))?;
+                        dir.open_with(os(&part), &opts)?
+                    }
+                    r => r?,
                 }
+                .into_std();
+                if crate::partlock::ident(&file)? != seal.part {
+                    return Err(io::Error::other(
+                        "the part file was replaced while it was being set up",
+                    ));
+                }
+                if kept.is_none() {
+                    file.set_len(0)?;
+                }
+                if kept.is_some() && file.metadata()?.len() < entry.size {
+                    // Chunks the journal names must be inside the part file.
+                    let len = file.metadata()?.len();
+                    digests.retain(|&i, _| plan.offset(i) + plan.len(i).unwrap_or(0) <= len);
+                    written.retain(|&(i, _)| plan.offset(i) + plan.len(i).unwrap_or(0) <= len);
+                }
+                // Chunks journaled without a sync are trusted only if they read
+                // back with their digest (a power cut may have lost them).
+                for (i, d) in written {
+                    if !digests.contains_key(&i) && read_back(&file, &plan, i)? == d {
+                        digests.insert(i, d);
+                        unsynced.push((i, d));
+                    }
+                }
+                file.set_len(entry.size)?;
+                drop(file);
+                guard.lock().set_up(seal, lock);
             }
-            file.set_len(entry.size)?;
-            drop(file);
+            shed();
         }
         let missing = plan.count() - digests.len() as u64;
         let resumed_bytes = digests.keys().filter_map(|&i| plan.len(i)).sum();
@@ -960,7 +973,7 @@ impl Incoming {
                 journaled,
                 pending: Vec::new(),
                 unsynced,
-                closed,
+                guard,
                 mode: entry.mode,
                 mtime_ns: entry.mtime_ns,
                 created: false,
@@ -975,19 +988,36 @@ impl Incoming {
         ))
     }
 
-    /// The part file, opened on first use. A file of one chunk (or none) is
-    /// created here, not in [`Incoming::open`], so a small file costs one open:
-    /// unnamed where the file system allows ([`crate::unnamed`]), else as a
-    /// named part, replacing one an earlier run left (and its journal, if the
-    /// file was larger then).
-    pub fn file(&mut self) -> io::Result<Arc<File>> {
+    /// The part to write a chunk into: a file of several chunks has its part
+    /// locked again (as it was left, [`crate::partlock`]) and keeps the lock
+    /// while the writer lives; past the process's budget of locked parts,
+    /// those written longest ago give theirs back.
+    pub fn writer(&mut self) -> io::Result<Writer> {
+        if !self.journaled {
+            return Ok(Writer::plain(self.file()?));
+        }
+        let w = Writer::locked(&self.guard)?;
+        shed();
+        Ok(w)
+    }
+
+    /// A file of one chunk (or none): its part, created on first use, not in
+    /// [`Incoming::open`], so a small file costs one open: unnamed where the
+    /// file system allows ([`crate::unnamed`]), else as a named part,
+    /// replacing one an earlier run left (and its journal, if the file was
+    /// larger then). A file of several chunks: its part's data descriptor,
+    /// the part locked.
+    fn file(&mut self) -> io::Result<Arc<File>> {
+        if self.journaled {
+            return self.guarded().data();
+        }
         if let Some(f) = &self.file {
             return Ok(f.clone());
         }
         let part = sibling_name(&self.name, PART);
         let mut opts = OpenOptions::new();
         opts.read(true).write(true).follow(FollowSymlinks::No);
-        if !self.journaled && !self.created {
+        if !self.created {
             if let Some(f) = crate::unnamed::create(&*self.dir)? {
                 let f = Arc::new(f);
                 self.created = true;
@@ -996,7 +1026,7 @@ impl Incoming {
                 return Ok(f);
             }
         }
-        let f = if self.journaled || self.created {
+        let f = if self.created {
             self.dir.open_with(os(&part), &opts)?
         } else {
             use cap_std::fs::OpenOptionsExt;
@@ -1018,6 +1048,11 @@ impl Incoming {
         let f = Arc::new(f.into_std());
         self.file = Some(f.clone());
         Ok(f)
+    }
+
+    /// The file's guard, locked.
+    fn guarded(&self) -> std::sync::MutexGuard<'_, Guarded> {
+        self.guard.lock()
     }
 
     /// The file's directory was created by this session ([`DestDir::in_fresh_dir`]):
@@ -1074,8 +1109,14 @@ impl Incoming {
             });
         }
         if !self.meta_applied {
-            let file = self.file()?;
-            apply_meta(&file, self.mode, self.mtime_ns)?;
+            if self.journaled {
+                // Under the lock, with the part as it was left.
+                let mut g = self.guarded();
+                apply_meta(&*g.data()?, self.mode, self.mtime_ns)?;
+            } else {
+                let file = self.file()?;
+                apply_meta(&file, self.mode, self.mtime_ns)?;
+            }
             self.meta_applied = true;
         }
         Ok(actual)
@@ -1083,19 +1124,32 @@ impl Incoming {
 
     /// Sync the part's data (fdatasync), opening it if it is closed.
     pub fn sync_data(&mut self) -> io::Result<()> {
+        if self.journaled {
+            let mut g = self.guarded();
+            return g.data()?.sync_data();
+        }
         self.file()?.sync_data()
     }
 
     /// Does this file hold an open descriptor (an unnamed file waiting to be
-    /// placed holds one until [`Incoming::park`])?
+    /// placed holds one until [`Incoming::park`], a file of several chunks
+    /// while its part is locked)?
     pub fn holds_descriptor(&self) -> bool {
-        self.file.is_some()
+        self.file.is_some() || (self.journaled && self.guarded().holds())
     }
 
     /// Give an unnamed file its part name and close it: [`Incoming::finish`]
     /// then renames the part (for a verified file that must wait, so that
-    /// waiting files do not hold a descriptor each).
+    /// waiting files do not hold a descriptor each). A file of several
+    /// chunks gives back its part's lock and descriptors (unless a write is
+    /// in flight); they are taken again, and checked, when needed.
     pub fn park(&mut self) -> io::Result<()> {
+        if self.journaled {
+            let mut g = self.guarded();
+            g.parked = true;
+            g.release();
+            return Ok(());
+        }
         if self.unnamed {
             if let Some(f) = self.file.take() {
                 self.placer().park(&f)?;
@@ -1171,7 +1225,7 @@ impl Incoming {
     /// An error if a newer session took this file over ([`STALE_CLAIM`]):
     /// its writer must not touch the part any more.
     pub fn still_ours(&self) -> io::Result<()> {
-        match *self.closed.lock().unwrap_or_else(|e| e.into_inner()) {
+        match self.guarded().closed {
             true => Err(taken_over()),
             false => Ok(()),
         }
@@ -1214,12 +1268,11 @@ impl Incoming {
             recs
         };
         Ok(Some(Checkpoint {
-            file: self.file()?,
             dir: self.dir.clone(),
             journal: sibling_name(&self.name, JOURNAL),
             records,
             sync,
-            closed: self.closed.clone(),
+            guard: self.guard.clone(),
         }))
     }
 
@@ -1263,32 +1316,44 @@ impl Incoming {
         self.file = None;
         self.pending.clear();
         self.unsynced.clear();
-        let closed = self.closed.clone();
-        let mut closed = closed.lock().unwrap_or_else(|e| e.into_inner());
-        if *closed {
+        let guard = self.guard.clone();
+        let mut g = guard.quiet();
+        if g.closed {
             return Err(FinishError::Io(taken_over()));
+        }
+        if self.journaled {
+            // Under the lock, as it was left. The journal goes first: once
+            // the part is renamed, another receiver may make a new part
+            // under that name, and would journal into this one.
+            g.hold()?;
+            let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
         }
         match unnamed {
             Some(f) => self.placer().place(&f)?,
             None => self.dir.rename(os(&part), &self.dir, os(&self.name))?,
         }
-        *closed = true;
-        if self.journaled {
-            let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
-        }
+        g.close();
         Ok(actual)
     }
 
-    /// Remove the part file and journal (bad data, or the sender's file is unchanged).
+    /// Remove the part file and journal (bad data, or the sender's file is
+    /// unchanged), if they are still this file's: not once another session
+    /// took it over, nor, for a file of several chunks, when its part cannot
+    /// be locked as it was left.
     pub fn discard(&mut self) {
         self.pending.clear();
         self.unsynced.clear();
         self.file = None;
         // After a checkpoint under way; any later one finds the file closed.
-        *self.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        let _ = self.dir.remove_file(os(&sibling_name(&self.name, PART)));
-        // A one-chunk file's too: an earlier, larger version may have left one.
-        let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+        let guard = self.guard.clone();
+        let mut g = guard.quiet();
+        if !g.closed && (!self.journaled || g.hold().is_ok()) {
+            // Under the lock, the journal first (as in `finish`). A one-chunk
+            // file's too: an earlier, larger version may have left one.
+            let _ = self.dir.remove_file(os(&sibling_name(&self.name, JOURNAL)));
+            let _ = self.dir.remove_file(os(&sibling_name(&self.name, PART)));
+        }
+        g.close();
     }
 }
 
@@ -1351,16 +1416,53 @@ pub fn sync_fs(dir: &Dir) -> io::Result<()> {
     }
 }
 
+/// A counting semaphore for blocking threads: at most `max` places taken.
+pub struct Slots {
+    max: usize,
+    taken: Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+/// A place taken in [`Slots`], given back when dropped.
+pub struct Slot<'a>(&'a Slots);
+
+impl Slots {
+    /// `max` places.
+    pub const fn new(max: usize) -> Slots {
+        Slots {
+            max,
+            taken: Mutex::new(0),
+            freed: std::sync::Condvar::new(),
+        }
+    }
+
+    /// A place, once one is free (blocks).
+    pub fn take(&self) -> Slot<'_> {
+        let mut n = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        while *n >= self.max {
+            n = self.freed.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+        *n += 1;
+        Slot(self)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *self.0.taken.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
 /// Chunks taken from an [`Incoming`] to be made durable and journaled.
 #[must_use = "a checkpoint journals nothing until committed"]
 pub struct Checkpoint {
-    file: Arc<File>,
     dir: Arc<Dir>,
     journal: Vec<u8>,
     records: Vec<(u64, Digest)>,
     /// Sync the data first and journal the records as synced.
     sync: bool,
-    closed: Arc<Mutex<bool>>,
+    guard: Arc<Guard>,
 }
 
 impl Checkpoint {
@@ -1368,21 +1470,45 @@ impl Checkpoint {
     /// part file's data first, so that a synced record is never on disk before
     /// the chunk it names. Blocks; serialized with the file's other
     /// checkpoints, and a no-op once the file was placed or discarded.
+    /// Under the part's lock, taken again (and checked) if it was given back.
     pub fn commit(self) -> io::Result<()> {
-        let closed = self.closed.lock().unwrap_or_else(|e| e.into_inner());
-        if *closed {
+        let mut g = self.guard.lock();
+        if g.closed {
             return Ok(());
         }
+        let was_held = g.holds();
         if self.sync {
-            self.file.sync_data()?;
+            g.data()?.sync_data()?;
+        } else {
+            g.hold()?;
         }
-        let j = self.dir.open_with(
-            os(&self.journal),
-            OpenOptions::new().append(true).follow(FollowSymlinks::No),
-        )?;
-        journal::append(j.into_std(), &self.records, self.sync)?;
-        drop(closed);
-        Ok(())
+        let j = self
+            .dir
+            .open_with(
+                os(&self.journal),
+                OpenOptions::new().append(true).follow(FollowSymlinks::No),
+            )?
+            .into_std();
+        let appended = journal::append(&j, &self.records, self.sync);
+        match &appended {
+            Ok(()) => g.appended(j.metadata()?.len()),
+            // A torn append (a full disk) is cut off, so that the journal
+            // still ends where this receiver's appends ended.
+            Err(_) => {
+                if let Some(len) = g.journal_len() {
+                    if j.set_len(len).is_err() {
+                        g.appended(j.metadata()?.len());
+                    }
+                }
+            }
+        }
+        // A complete file waiting for its commit holds no lock.
+        if g.parked && !was_held {
+            g.release();
+        }
+        drop(g);
+        shed();
+        appended
     }
 }
 
@@ -1391,6 +1517,9 @@ impl Drop for Incoming {
     /// written are synced and journaled so that a rerun does not fetch them again.
     fn drop(&mut self) {
         let _ = self.flush_journal();
+        // The lock goes now (once no write is in flight), not with the last
+        // checkpoint: a session that waits for this file locks the part next.
+        self.guard.quiet().close();
     }
 }
 
@@ -1428,8 +1557,8 @@ mod tests {
             inc.plan.offset(i) as usize,
             inc.plan.len(i).unwrap() as usize,
         );
-        let d =
-            Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, i, &[&bytes[o..o + l]]).unwrap();
+        let d = Incoming::write_chunk(&inc.writer().unwrap(), &inc.plan, i, &[&bytes[o..o + l]])
+            .unwrap();
         inc.record(i, d);
     }
 
@@ -1507,6 +1636,31 @@ mod tests {
         ] {
             assert!(!is_reserved_name(name), "{}", String::from_utf8_lossy(name));
         }
+    }
+
+    #[test]
+    fn slots_let_at_most_their_number_run_at_once() {
+        static SLOTS: Slots = Slots::new(3);
+        let (now, most) = (
+            Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        );
+        let threads: Vec<_> = (0..12)
+            .map(|_| {
+                let (now, most) = (now.clone(), most.clone());
+                std::thread::spawn(move || {
+                    let _slot = SLOTS.take();
+                    let n = now.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    most.fetch_max(n, std::sync::atomic::Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    now.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 
     #[test]
@@ -1608,6 +1762,129 @@ mod tests {
         a.finish().unwrap();
         assert!(theirs.try_lock().is_ok(), "released once placed");
         assert_eq!(std::fs::read(t.path().join("f")).unwrap(), bytes);
+    }
+
+    #[test]
+    fn a_part_another_process_took_while_its_lock_was_given_back_is_refused_not_mixed() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 3 * CHUNK_SIZE + 5;
+        let (bytes, e) = (data(size as usize), entry(size));
+        let journal = t.path().join(".f.lh-journal");
+        let theirs = |dir: &Arc<Dir>, resume: bool| {
+            // Another process: its own registry of claims, so here only the
+            // part's lock and journal tell the two apart.
+            Incoming::open(dir.clone(), b"f", &e, resume, WAIT).unwrap()
+        };
+        let forget_claim = |dir: &Arc<Dir>| {
+            RECEIVING
+                .lock()
+                .unwrap()
+                .remove(&Claim::key(dir, b"f").unwrap());
+        };
+
+        // Another process restarts the file (no resume) while ours waits
+        // for data: our next write is refused, and its part is left alone.
+        let (mut a, _) = Incoming::open(dir.clone(), b"f", &e, true, WAIT).unwrap();
+        put_chunk(&mut a, &bytes, 0);
+        a.park().unwrap();
+        forget_claim(&dir);
+        let (mut b, _) = theirs(&dir, false);
+        // (It gives its lock back too: past its budget, say.)
+        b.park().unwrap();
+        let err = a.writer().err().expect("the part changed");
+        assert!(err.to_string().contains("changed"), "{err}");
+        // Nor can ours journal its chunk in their journal, or remove theirs.
+        let err = a.flush_journal().expect_err("not journaled");
+        assert!(err.to_string().contains("changed"), "{err}");
+        let parsed = journal::read(std::fs::File::open(&journal).unwrap(), 4)
+            .unwrap()
+            .unwrap();
+        assert!(parsed.synced.is_empty() && parsed.written.is_empty());
+        a.discard();
+        assert!(t.path().join(".f.lh-part").exists(), "theirs is kept");
+        assert!(journal.exists());
+        std::mem::forget(a);
+        drop(b);
+        forget_claim(&dir);
+
+        // One that resumes it (appending nothing but its owner record) is
+        // told apart as well.
+        let (mut a, _) = Incoming::open(dir.clone(), b"f", &e, true, WAIT).unwrap();
+        put_chunk(&mut a, &bytes, 1);
+        a.park().unwrap();
+        forget_claim(&dir);
+        let (b, _) = theirs(&dir, true);
+        drop(b);
+        let err = a.writer().err().expect("the part changed");
+        assert!(err.to_string().contains("changed"), "{err}");
+        std::mem::forget(a);
+        forget_claim(&dir);
+
+        // Given back and taken again with nobody between: ours goes on.
+        let (mut a, _) = Incoming::open(dir.clone(), b"f", &e, false, WAIT).unwrap();
+        for i in 0..2 {
+            put_chunk(&mut a, &bytes, i);
+        }
+        a.flush_journal().unwrap();
+        a.park().unwrap();
+        assert!(!a.holds_descriptor());
+        for i in 2..4 {
+            put_chunk(&mut a, &bytes, i);
+        }
+        a.park().unwrap();
+        a.expected = Some(*blake3::hash(&bytes).as_bytes());
+        a.finish().unwrap();
+        assert_eq!(std::fs::read(t.path().join("f")).unwrap(), bytes);
+        assert_eq!(listing(t.path()), ["f"]);
+    }
+
+    #[test]
+    fn a_parked_part_stays_given_back_and_no_lock_goes_under_a_write() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
+        let size = 2 * CHUNK_SIZE;
+        let (bytes, e) = (data(size as usize), entry(size));
+        let part = t.path().join(".f.lh-part");
+        let locked_by_us = || {
+            let f = std::fs::File::open(&part).unwrap();
+            matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+        };
+
+        // Complete and parked (waiting for its commit): a checkpoint taken
+        // before, committed after, locks the part to journal, then gives
+        // the lock back.
+        let (mut a, _) = Incoming::open(dir.clone(), b"f", &e, true, WAIT).unwrap();
+        put_chunk(&mut a, &bytes, 0);
+        put_chunk(&mut a, &bytes, 1);
+        let cp = a.take_checkpoint(false).unwrap().unwrap();
+        a.park().unwrap();
+        assert!(!locked_by_us() && !a.holds_descriptor());
+        cp.commit().unwrap();
+        assert!(!locked_by_us() && !a.holds_descriptor(), "given back again");
+        a.expected = Some(*blake3::hash(&bytes).as_bytes());
+        a.finish().unwrap();
+        assert_eq!(listing(t.path()), ["f"]);
+
+        // A file dropped (its session failed) while a chunk's write is in
+        // flight keeps its lock until that write is done.
+        let (mut b, _) = Incoming::open(dir.clone(), b"g", &e, true, WAIT).unwrap();
+        let writer = b.writer().unwrap();
+        let dropped = std::thread::spawn(move || drop(b));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!dropped.is_finished(), "waits for the write");
+        let gpart = t.path().join(".g.lh-part");
+        let theirs = std::fs::File::open(&gpart).unwrap();
+        assert!(matches!(
+            theirs.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ));
+        writer.write_all_at(b"late", 0).unwrap();
+        drop(writer);
+        dropped.join().unwrap();
+        theirs
+            .try_lock()
+            .expect("given back once the write is done");
     }
 
     #[test]
@@ -2120,8 +2397,9 @@ mod tests {
         let cp = inc.take_checkpoint(true).unwrap().unwrap();
         write(&mut inc, 1);
         cp.commit().unwrap();
+        // The killed process's lock and claim on the file go with it.
+        inc.park().unwrap();
         std::mem::forget(inc);
-        // The killed process's claim on the file goes with it.
         RECEIVING
             .lock()
             .unwrap()

@@ -12,6 +12,8 @@ const SMALL_COUNT: u64 = 20_000;
 const SMALL_SIZE: usize = 10_000;
 /// The soft open-files limit most systems give a login session.
 const NOFILE: u64 = 1024;
+/// A tight one, for the tests of descriptors held per file or level.
+const TIGHT: u64 = 256;
 
 /// `op` with `args` run as `c` with at most `nofile` open files; prints
 /// how long it took, for `what`.
@@ -217,7 +219,6 @@ fn read_chain(base: &Path) -> (usize, Vec<u8>) {
 /// not one per level.
 #[test]
 fn a_tree_2000_deep_with_256_open_files() {
-    const TIGHT: u64 = 256;
     const DEPTH: usize = 2000;
     let t = Tmp::new("bulk-deep");
     deep_chain(&t.join("src/deep"), DEPTH, b"at the bottom");
@@ -248,4 +249,50 @@ fn a_tree_2000_deep_with_256_open_files() {
         read_chain(&dest.join("deep")),
         (DEPTH, b"at the bottom".to_vec())
     );
+}
+
+/// 2,000 files of two chunks each go down with a get (durable: complete
+/// files wait for their commit) and up with a put when both sides may open
+/// 256 files: a process keeps at most its budget of parts locked (set up or
+/// written), and a file waiting for its commit holds none. The sources are
+/// sparse (eight bytes of their own, then a hole), so the test writes what
+/// it receives, not what it sends.
+#[test]
+fn two_thousand_large_files_with_256_open_files() {
+    const FILES: usize = 2000;
+    let t = Tmp::new("bulk-large");
+    let src = t.join("root/large");
+    std::fs::create_dir_all(&src).unwrap();
+    let size = longhaul_transfer::CHUNK_SIZE + 1;
+    for i in 0..FILES {
+        let f = std::fs::File::create(src.join(format!("f{i:04}"))).unwrap();
+        std::os::unix::fs::FileExt::write_at(&f, &(i as u64).to_le_bytes(), 0).unwrap();
+        f.set_len(size).unwrap();
+    }
+    let root = t.join("root");
+    let srv = ServeCfg::new(&root, &t.join("state"))
+        .writable()
+        .nofile(TIGHT)
+        .start();
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let what = "2,000 files of 1 MiB + 1";
+    let args: Vec<OsString> = vec![
+        "--quiet".into(),
+        "--accept-new".into(),
+        srv.remote("large"),
+        dest.clone().into(),
+    ];
+    run_limited(&c, "get", args, TIGHT, what).expect_code(0);
+    assert_same_tree(&src, &dest.join("large"), Compare::CONTENT);
+
+    let args: Vec<OsString> = vec![
+        "--quiet".into(),
+        "--no-fsync".into(),
+        dest.join("large").into(),
+        srv.remote("up/"),
+    ];
+    run_limited(&c, "put", args, TIGHT, what).expect_code(0);
+    assert_same_tree(&src, &root.join("up/large"), Compare::CONTENT);
 }

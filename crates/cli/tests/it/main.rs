@@ -6,6 +6,7 @@
 //! bulk tests write gigabytes.
 
 mod access;
+mod announced;
 mod bulk;
 mod close;
 mod connections;
