@@ -79,6 +79,7 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
         max_sessions: longhaul_quic::DEFAULT_MAX_SESSIONS,
         send_buffer: longhaul_quic::DEFAULT_SEND_BUFFER,
         once: false,
+        keep: Default::default(),
     })?;
     let addr = server.local_addr()?;
     let fp = server.fingerprint.clone();

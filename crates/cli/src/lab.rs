@@ -191,16 +191,7 @@ fn up(a: UpArgs, exe: &std::path::Path) -> Result<i32> {
 }
 
 fn human_bytes(b: u64) -> String {
-    let b = b as f64;
-    if b >= 1e9 {
-        format!("{:.2} GB", b / 1e9)
-    } else if b >= 1e6 {
-        format!("{:.2} MB", b / 1e6)
-    } else if b >= 1e3 {
-        format!("{:.1} kB", b / 1e3)
-    } else {
-        format!("{b} B")
-    }
+    longhaul_transfer::units::show_size(b)
 }
 
 /// Rate over the last second of the series, bit/s.

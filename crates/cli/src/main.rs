@@ -464,6 +464,18 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
             None => longhaul_quic::DEFAULT_SEND_BUFFER,
         },
         once: a.once,
+        keep: longhaul_quic::kept::KeepRules {
+            keep_for: longhaul_transfer::units::parse_duration(&a.keep_parts_for)
+                .map_err(|e| usage(format!("--keep-parts-for: {e}")))?,
+            per_client: a
+                .keep_parts_per_client
+                .parse()
+                .map_err(|e| usage(format!("--keep-parts-per-client: {e}")))?,
+            total: a
+                .keep_parts
+                .parse()
+                .map_err(|e| usage(format!("--keep-parts: {e}")))?,
+        },
     };
     // The first port of the list that is free.
     let mut bound = Err(anyhow::anyhow!("no port to listen on"));

@@ -926,6 +926,7 @@ pub async fn get<R: AsRef<[u8]>>(
         &mut s.rx,
         spec,
         RecvOpts {
+            keep: None,
             sync: opts.sync,
             fresh,
             durable: opts.durable,

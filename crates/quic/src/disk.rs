@@ -48,6 +48,10 @@ fn waiting_open_limit() -> usize {
 /// Waiting files holding a descriptor, in all sessions of the process.
 static WAITING_OPEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Files of several chunks a session left unfinished with their parts kept
+/// for a resume: targets beneath the destination's base, and sizes.
+pub(crate) type Unfinished = Vec<(longhaul_transfer::RelPath, u64)>;
+
 /// The destination of one receiving session and the files it has open.
 pub(crate) struct RecvDisk {
     dest: Mutex<DestDir>,
@@ -59,6 +63,9 @@ pub(crate) struct RecvDisk {
     /// When the session last heard from its peer (the driver sets it): a
     /// newer session may take a file over from a silent one.
     heard: Heard,
+    /// Files of several chunks opened, by id: their targets and sizes, for
+    /// the record of those a session leaves unfinished ([`RecvDisk::close_all`]).
+    targets: Mutex<HashMap<u64, (longhaul_transfer::RelPath, u64)>>,
 }
 
 #[derive(Default)]
@@ -89,6 +96,7 @@ impl RecvDisk {
             durable,
             waiting: Mutex::new(Waiting::default()),
             heard: Heard::new(),
+            targets: Default::default(),
         }
     }
 
@@ -352,6 +360,12 @@ impl RecvDisk {
             _ => Want::All,
         };
         let resumed_bytes = inc.resumed_bytes;
+        if !inc.single_chunk() {
+            self.targets
+                .lock()
+                .unwrap()
+                .insert(id, (target.clone(), e.size));
+        }
         self.files.lock().unwrap().insert(id, inc);
         Ok(Opened::Open {
             want,
@@ -433,10 +447,12 @@ impl RecvDisk {
     /// session waiting for one of its targets may take it over.
     /// Verified files still waiting for their commit are synced and placed
     /// where their name is free (a rerun may have placed a newer copy while
-    /// this session was dying): returned, to be reported.
-    pub(crate) fn close_all(&self) -> Vec<(u64, [u8; 32])> {
-        let left: Vec<Incoming> = self.files.lock().unwrap().drain().map(|(_, f)| f).collect();
-        for f in &left {
+    /// this session was dying): returned, to be reported, with the files
+    /// of several chunks left unfinished whose part is kept (their targets
+    /// beneath the destination's base, and sizes).
+    pub(crate) fn close_all(&self) -> (Vec<(u64, [u8; 32])>, Unfinished) {
+        let left: Vec<(u64, Incoming)> = self.files.lock().unwrap().drain().collect();
+        for (_, f) in &left {
             f.ending();
         }
         let ids: Vec<u64> = self.waiting.lock().unwrap().files.keys().copied().collect();
@@ -445,10 +461,21 @@ impl RecvDisk {
             .into_iter()
             .filter_map(|(id, r)| r.ok().map(|root| (id, root)))
             .collect();
-        for mut f in left {
+        let mut unfinished = Vec::new();
+        let mut targets = self.targets.lock().unwrap();
+        for (id, mut f) in left {
             let _ = f.flush_journal();
+            if f.is_closed() {
+                continue;
+            }
+            if f.holds_no_chunk() {
+                // Nothing to resume from: no part is kept for it.
+                f.discard();
+            } else if let Some(t) = targets.remove(&id) {
+                unfinished.push(t);
+            }
         }
-        placed
+        (placed, unfinished)
     }
 
     /// Directory modes and mtimes, when the session ends without

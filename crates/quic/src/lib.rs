@@ -22,6 +22,7 @@ mod control;
 mod core;
 mod disk;
 pub mod identity;
+pub mod kept;
 mod net;
 pub mod proto;
 mod ramp;

@@ -44,7 +44,7 @@ impl Destination {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct RecvOpts {
     pub sync: SyncMode,
     /// See [`RecvConfig::fresh`].
@@ -53,6 +53,9 @@ pub(crate) struct RecvOpts {
     pub durable: bool,
     /// See [`RecvConfig::exact_modes`].
     pub exact_modes: bool,
+    /// A server's record of unfinished parts, and the client this session
+    /// is for: what it leaves unfinished is recorded there.
+    pub keep: Option<(Arc<crate::kept::KeptParts>, String)>,
 }
 
 /// What reaches the driver's loop besides control frames.
@@ -160,9 +163,12 @@ pub(crate) async fn run_receiver(
     };
     // Whatever happened, keep what is durably written for a rerun.
     let placed = tokio::task::block_in_place(|| {
-        let placed = disk.close_all();
+        let (placed, unfinished) = disk.close_all();
         if result.is_err() {
             let _ = disk.finish_dirs();
+        }
+        if let Some((kept, client)) = &opts.keep {
+            kept.left(client, unfinished);
         }
         placed
     });

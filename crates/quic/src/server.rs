@@ -74,6 +74,9 @@ pub struct ServeOpts {
     /// first that passes the token check; sessions refused before it do
     /// not count.
     pub once: bool,
+    /// What is kept of the files puts leave unfinished (recorded in
+    /// `state_dir`).
+    pub keep: crate::kept::KeepRules,
 }
 
 /// The server's send buffer unless told otherwise: a quarter of a
@@ -174,7 +177,24 @@ impl Server {
             done: tokio::sync::Notify::new(),
             sessions: AtomicUsize::new(0),
             joins: Default::default(),
+            kept: Arc::new(crate::kept::KeptParts::load(
+                self.root.clone(),
+                &self.opts.state_dir,
+                self.opts.keep,
+            )),
         });
+        // What was kept too long goes now, and hourly from now on.
+        {
+            let kept = ctx.kept.clone();
+            tokio::spawn(async move {
+                let mut hourly = tokio::time::interval(Duration::from_secs(3600));
+                loop {
+                    hourly.tick().await;
+                    let kept = kept.clone();
+                    let _ = tokio::task::spawn_blocking(move || kept.enforce()).await;
+                }
+            });
+        }
         let once = self.opts.once;
         // `once`: a client must pass the token check within this.
         let deadline = tokio::time::Instant::now() + ONCE_WAIT;
@@ -288,6 +308,8 @@ struct Ctx {
     /// Sessions over several connections whose others may still join, by
     /// their key ([`crate::proto::Hello::session`]).
     joins: std::sync::Mutex<HashMap<Vec<u8>, Joining>>,
+    /// The parts puts left unfinished, kept for their resume.
+    kept: Arc<crate::kept::KeptParts>,
 }
 
 /// Handshakes in progress (accepted, no token-checked `Hello` or `Join`
@@ -930,6 +952,7 @@ async fn session(
                 .await;
             let what = if fresh { "fresh put" } else { "put" }.to_string();
             let opts = RecvOpts {
+                keep: Some((ctx.kept.clone(), crate::kept::client_of(remote.ip()))),
                 sync: sync.into(),
                 fresh,
                 durable,

@@ -78,6 +78,11 @@ impl Locked {
     pub(crate) fn ident(&self) -> io::Result<(u64, u64)> {
         ident(&self.0)
     }
+
+    /// The part, open.
+    pub(crate) fn file(&self) -> &File {
+        &self.0
+    }
 }
 
 impl Drop for Locked {

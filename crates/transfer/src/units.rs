@@ -13,7 +13,7 @@
 //! | `Ti` `TiB` | 2⁴⁰ | — |
 //!
 //! A rate may also be given in bytes per second: `50MB/s` is 400 Mbit/s.
-//! Durations take `ns`, `us` (or `µs`), `ms`, `s`, `m` (or `min`) and `h`;
+//! Durations take `ns`, `us` (or `µs`), `ms`, `s`, `m` (or `min`), `h` and `d`;
 //! only `0` may go without a unit. Numbers may have a fraction (`2.5G`,
 //! `1.5s`). Each caller checks the range it accepts.
 
@@ -106,11 +106,24 @@ pub fn parse_rate(s: &str) -> Result<u64, UnitError> {
     whole(bits.round(), "rate", s)
 }
 
-/// A duration: `35ms`, `1.5s`, `500us`, `5m`, `1h`, `0`.
+/// A size for people, in SI units: `512 B`, `12.3 kB`, `1.50 MB`, `16.49 TB`.
+pub fn show_size(b: u64) -> String {
+    let f = b as f64;
+    match f {
+        _ if f >= 1e15 => format!("{:.2} PB", f / 1e15),
+        _ if f >= 1e12 => format!("{:.2} TB", f / 1e12),
+        _ if f >= 1e9 => format!("{:.2} GB", f / 1e9),
+        _ if f >= 1e6 => format!("{:.2} MB", f / 1e6),
+        _ if f >= 1e3 => format!("{:.1} kB", f / 1e3),
+        _ => format!("{b} B"),
+    }
+}
+
+/// A duration: `35ms`, `1.5s`, `500us`, `5m`, `1h`, `7d`, `0`.
 pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
     let bad = || {
         UnitError(format!(
-            "duration {s:?}: write a number and a unit, like 35ms, 1.5s, 500us, 5m or 1h"
+            "duration {s:?}: write a number and a unit, like 35ms, 1.5s, 500us, 5m, 1h or 7d"
         ))
     };
     let (n, unit) = split(s).ok_or_else(bad)?;
@@ -127,6 +140,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
         "s" => n,
         "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
+        "d" => n * 86400.0,
         _ => return Err(bad()),
     };
     Duration::try_from_secs_f64(secs).map_err(|_| bad())
@@ -198,6 +212,15 @@ mod tests {
     }
 
     #[test]
+    fn sizes_are_shown_in_si_units() {
+        assert_eq!(show_size(512), "512 B");
+        assert_eq!(show_size(12_345), "12.3 kB");
+        assert_eq!(show_size(20 << 20), "20.97 MB");
+        assert_eq!(show_size(16 << 40), "17.59 TB");
+        assert_eq!(show_size(3_200_000_000_000_000), "3.20 PB");
+    }
+
+    #[test]
     fn durations_need_a_unit() {
         for (s, ms) in [
             ("35ms", 35.0),
@@ -208,12 +231,13 @@ mod tests {
             ("5m", 300_000.0),
             ("5min", 300_000.0),
             ("1h", 3_600_000.0),
+            ("7d", 604_800_000.0),
             ("0", 0.0),
         ] {
             let d = parse_duration(s).unwrap_or_else(|e| panic!("{s}: {e}"));
             assert!((d.as_secs_f64() * 1e3 - ms).abs() < 1e-9, "{s}: {d:?}");
         }
-        for s in ["30", "1d", "ms", "-1s", "soon"] {
+        for s in ["30", "1w", "ms", "-1s", "soon"] {
             assert!(parse_duration(s).is_err(), "{s}");
         }
         let e = parse_duration("30").unwrap_err().to_string();

@@ -1,5 +1,7 @@
-//! A destination that fills up: exit 5, "No space left", the partial kept for a
-//! rerun and nothing under the final name. Needs root (mounts an 8 MiB tmpfs).
+//! A destination without room: a file that cannot fit is refused at once
+//! (exit 5, "does not fit", nothing written); one whose disk fills while it
+//! is received fails with "No space left", its partial kept for a rerun and
+//! nothing under the final name. Needs root (mounts an 8 MiB tmpfs).
 
 use longhaul_testkit::*;
 use std::ffi::{CString, OsString};
@@ -50,26 +52,35 @@ impl Drop for Tmpfs {
     }
 }
 
-#[test]
-fn disk_full_keeps_the_partial_and_exits_5() {
+/// An 8 MiB tmpfs at `t/small-disk`, or `None` (the test is skipped) when
+/// it cannot be mounted here.
+fn small_disk(t: &Tmp, test: &str) -> Option<(Tmpfs, PathBuf)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED disk_full_keeps_the_partial_and_exits_5: needs root to mount a tmpfs");
-        return;
+        eprintln!("SKIPPED {test}: needs root to mount a tmpfs");
+        return None;
     }
+    let mnt = t.join("small-disk");
+    std::fs::create_dir(&mnt).unwrap();
+    match Tmpfs::mount(&mnt, "8m") {
+        Ok(m) => Some((m, mnt)),
+        Err(e) => {
+            eprintln!("SKIPPED {test}: mount tmpfs: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn a_file_that_cannot_fit_is_refused_at_once_and_exits_5() {
     let t = Tmp::new("diskfull");
+    let Some((_fs, mnt)) = small_disk(&t, "a_file_that_cannot_fit_is_refused_at_once_and_exits_5")
+    else {
+        return;
+    };
     let root = t.join("root");
     std::fs::create_dir(&root).unwrap();
     gen_file(&root.join("big.bin"), 5, 20 * MIB);
-    let mnt = t.join("small-disk");
-    std::fs::create_dir(&mnt).unwrap();
-    let _fs = match Tmpfs::mount(&mnt, "8m") {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("SKIPPED disk_full_keeps_the_partial_and_exits_5: mount tmpfs: {e}");
-            return;
-        }
-    };
     let srv = Server::start(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
 
@@ -83,46 +94,12 @@ fn disk_full_keeps_the_partial_and_exits_5() {
     );
     out.expect_code(5);
     assert!(
-        out.stderr.contains("No space left on device"),
+        out.stderr
+            .contains("big.bin: does not fit: it needs 20.97 MB and its file system has"),
         "{}",
         out.stderr
     );
-    assert!(
-        out.stderr.contains("big.bin"),
-        "names the file: {}",
-        out.stderr
-    );
-    let part = mnt.join(".big.bin.lh-part");
-    assert!(part.is_file(), "the partial is kept: {:?}", list_tree(&mnt));
-    assert!(
-        std::fs::symlink_metadata(mnt.join("big.bin")).is_err(),
-        "nothing stands under the final name: {:?}",
-        list_tree(&mnt)
-    );
-    let names: Vec<_> = list_tree(&mnt);
-    assert!(
-        names.iter().all(|p| p
-            .file_name()
-            .unwrap()
-            .as_bytes()
-            .starts_with(b".big.bin.lh-")),
-        "only the part file and its journal: {names:?}"
-    );
-    // Every chunk the journal names is in the partial with the source's bytes.
-    let held = std::fs::read(&part).unwrap();
-    let src = std::fs::read(root.join("big.bin")).unwrap();
-    let journal = std::fs::File::open(mnt.join(".big.bin.lh-journal"))
-        .ok()
-        .and_then(|f| longhaul_transfer::journal::read(f, 20).unwrap());
-    let named = journal.map_or(vec![], |j| [j.synced, j.written].concat());
-    for (i, _) in named {
-        let i = i as usize;
-        let r = i * MIB as usize..(i + 1) * MIB as usize;
-        assert!(
-            held[r.clone()] == src[r],
-            "journaled chunk {i} holds other bytes"
-        );
-    }
+    assert_eq!(list_tree(&mnt), Vec::<PathBuf>::new(), "nothing written");
 
     // The JSON form says the same.
     let out = c.run(
@@ -139,25 +116,19 @@ fn disk_full_keeps_the_partial_and_exits_5() {
     let p = &j["problems"][0];
     assert_eq!(p["kind"], "local_io", "{j:#}");
     assert!(
-        p["message"]
-            .as_str()
-            .unwrap()
-            .contains("No space left on device"),
+        p["message"].as_str().unwrap().contains("does not fit"),
         "{j:#}"
     );
-    assert!(std::fs::symlink_metadata(mnt.join("big.bin")).is_err());
     assert!(
-        out.stderr.contains("No space left on device"),
+        out.stderr.contains("does not fit"),
         "with --json the problem still reaches stderr: {}",
         out.stderr
     );
     assert!(srv.alive(), "the server is unaffected");
 
     // A tree whose small file fits and whose large one does not: the failed
-    // session's report still lists the file that was verified and placed.
-    for n in list_tree(&mnt) {
-        std::fs::remove_file(n).unwrap();
-    }
+    // session's report still lists the file if it was verified and placed
+    // (the large one's refusal may come before the small one's data).
     std::fs::create_dir(root.join("tree")).unwrap();
     std::fs::write(root.join("tree/a-small.txt"), b"fits\n").unwrap();
     gen_file(&root.join("tree/z-big.bin"), 6, 20 * MIB);
@@ -173,14 +144,107 @@ fn disk_full_keeps_the_partial_and_exits_5() {
     let j = out.json();
     assert_eq!(j["ok"], false, "{j:#}");
     assert_eq!(j["problems"][0]["kind"], "local_io", "{j:#}");
-    assert_eq!(totals(&j, "verified"), 1, "{j:#}");
-    assert_eq!(
-        files_by_path(&j)["tree/a-small.txt"]["status"],
-        "verified",
-        "{j:#}"
+    let small = mnt.join("tree/a-small.txt");
+    if small.exists() {
+        assert_eq!(totals(&j, "verified"), 1, "{j:#}");
+        assert_eq!(
+            files_by_path(&j)["tree/a-small.txt"]["status"],
+            "verified",
+            "{j:#}"
+        );
+        assert_eq!(std::fs::read(&small).unwrap(), b"fits\n");
+    } else {
+        assert_eq!(totals(&j, "verified"), 0, "{j:#}");
+    }
+    assert!(!mnt.join("tree/z-big.bin").exists());
+    assert!(
+        !mnt.join("tree/.z-big.bin.lh-part").exists(),
+        "no part made"
     );
-    assert_eq!(
-        std::fs::read(mnt.join("tree/a-small.txt")).unwrap(),
-        b"fits\n"
+}
+
+#[test]
+fn a_disk_that_fills_midway_keeps_the_partial_and_exits_5() {
+    let t = Tmp::new("diskfull-midway");
+    let Some((_fs, mnt)) = small_disk(&t, "a_disk_that_fills_midway_keeps_the_partial_and_exits_5")
+    else {
+        return;
+    };
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    gen_file(&root.join("big.bin"), 5, 6 * MIB);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    // It fits when it starts (6 of 8 MiB); once its part is there, another
+    // writer takes 5 MiB of the disk (as much as it can get).
+    let get = {
+        let cmd = c.cmd(
+            "get",
+            [
+                OsString::from("--accept-new"),
+                "--max-rate".into(),
+                "16M".into(),
+                srv.remote("big.bin"),
+                mnt.clone().into(),
+            ],
+        );
+        std::thread::spawn(move || run_timeout(cmd, std::time::Duration::from_secs(60)))
+    };
+    let part = mnt.join(".big.bin.lh-part");
+    let started = std::time::Instant::now();
+    while !part.exists() {
+        assert!(started.elapsed().as_secs() < 30, "no part file appeared");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(mnt.join("filler")).unwrap();
+        for _ in 0..5 * 16 {
+            if filler.write_all(&[7u8; 64 << 10]).is_err() {
+                break;
+            }
+        }
+    }
+    let out = get.join().unwrap();
+    out.expect_code(5);
+    assert!(
+        out.stderr.contains("No space left on device"),
+        "{}",
+        out.stderr
     );
+    assert!(
+        out.stderr.contains("big.bin"),
+        "names the file: {}",
+        out.stderr
+    );
+    assert!(part.is_file(), "the partial is kept: {:?}", list_tree(&mnt));
+    assert!(
+        std::fs::symlink_metadata(mnt.join("big.bin")).is_err(),
+        "nothing stands under the final name: {:?}",
+        list_tree(&mnt)
+    );
+    let names: Vec<_> = list_tree(&mnt);
+    assert!(
+        names.iter().all(|p| {
+            let n = p.file_name().unwrap().as_bytes();
+            n.starts_with(b".big.bin.lh-") || n == b"filler"
+        }),
+        "only the part file and its journal: {names:?}"
+    );
+    // Every chunk the journal names is in the partial with the source's bytes.
+    let held = std::fs::read(&part).unwrap();
+    let src = std::fs::read(root.join("big.bin")).unwrap();
+    let journal = std::fs::File::open(mnt.join(".big.bin.lh-journal"))
+        .ok()
+        .and_then(|f| longhaul_transfer::journal::read(f, 6).unwrap());
+    let named = journal.map_or(vec![], |j| [j.synced, j.written].concat());
+    for (i, _) in named {
+        let i = i as usize;
+        let r = i * MIB as usize..(i + 1) * MIB as usize;
+        assert!(
+            held[r.clone()] == src[r],
+            "journaled chunk {i} holds other bytes"
+        );
+    }
+    assert!(srv.alive(), "the server is unaffected");
 }

@@ -475,7 +475,7 @@ fn a_failed_session_places_its_verified_files_but_never_over_a_newer_copy() {
     std::fs::write(s.path("b"), b"newer").unwrap();
     s.core
         .handle_failure(crate::report::Problem::new(Kind::Connection, "gone"));
-    let placed = s.disk.close_all();
+    let (placed, _) = s.disk.close_all();
     s.core.placed_late(placed);
     assert_eq!(read(&s.path("a")), a, "verified, synced and placed");
     assert_eq!(read(&s.path("b")), b"newer", "not replaced");

@@ -54,6 +54,7 @@ pub fn opts(root: &Path, state: &Path, read_only: bool) -> ServeOpts {
         max_sessions: 0,
         send_buffer: longhaul_quic::DEFAULT_SEND_BUFFER,
         once: false,
+        keep: Default::default(),
     }
 }
 
