@@ -7,6 +7,7 @@
 //! size. A part a session of the server is receiving, or another process
 //! has locked, is not removed.
 
+use crate::throttle::client_block;
 use longhaul_transfer::place::remove_unfinished;
 use longhaul_transfer::units::{parse_size, show_size};
 use longhaul_transfer::RelPath;
@@ -199,16 +200,11 @@ pub(crate) fn to_remove(
     out
 }
 
-/// The client a part is kept for: its address (an IPv6 client by its /64,
-/// the block one host is usually given).
+/// The client a part is kept for ([`client_block`]), as text.
 pub(crate) fn client_of(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
-            let s = v6.segments();
-            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-        }
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().expect("mapped").to_string(),
-        ip => ip.to_string(),
+    match client_block(ip) {
+        IpAddr::V6(v6) => format!("{v6}/64"),
+        v4 => v4.to_string(),
     }
 }
 
@@ -465,6 +461,10 @@ mod tests {
 
     #[test]
     fn an_ipv6_client_is_its_64() {
+        let block = |s: &str| client_block(s.parse().unwrap());
+        assert_eq!(block("2001:db8:1:2:aaaa::1"), block("2001:db8:1:2:ffff::9"));
+        assert_ne!(block("2001:db8:1:2::1"), block("2001:db8:1:3::1"));
+        assert_eq!(block("::ffff:192.0.2.7"), block("192.0.2.7"));
         assert_eq!(client_of("192.0.2.7".parse().unwrap()), "192.0.2.7");
         assert_eq!(
             client_of("2001:db8:1:2:aaaa::1".parse().unwrap()),

@@ -221,7 +221,8 @@ impl Server {
             // address first (a stateless Retry: a forged source costs one
             // packet and no state); past many, or many from one address,
             // an attempt is ignored (its client sends its Initial again).
-            let (pending, from_ip) = ctx.pending.load(remote.ip());
+            let client = crate::throttle::client_block(remote.ip());
+            let (pending, from_ip) = ctx.pending.load(client);
             if pending >= RETRY_ABOVE && !incoming.remote_address_validated() {
                 if let Err(e) = incoming.retry() {
                     e.into_incoming().ignore();
@@ -245,7 +246,7 @@ impl Server {
                 }
             };
             let cc = self.factory.take_last();
-            let slot = Pending::new(&ctx, remote.ip());
+            let slot = Pending::new(&ctx, client);
             let ctx = ctx.clone();
             tokio::spawn(async move {
                 let served = Arc::new(AtomicBool::new(false));
@@ -325,7 +326,8 @@ pub(crate) const MAX_PENDING_PER_IP: usize = 32;
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
 const HELLO_WAIT: Duration = Duration::from_secs(10);
 
-/// Handshakes in progress, in all and per address.
+/// Handshakes in progress, in all and per client ([`crate::throttle::client_block`]:
+/// an IPv6 client by its /64).
 #[derive(Default)]
 struct PendingCount(std::sync::Mutex<(usize, HashMap<std::net::IpAddr, usize>)>);
 
@@ -608,7 +610,8 @@ fn check_token(ctx: &Ctx, remote: SocketAddr, token: &[u8]) -> Result<Role, Stri
     if o.token.is_none() && o.read_token.is_none() {
         return Ok(Role::Anonymous);
     }
-    let ip = remote.ip();
+    // An IPv6 client by its /64: a new address per guess gains nothing.
+    let ip = crate::throttle::client_block(remote.ip());
     let refused = ctx.throttle.lock().unwrap().refused_for(ip, Instant::now());
     if let Some(wait) = refused {
         return Err(format!(

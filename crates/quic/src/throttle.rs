@@ -87,6 +87,22 @@ impl AuthThrottle {
     }
 }
 
+/// The block of addresses one client is counted by: an IPv4 address (also
+/// one mapped into IPv6) as it is, an IPv6 one by its /64 (the block one
+/// host is usually given: it could take a new address for each attempt).
+pub(crate) fn client_block(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+        v4 => v4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
