@@ -150,6 +150,21 @@ impl Raw {
         .await;
     }
 
+    /// A Hello of a put of the one root `root` into the directory `dest`
+    /// (`--sync`'s default, not durable).
+    pub async fn put_hello(&mut self, dest: &[u8], root: &[u8]) {
+        self.hello(Op::Put {
+            dest: dest.to_vec(),
+            dest_is_dir: true,
+            roots: vec![longhaul_quic::proto::RootSpec {
+                name: root.to_vec(),
+            }],
+            sync: longhaul_quic::proto::PutSync::Always,
+            durable: false,
+        })
+        .await;
+    }
+
     /// The server's Welcome; returns its `fresh`.
     pub async fn welcome(&mut self) -> bool {
         match self.next().await {

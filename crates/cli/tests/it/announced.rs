@@ -9,7 +9,7 @@
 //! removed when its session ends, and the parts of files left unfinished
 //! are recorded, capped per client and expired.
 
-use longhaul_quic::proto::{ErrorCode, Frame, Op, PutSync, RecordHeader, RootSpec, DATA_PRELUDE};
+use longhaul_quic::proto::{ErrorCode, Frame, RecordHeader, DATA_PRELUDE};
 use longhaul_testkit::raw::Raw;
 use longhaul_testkit::*;
 use longhaul_transfer::{Entry, EntryKind};
@@ -30,16 +30,7 @@ async fn announce(port: u16, kh: std::path::PathBuf, session: u64) -> Raw {
 async fn put_into_x(port: u16, kh: std::path::PathBuf) -> Raw {
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut r = Raw::connect(addr, kh).await;
-    r.hello(Op::Put {
-        dest: b"in".to_vec(),
-        dest_is_dir: true,
-        roots: vec![RootSpec {
-            name: b"x".to_vec(),
-        }],
-        sync: PutSync::Always,
-        durable: false,
-    })
-    .await;
+    r.put_hello(b"in", b"x").await;
     assert!(!r.welcome().await, "in/x holds a file: not fresh");
     r
 }
