@@ -220,13 +220,13 @@ pub struct ServeArgs {
     /// is never kept. Parts a session is receiving are not touched.
     #[arg(long, value_name = "DURATION", default_value = "7d")]
     pub keep_parts_for: String,
-    /// What one client's unfinished parts may announce in all (a size, 1TiB,
-    /// or a share of the root's file system, 25%); past it its oldest go
-    /// (a client is an address; an IPv6 one by its /64).
+    /// What one client's unfinished parts may hold on disk in all (a size,
+    /// 1TiB, or a share of the root's file system, 25%); past it its oldest
+    /// go (a client is an address; an IPv6 one by its /64).
     #[arg(long, value_name = "SIZE|N%", default_value = "25%")]
     pub keep_parts_per_client: String,
-    /// What all clients' unfinished parts may announce in all (a size or a
-    /// share of the root's file system); past it the oldest go.
+    /// What all clients' unfinished parts may hold on disk in all (a size or
+    /// a share of the root's file system); past it the oldest go.
     #[arg(long, value_name = "SIZE|N%", default_value = "50%")]
     pub keep_parts: String,
     /// Require a token; this one (file content, trailing newline ignored)

@@ -52,6 +52,15 @@ static WAITING_OPEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicU
 /// for a resume: targets beneath the destination's base, and sizes.
 pub(crate) type Unfinished = Vec<(longhaul_transfer::RelPath, u64)>;
 
+/// A file of several chunks being received: its target beneath the
+/// destination's base and size, and where its part is.
+struct Target {
+    path: longhaul_transfer::RelPath,
+    size: u64,
+    dir: std::sync::Arc<Dir>,
+    name: Vec<u8>,
+}
+
 /// The destination of one receiving session and the files it has open.
 pub(crate) struct RecvDisk {
     dest: Mutex<DestDir>,
@@ -63,9 +72,10 @@ pub(crate) struct RecvDisk {
     /// When the session last heard from its peer (the driver sets it): a
     /// newer session may take a file over from a silent one.
     heard: Heard,
-    /// Files of several chunks opened, by id: their targets and sizes, for
-    /// the record of those a session leaves unfinished ([`RecvDisk::close_all`]).
-    targets: Mutex<HashMap<u64, (longhaul_transfer::RelPath, u64)>>,
+    /// Files of several chunks opened and not placed nor discarded, by id:
+    /// their targets and sizes, and their directories and names, for the
+    /// record of those a session leaves unfinished ([`RecvDisk::close_all`]).
+    targets: Mutex<HashMap<u64, Target>>,
 }
 
 #[derive(Default)]
@@ -266,17 +276,31 @@ impl RecvDisk {
                     }
                     None => Err(FinishError::Io(gone())),
                 };
+                if !waiting && result.is_ok() {
+                    self.targets.lock().unwrap().remove(&id);
+                }
                 Done::Finished {
                     id,
                     result,
                     waiting,
                 }
             }
-            Job::Commit { ids } => Done::Committed(self.commit(&ids, true)),
+            Job::Commit { ids } => {
+                let done = self.commit(&ids, true);
+                let mut targets = self.targets.lock().unwrap();
+                for (id, r) in &done {
+                    if r.is_ok() {
+                        targets.remove(id);
+                    }
+                }
+                drop(targets);
+                Done::Committed(done)
+            }
             Job::Discard { id } => {
                 if let Some(mut inc) = self.files.lock().unwrap().remove(&id) {
                     inc.discard();
                 }
+                self.targets.lock().unwrap().remove(&id);
                 Done::Discarded { id }
             }
             Job::Close { id } => {
@@ -361,10 +385,13 @@ impl RecvDisk {
         };
         let resumed_bytes = inc.resumed_bytes;
         if !inc.single_chunk() {
-            self.targets
-                .lock()
-                .unwrap()
-                .insert(id, (target.clone(), e.size));
+            let t = Target {
+                path: target.clone(),
+                size: e.size,
+                dir: inc.dir().clone(),
+                name: name.clone(),
+            };
+            self.targets.lock().unwrap().insert(id, t);
         }
         self.files.lock().unwrap().insert(id, inc);
         Ok(Opened::Open {
@@ -456,25 +483,39 @@ impl RecvDisk {
             f.ending();
         }
         let ids: Vec<u64> = self.waiting.lock().unwrap().files.keys().copied().collect();
-        let placed = self
+        let placed: Vec<(u64, [u8; 32])> = self
             .commit(&ids, false)
             .into_iter()
             .filter_map(|(id, r)| r.ok().map(|root| (id, root)))
             .collect();
-        let mut unfinished = Vec::new();
         let mut targets = self.targets.lock().unwrap();
+        for (id, _) in &placed {
+            targets.remove(id);
+        }
         for (id, mut f) in left {
             let _ = f.flush_journal();
-            if f.is_closed() {
-                continue;
-            }
-            if f.holds_no_chunk() {
+            if !f.is_closed() && f.holds_no_chunk() {
                 // Nothing to resume from: no part is kept for it.
                 f.discard();
-            } else if let Some(t) = targets.remove(&id) {
-                unfinished.push(t);
+                targets.remove(&id);
             }
         }
+        // What is left unfinished: the files whose part is still there
+        // (left open, closed after the sender gave up on them, or failed
+        // when placed).
+        let unfinished = targets
+            .drain()
+            .filter(|(_, t)| {
+                let part =
+                    longhaul_transfer::place::sibling_name(&t.name, longhaul_transfer::place::PART);
+                t.dir
+                    .symlink_metadata(
+                        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&part),
+                    )
+                    .is_ok_and(|m| m.is_file())
+            })
+            .map(|(_, t)| (t.path, t.size))
+            .collect();
         (placed, unfinished)
     }
 

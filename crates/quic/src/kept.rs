@@ -1,11 +1,13 @@
 //! Part files that puts left unfinished, kept on the server for a resume:
-//! recorded in its state directory (`kept-parts.json`), capped per client
-//! and in all, and expired. A part with no chunk in it is not kept at all
-//! (the receiver removes it when its session ends); the rest are removed,
-//! oldest first, once a client's (or everybody's) unfinished parts announce
-//! more than the caps allow, and after `--keep-parts-for` whatever their
-//! size. A part a session of the server is receiving, or another process
-//! has locked, is not removed.
+//! recorded in its state directory (`kept-parts-HASH.json`, one per served
+//! root), capped per client and in all, and expired. A part with no chunk
+//! in it is not kept at all (the receiver removes it when its session
+//! ends); the rest are removed, oldest first, once a client's (or
+//! everybody's) unfinished parts hold more on disk than the caps allow (a
+//! large file's part is kept while what it holds is within them, whatever
+//! the file's size), and after `--keep-parts-for` whatever they hold. A part
+//! a session of the server is receiving, or another process has locked, is
+//! not removed now and stays on record.
 
 use crate::throttle::client_block;
 use longhaul_transfer::place::remove_unfinished;
@@ -147,18 +149,20 @@ mod escaped {
 pub(crate) enum Why {
     /// Kept for longer than `keep_for`.
     Expired,
-    /// Its client's parts announce more than `per_client`.
+    /// Its client's parts hold more than `per_client`.
     Client,
-    /// All parts announce more than `total`.
+    /// All parts hold more than `total`.
     Total,
 }
 
 /// Which of `kept` must go at `now` (seconds since the Unix epoch), and why:
 /// those kept longer than `keep_for` seconds; then, oldest first, those of a
-/// client whose parts announce more than `per_client` bytes; then, oldest
-/// first, those past `total` bytes in all. Indices into `kept`.
+/// client whose parts hold more than `per_client` bytes; then, oldest
+/// first, those past `total` bytes in all. `held[i]`: what `kept[i]`'s part
+/// holds on disk. Indices into `kept`.
 pub(crate) fn to_remove(
     kept: &[Kept],
+    held: &[u64],
     now: u64,
     keep_for: u64,
     per_client: u64,
@@ -177,24 +181,24 @@ pub(crate) fn to_remove(
     }
     let mut by_client: std::collections::HashMap<&str, u64> = Default::default();
     for &i in &left {
-        *by_client.entry(&kept[i].client).or_default() += kept[i].size;
+        *by_client.entry(&kept[i].client).or_default() += held[i];
     }
     let mut still = Vec::new();
     for i in left {
         let sum = by_client.get_mut(kept[i].client.as_str()).expect("counted");
         if *sum > per_client {
-            *sum -= kept[i].size;
+            *sum -= held[i];
             out.push((i, Why::Client));
         } else {
             still.push(i);
         }
     }
-    let mut sum: u64 = still.iter().map(|&i| kept[i].size).sum();
+    let mut sum: u64 = still.iter().map(|&i| held[i]).sum();
     for i in still {
         if sum <= total {
             break;
         }
-        sum -= kept[i].size;
+        sum -= held[i];
         out.push((i, Why::Total));
     }
     out
@@ -224,13 +228,19 @@ pub(crate) struct KeptParts {
 
 impl KeptParts {
     /// The record in `state_dir` (empty if there is none, or it cannot be
-    /// read: said in the log) for the served `root`.
+    /// read: said in the log) for the served `root`, found at `root_path`:
+    /// one record per root (`kept-parts-HASH.json`), so that servers of
+    /// several roots may share a state directory.
     pub(crate) fn load(
         root: Arc<cap_std::fs::Dir>,
+        root_path: &std::path::Path,
         state_dir: &std::path::Path,
         rules: KeepRules,
     ) -> KeptParts {
-        let file = state_dir.join("kept-parts.json");
+        use std::os::unix::ffi::OsStrExt;
+        let canonical = std::fs::canonicalize(root_path).unwrap_or_else(|_| root_path.into());
+        let hash = blake3::hash(canonical.as_os_str().as_bytes()).to_hex();
+        let file = state_dir.join(format!("kept-parts-{}.json", &hash[..16]));
         let kept = match std::fs::read(&file) {
             Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
                 tracing::warn!(
@@ -266,13 +276,14 @@ impl KeptParts {
         unfinished.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         {
             let mut kept = self.kept.lock().unwrap();
-            for (path, size) in unfinished {
-                let path = path.as_bytes().to_vec();
-                kept.retain(|k| k.path != path);
+            let again: std::collections::HashSet<&[u8]> =
+                unfinished.iter().map(|(p, _)| p.as_bytes()).collect();
+            kept.retain(|k| !again.contains(&k.path[..]));
+            for (path, size) in &unfinished {
                 kept.push(Kept {
-                    path,
+                    path: path.as_bytes().to_vec(),
                     client: client.to_string(),
-                    size,
+                    size: *size,
                     since: now,
                 });
             }
@@ -282,18 +293,33 @@ impl KeptParts {
 
     /// Removes what the rules say must go (and forgets parts that are no
     /// longer there: finished by a resume, or removed by hand); saves the
-    /// record when it changed. Blocking.
+    /// record when it changed. A part that cannot be removed now (a session
+    /// receives it, another process holds its lock, an error) stays on
+    /// record. Blocking.
     pub(crate) fn enforce(&self) {
-        let fs_size = fs_size(&self.root).unwrap_or(0);
+        // A share of a file system that tells no size caps nothing.
+        let fs_size = fs_size(&self.root).ok().filter(|&s| s > 0);
+        let cap = |c: Cap| match (c, fs_size) {
+            (Cap::Percent(_), None) => u64::MAX,
+            (c, fs) => c.bytes(fs.unwrap_or(0)),
+        };
         let mut kept = self.kept.lock().unwrap();
         let before = kept.clone();
-        kept.retain(|k| self.still_there(k));
+        let mut held = Vec::with_capacity(kept.len());
+        kept.retain(|k| match self.held(k) {
+            Some(h) => {
+                held.push(h);
+                true
+            }
+            None => false,
+        });
         let gone = to_remove(
             &kept,
+            &held,
             now_s(),
             self.rules.keep_for.as_secs(),
-            self.rules.per_client.bytes(fs_size),
-            self.rules.total.bytes(fs_size),
+            cap(self.rules.per_client),
+            cap(self.rules.total),
         );
         let mut drop_idx: Vec<usize> = Vec::with_capacity(gone.len());
         for (i, why) in gone {
@@ -305,27 +331,30 @@ impl KeptParts {
             let why = match why {
                 Why::Expired => format!("kept longer than {:?}", self.rules.keep_for),
                 Why::Client => format!(
-                    "{}'s unfinished parts announce more than {}",
+                    "{}'s unfinished parts hold more than {}",
                     k.client, self.rules.per_client
                 ),
-                Why::Total => format!(
-                    "all unfinished parts announce more than {}",
-                    self.rules.total
-                ),
+                Why::Total => format!("all unfinished parts hold more than {}", self.rules.total),
             };
             match RelPath::from_wire(&k.path).map(|p| remove_unfinished(&self.root, &p)) {
-                Ok(Ok(true)) => tracing::info!(
-                    "{shown}: removed its unfinished part ({} announced, left by {}): {why}",
-                    show_size(k.size),
-                    k.client
-                ),
+                Ok(Ok(true)) => {
+                    tracing::info!(
+                        "{shown}: removed its unfinished part ({} held of {}, left by {}): {why}",
+                        show_size(held[i]),
+                        show_size(k.size),
+                        k.client
+                    );
+                    drop_idx.push(i);
+                }
                 Ok(Ok(false)) => tracing::info!(
-                    "{shown}: its unfinished part is being received or gone; no longer kept on record"
+                    "{shown}: its unfinished part is being received; kept on record ({why})"
                 ),
                 Ok(Err(e)) => tracing::warn!("{shown}: removing its unfinished part: {e}"),
-                Err(e) => tracing::warn!("{shown}: not a path in the record: {e}"),
+                Err(e) => {
+                    tracing::warn!("{shown}: not a path in the record: {e}");
+                    drop_idx.push(i);
+                }
             }
-            drop_idx.push(i);
         }
         drop_idx.sort_unstable();
         for i in drop_idx.into_iter().rev() {
@@ -338,21 +367,23 @@ impl KeptParts {
         }
     }
 
-    /// Is `k`'s part still beneath the root?
-    fn still_there(&self, k: &Kept) -> bool {
-        let Ok(path) = RelPath::from_wire(&k.path) else {
-            return false;
-        };
-        let Some(parent) = path.parent() else {
-            return false;
-        };
+    /// What `k`'s part holds on disk, if it is still beneath the root.
+    fn held(&self, k: &Kept) -> Option<u64> {
+        use cap_std::fs::MetadataExt;
+        let path = RelPath::from_wire(&k.path).ok()?;
+        let parent = path.parent()?;
         use std::os::unix::ffi::OsStrExt;
         let part = longhaul_transfer::place::sibling_name(
             path.file_name(),
             longhaul_transfer::place::PART,
         );
         let at = parent.as_path().join(std::ffi::OsStr::from_bytes(&part));
-        self.root.symlink_metadata(at).is_ok_and(|m| m.is_file())
+        let m = self
+            .root
+            .symlink_metadata(at)
+            .ok()
+            .filter(|m| m.is_file())?;
+        Some(m.blocks().saturating_mul(512))
     }
 
     fn save(&self, kept: &[Kept]) -> std::io::Result<()> {
@@ -363,7 +394,12 @@ impl KeptParts {
         let mut f = f.open(&tmp)?;
         f.write_all(&serde_json::to_vec_pretty(kept).map_err(std::io::Error::other)?)?;
         f.sync_data()?;
-        std::fs::rename(&tmp, &self.file)
+        std::fs::rename(&tmp, &self.file)?;
+        // The rename itself made durable.
+        if let Some(dir) = self.file.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     }
 }
 
@@ -395,6 +431,10 @@ mod tests {
         }
     }
 
+    fn sizes(kept: &[Kept]) -> Vec<u64> {
+        kept.iter().map(|k| k.size).collect()
+    }
+
     #[test]
     fn expired_then_each_clients_oldest_then_everybodys_oldest_go() {
         let kept = vec![
@@ -405,18 +445,28 @@ mod tests {
             k("e", "3.3.3.3", 10, 50),
         ];
         // Nothing goes within the rules.
-        assert_eq!(to_remove(&kept, 500, 1000, 30, 50), vec![]);
+        assert_eq!(to_remove(&kept, &sizes(&kept), 500, 1000, 30, 50), vec![]);
         // Kept past 400 s: e (since 50) and a (since 100).
         assert_eq!(
-            to_remove(&kept, 500, 400, 30, 50),
+            to_remove(&kept, &sizes(&kept), 500, 400, 30, 50),
             vec![(4, Why::Expired), (0, Why::Expired)]
         );
         // 1.1.1.1 may keep 20: its oldest (a) goes.
-        assert_eq!(to_remove(&kept, 500, 1000, 20, 50), vec![(0, Why::Client)]);
+        assert_eq!(
+            to_remove(&kept, &sizes(&kept), 500, 1000, 20, 50),
+            vec![(0, Why::Client)]
+        );
         // Everybody may keep 30: the oldest go (e, a), whoever left them.
         assert_eq!(
-            to_remove(&kept, 500, 1000, 30, 30),
+            to_remove(&kept, &sizes(&kept), 500, 1000, 30, 30),
             vec![(4, Why::Total), (0, Why::Total)]
+        );
+        // What counts is what a part holds, not what its file announced.
+        let held = [1, 10, 10, 10, 10];
+        assert_eq!(to_remove(&kept, &held, 500, 1000, 21, 50), vec![]);
+        assert_eq!(
+            to_remove(&kept, &sizes(&kept), 500, 1000, 21, 50),
+            vec![(0, Why::Client)]
         );
         // Oldest first, until the rest is within the cap.
         let big = vec![
@@ -425,7 +475,7 @@ mod tests {
             k("z", "1.1.1.1", 5, 150),
         ];
         assert_eq!(
-            to_remove(&big, 200, 1000, 1 << 30, 1 << 50),
+            to_remove(&big, &sizes(&big), 200, 1000, 1 << 30, 1 << 50),
             vec![(1, Why::Client), (0, Why::Client)]
         );
     }

@@ -179,22 +179,24 @@ impl Server {
             joins: Default::default(),
             kept: Arc::new(crate::kept::KeptParts::load(
                 self.root.clone(),
+                &self.opts.root,
                 &self.opts.state_dir,
                 self.opts.keep,
             )),
         });
-        // What was kept too long goes now, and hourly from now on.
-        {
+        // What was kept too long goes now, and hourly from now on (until
+        // the server stops).
+        let _sweeper = {
             let kept = ctx.kept.clone();
-            tokio::spawn(async move {
+            AbortOnDrop(tokio::spawn(async move {
                 let mut hourly = tokio::time::interval(Duration::from_secs(3600));
                 loop {
                     hourly.tick().await;
                     let kept = kept.clone();
                     let _ = tokio::task::spawn_blocking(move || kept.enforce()).await;
                 }
-            });
-        }
+            }))
+        };
         let once = self.opts.once;
         // `once`: a client must pass the token check within this.
         let deadline = tokio::time::Instant::now() + ONCE_WAIT;
@@ -311,6 +313,15 @@ struct Ctx {
     joins: std::sync::Mutex<HashMap<Vec<u8>, Joining>>,
     /// The parts puts left unfinished, kept for their resume.
     kept: Arc<crate::kept::KeptParts>,
+}
+
+/// A task stopped when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Handshakes in progress (accepted, no token-checked `Hello` or `Join`

@@ -457,89 +457,49 @@ pub fn remove_unfinished(base: &Dir, target: &RelPath) -> io::Result<bool> {
     Ok(true)
 }
 
-/// Room promised on each file system (by device) to files of several chunks
-/// being received: what their parts still lack.
-static PROMISED: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
-
-/// The room a file being received still lacks, promised on its file system
-/// ([`PROMISED`]) until it is written or given up.
-struct Promise {
-    dev: u64,
-    bytes: u64,
-}
-
-impl Promise {
-    /// Promises what the part `file` lacks of `size` bytes (all of them
-    /// unless `resumed`: a part started over is emptied first), or refuses
-    /// with `StorageFull` when its file system has not that much room
-    /// besides what is promised to others: a file that cannot fit fails at
-    /// once, not when the disk fills, and announced files cannot claim more
-    /// than the disk holds. A file system that tells no sizes is not checked.
-    fn take(file: &File, size: u64, resumed: bool) -> io::Result<Promise> {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::fs::MetadataExt;
-        let m = file.metadata()?;
-        let dev = m.dev();
-        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-        // SAFETY: fstatvfs on a descriptor `file` holds open, writing into a
-        // buffer of its own type.
-        if unsafe { libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fstatvfs succeeded, so it filled the buffer.
-        let st = unsafe { st.assume_init() };
-        if st.f_blocks == 0 {
-            return Ok(Promise { dev, bytes: 0 });
-        }
-        let allocated = m.blocks().saturating_mul(512);
-        let (held, freed) = match resumed {
-            true => (allocated, 0),
-            false => (0, allocated),
-        };
-        #[allow(clippy::unnecessary_cast)] // the fields' widths differ by target
-        let free = (st.f_bavail as u64)
-            .saturating_mul(st.f_frsize as u64)
-            .saturating_add(freed);
-        let need = size.saturating_sub(held);
-        let mut promised = PROMISED.lock().unwrap_or_else(|e| e.into_inner());
-        let others = promised.get(&dev).copied().unwrap_or(0);
-        if need > free.saturating_sub(others) {
-            use crate::units::show_size;
-            let of_it = match others {
-                0 => String::new(),
-                o => format!(", {} of it promised to files being received", show_size(o)),
-            };
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                format!(
-                    "does not fit: it needs {} and its file system has {} free{of_it}",
-                    show_size(need),
-                    show_size(free)
-                ),
-            ));
-        }
-        *promised.entry(dev).or_default() += need;
-        Ok(Promise { dev, bytes: need })
+/// Does a part that lacks what `file` does not hold of `size` bytes (all
+/// of them unless `resumed`: a part started over is emptied first) fit in
+/// the room free on its file system? `StorageFull` when it does not: a file
+/// that cannot fit fails at once, not when the disk fills. Each file is
+/// weighed alone (files announced together are not summed: their parts are
+/// sparse until written, and a file that replaces another frees room when
+/// it is placed). A file system that tells no sizes is not checked.
+fn check_fits(file: &File, size: u64, resumed: bool) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: fstatvfs on a descriptor `file` holds open, writing into a
+    // buffer of its own type.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
     }
-
-    /// `n` bytes of it were written.
-    fn wrote(&mut self, n: u64) {
-        let n = n.min(self.bytes);
-        self.bytes -= n;
-        if n > 0 {
-            let mut promised = PROMISED.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(p) = promised.get_mut(&self.dev) {
-                *p = p.saturating_sub(n);
-            }
-        }
+    // SAFETY: fstatvfs succeeded, so it filled the buffer.
+    let st = unsafe { st.assume_init() };
+    if st.f_blocks == 0 {
+        return Ok(());
     }
-}
-
-impl Drop for Promise {
-    fn drop(&mut self) {
-        let n = self.bytes;
-        self.wrote(n);
+    let allocated = file.metadata()?.blocks().saturating_mul(512);
+    let (held, freed) = match resumed {
+        true => (allocated, 0),
+        false => (0, allocated),
+    };
+    #[allow(clippy::unnecessary_cast)] // the fields' widths differ by target
+    let free = (st.f_bavail as u64)
+        .saturating_mul(st.f_frsize as u64)
+        .saturating_add(freed);
+    let need = size.saturating_sub(held);
+    if need > free {
+        use crate::units::show_size;
+        return Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!(
+                "does not fit: it needs {} and its file system has {} free",
+                show_size(need),
+                show_size(free)
+            ),
+        ));
     }
+    Ok(())
 }
 
 /// Signalled whenever a claim is given up or marked ending.
@@ -793,8 +753,6 @@ pub struct Incoming {
     writing: std::collections::BTreeSet<u64>,
     /// Bytes already held from an earlier run.
     pub resumed_bytes: u64,
-    /// The room it still needs on its file system, promised to it.
-    promise: Option<Promise>,
     claim: Option<Claim>,
 }
 
@@ -972,10 +930,11 @@ impl Incoming {
         // Before the part is truncated. A file of one chunk needs none: each
         // writer has a file of its own until it is linked or renamed whole.
         let guard = Guard::new(dir.clone(), part.clone(), jname.clone());
-        let existed = journaled && dir.symlink_metadata(os(&part)).is_ok();
+        let mut existed = false;
         let (claim, lock) = if journaled {
             let (claim, inherited) =
                 Claim::take(&dir, name, claim_wait, guard.clone(), heard, entry)?;
+            existed = dir.symlink_metadata(os(&part)).is_ok();
             let lock = match inherited {
                 Some(l) => l,
                 None => crate::partlock::lock_part(&dir, &part)?,
@@ -1003,20 +962,15 @@ impl Incoming {
                 }
             }
         }
-        // What the part still lacks must fit on its file system, beside
-        // what other files being received there still lack.
-        let promise = match &lock {
-            Some(lock) => match Promise::take(lock.file(), entry.size, kept.is_some()) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    if !existed {
-                        let _ = dir.remove_file(os(&part));
-                    }
-                    return Err(e);
+        // What the part still lacks must fit on its file system.
+        if let Some(lock) = &lock {
+            if let Err(e) = check_fits(lock.file(), entry.size, kept.is_some()) {
+                if !existed {
+                    let _ = dir.remove_file(os(&part));
                 }
-            },
-            None => None,
-        };
+                return Err(e);
+            }
+        }
         // The journal is emptied before the part is truncated, and made
         // durable first when it held records: a crash between the two must
         // not leave records that a resume would trust beside a zeroed part.
@@ -1125,7 +1079,6 @@ impl Incoming {
                 fresh: false,
                 writing: Default::default(),
                 resumed_bytes,
-                promise,
                 claim,
             },
             ranges,
@@ -1395,9 +1348,6 @@ impl Incoming {
         self.writing.remove(&index);
         if self.digests.insert(index, digest).is_none() {
             self.missing -= 1;
-            if let Some(p) = &mut self.promise {
-                p.wrote(self.plan.len(index).unwrap_or(0));
-            }
         }
         if self.journaled {
             self.pending.push((index, digest));
@@ -1798,35 +1748,23 @@ mod tests {
     }
 
     #[test]
-    fn files_being_received_are_promised_room_and_what_cannot_fit_is_refused() {
+    fn a_file_that_cannot_fit_is_refused_before_anything_is_written() {
         let t = tempfile::tempdir().unwrap();
         let dir = Arc::new(Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap());
-        let free = {
-            let st = free_on(t.path());
-            assert!(st > 4 * CHUNK_SIZE, "the test needs some room: {st}");
-            st
-        };
-        // More than the disk holds: refused before anything is written.
+        let free = free_on(t.path());
+        assert!(free > 4 * CHUNK_SIZE, "the test needs some room: {free}");
         let err = Incoming::open(dir.clone(), b"huge", &entry(free * 2), false, WAIT)
             .err()
             .expect("cannot fit");
         assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
         assert!(err.to_string().contains("does not fit"), "{err}");
         assert_eq!(listing(t.path()), Vec::<String>::new(), "no part left");
-        // Two that fit alone but not together: the second is refused while
-        // the first is promised its room, and fits once it is given up.
+        // Each is weighed alone: two of 60 % each both start (their parts
+        // are sparse until written).
         let most = free / 5 * 3;
-        let (first, _) = Incoming::open(dir.clone(), b"a", &entry(most), false, WAIT).unwrap();
-        let err = Incoming::open(dir.clone(), b"b", &entry(most), false, WAIT)
-            .err()
-            .expect("promised to the first");
-        assert!(
-            err.to_string().contains("promised to files being received"),
-            "{err}"
-        );
-        drop(first);
-        let (second, _) = Incoming::open(dir.clone(), b"b", &entry(most), false, WAIT).unwrap();
-        drop(second);
+        let a = Incoming::open(dir.clone(), b"a", &entry(most), false, WAIT).unwrap();
+        let b = Incoming::open(dir.clone(), b"b", &entry(most), false, WAIT).unwrap();
+        drop((a, b));
     }
 
     /// Bytes free to an unprivileged user on the file system of `p`.

@@ -78,11 +78,20 @@ fn holes_in_streams_cost_the_server_what_came_not_the_gaps() {
     let r = rt.block_on(session(srv.port, t.join("kh")));
     std::thread::sleep(Duration::from_millis(300));
     let before = rss(pid);
-    rt.block_on(holes(&r));
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), holes(&r))
+            .await
+            .expect("the holes went out within 60 s")
+    });
     // What came is in the server's hands (the data streams are read as
     // they come).
     std::thread::sleep(Duration::from_secs(1));
     let after = rss(pid);
+    assert!(
+        r.conn.close_reason().is_none(),
+        "the session is still up, its streams held: {:?}",
+        r.conn.close_reason()
+    );
     let grew = after.saturating_sub(before);
     eprintln!(
         "server RSS {:.1} MB before, {:.1} MB with {} MiB of holes and {} MiB that came ({:+.1} MB)",
