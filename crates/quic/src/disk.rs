@@ -157,7 +157,7 @@ impl RecvDisk {
             [(_, inc)] => inc.sync_data(),
             _ => sync_file_systems(batch.iter().map(|(_, inc)| inc)),
         };
-        batch
+        let done: Vec<_> = batch
             .into_iter()
             .filter_map(|(id, mut inc)| {
                 if !replace && inc.target_exists() {
@@ -176,7 +176,15 @@ impl RecvDisk {
                 };
                 (id, r)
             })
-            .collect()
+            .collect();
+        // Placed: no longer a part to keep for a resume.
+        let mut targets = self.targets.lock().unwrap();
+        for (id, r) in &done {
+            if r.is_ok() {
+                targets.remove(id);
+            }
+        }
+        done
     }
 
     /// Whether `job` is cheap enough for the driver's own task.
@@ -285,17 +293,7 @@ impl RecvDisk {
                     waiting,
                 }
             }
-            Job::Commit { ids } => {
-                let done = self.commit(&ids, true);
-                let mut targets = self.targets.lock().unwrap();
-                for (id, r) in &done {
-                    if r.is_ok() {
-                        targets.remove(id);
-                    }
-                }
-                drop(targets);
-                Done::Committed(done)
-            }
+            Job::Commit { ids } => Done::Committed(self.commit(&ids, true)),
             Job::Discard { id } => {
                 if let Some(mut inc) = self.files.lock().unwrap().remove(&id) {
                     inc.discard();
@@ -483,15 +481,12 @@ impl RecvDisk {
             f.ending();
         }
         let ids: Vec<u64> = self.waiting.lock().unwrap().files.keys().copied().collect();
-        let placed: Vec<(u64, [u8; 32])> = self
+        let placed = self
             .commit(&ids, false)
             .into_iter()
             .filter_map(|(id, r)| r.ok().map(|root| (id, root)))
             .collect();
         let mut targets = self.targets.lock().unwrap();
-        for (id, _) in &placed {
-            targets.remove(id);
-        }
         for (id, mut f) in left {
             let _ = f.flush_journal();
             if !f.is_closed() && f.holds_no_chunk() {
@@ -505,15 +500,7 @@ impl RecvDisk {
         // when placed).
         let unfinished = targets
             .drain()
-            .filter(|(_, t)| {
-                let part =
-                    longhaul_transfer::place::sibling_name(&t.name, longhaul_transfer::place::PART);
-                t.dir
-                    .symlink_metadata(
-                        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&part),
-                    )
-                    .is_ok_and(|m| m.is_file())
-            })
+            .filter(|(_, t)| longhaul_transfer::place::part_metadata(&t.dir, &t.name).is_some())
             .map(|(_, t)| (t.path, t.size))
             .collect();
         (placed, unfinished)

@@ -298,7 +298,7 @@ impl KeptParts {
     /// record. Blocking.
     pub(crate) fn enforce(&self) {
         // A share of a file system that tells no size caps nothing.
-        let fs_size = fs_size(&self.root).ok().filter(|&s| s > 0);
+        let fs_size = fs_size(&self.root).ok().flatten();
         let cap = |c: Cap| match (c, fs_size) {
             (Cap::Percent(_), None) => u64::MAX,
             (c, fs) => c.bytes(fs.unwrap_or(0)),
@@ -403,19 +403,11 @@ impl KeptParts {
     }
 }
 
-/// The size of the file system that holds `dir`, in bytes.
-fn fs_size(dir: &cap_std::fs::Dir) -> std::io::Result<u64> {
-    use std::os::fd::AsRawFd;
+/// The size of the file system that holds `dir`, in bytes (`None`: it
+/// tells none).
+fn fs_size(dir: &cap_std::fs::Dir) -> std::io::Result<Option<u64>> {
     let d = dir.open(".")?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: fstatvfs on a descriptor held open, into a buffer of its type.
-    if unsafe { libc::fstatvfs(d.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fstatvfs succeeded.
-    let st = unsafe { st.assume_init() };
-    #[allow(clippy::unnecessary_cast)] // the fields' widths differ by target
-    Ok((st.f_blocks as u64).saturating_mul(st.f_frsize as u64))
+    Ok(longhaul_transfer::place::fs_space(&d)?.map(|s| s.size))
 }
 
 #[cfg(test)]

@@ -416,12 +416,6 @@ fn shed() {
     }
 }
 
-/// Is a file of several chunks named `name` in `dir` being received by a
-/// session of this process now?
-pub fn is_receiving(dir: &Dir, name: &[u8]) -> bool {
-    Claim::key(dir, name).is_ok_and(|k| RECEIVING.lock().unwrap().contains_key(&k))
-}
-
 /// Removes the part and journal that an unfinished file of several chunks
 /// left for `target` beneath `base` (reached through no link), unless a
 /// session of this process is receiving it or another process holds its
@@ -442,10 +436,10 @@ pub fn remove_unfinished(base: &Dir, target: &RelPath) -> io::Result<bool> {
     if claims.contains_key(&Claim::key(&dir, name)?) {
         return Ok(false);
     }
-    let part = sibling_name(name, PART);
-    if !dir.symlink_metadata(os(&part)).is_ok_and(|m| m.is_file()) {
+    if part_metadata(&dir, name).is_none() {
         return Ok(false);
     }
+    let part = sibling_name(name, PART);
     let _lock = match crate::partlock::lock_part(&dir, &part) {
         Ok(l) => l,
         Err(e) if e.kind() == io::ErrorKind::ResourceBusy => return Ok(false),
@@ -465,28 +459,16 @@ pub fn remove_unfinished(base: &Dir, target: &RelPath) -> io::Result<bool> {
 /// sparse until written, and a file that replaces another frees room when
 /// it is placed). A file system that tells no sizes is not checked.
 fn check_fits(file: &File, size: u64, resumed: bool) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::MetadataExt;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: fstatvfs on a descriptor `file` holds open, writing into a
-    // buffer of its own type.
-    if unsafe { libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstatvfs succeeded, so it filled the buffer.
-    let st = unsafe { st.assume_init() };
-    if st.f_blocks == 0 {
+    let Some(space) = fs_space(file)? else {
         return Ok(());
-    }
+    };
     let allocated = file.metadata()?.blocks().saturating_mul(512);
     let (held, freed) = match resumed {
         true => (allocated, 0),
         false => (0, allocated),
     };
-    #[allow(clippy::unnecessary_cast)] // the fields' widths differ by target
-    let free = (st.f_bavail as u64)
-        .saturating_mul(st.f_frsize as u64)
-        .saturating_add(freed);
+    let free = space.free.saturating_add(freed);
     let need = size.saturating_sub(held);
     if need > free {
         use crate::units::show_size;
@@ -500,6 +482,45 @@ fn check_fits(file: &File, size: u64, resumed: bool) -> io::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The size of a file system and the room free on it, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsSpace {
+    /// All of it.
+    pub size: u64,
+    /// Free to an unprivileged user (what root keeps in reserve not counted).
+    pub free: u64,
+}
+
+/// The size of the file system that holds `fd` and the room free on it;
+/// `None` for a file system that tells no sizes (it reports no blocks).
+pub fn fs_space(fd: &impl std::os::fd::AsRawFd) -> io::Result<Option<FsSpace>> {
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: fstatvfs on a descriptor the caller holds open, writing into a
+    // buffer of its own type.
+    if unsafe { libc::fstatvfs(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatvfs succeeded, so it filled the buffer.
+    let st = unsafe { st.assume_init() };
+    if st.f_blocks == 0 {
+        return Ok(None);
+    }
+    #[allow(clippy::unnecessary_cast)] // the fields' widths differ by target
+    let (blocks, avail, frsize) = (st.f_blocks as u64, st.f_bavail as u64, st.f_frsize as u64);
+    Ok(Some(FsSpace {
+        size: blocks.saturating_mul(frsize),
+        free: avail.saturating_mul(frsize),
+    }))
+}
+
+/// The part file an unfinished file of several chunks named `name` has in
+/// `dir`, if there is one (a regular file, not followed through a link).
+pub fn part_metadata(dir: &Dir, name: &[u8]) -> Option<cap_std::fs::Metadata> {
+    dir.symlink_metadata(os(&sibling_name(name, PART)))
+        .ok()
+        .filter(|m| m.is_file())
 }
 
 /// Signalled whenever a claim is given up or marked ending.
@@ -1102,12 +1123,13 @@ impl Incoming {
     /// [`Incoming::open`], so a small file costs one open: unnamed where the
     /// file system allows ([`crate::unnamed`]), else as a named part,
     /// replacing one an earlier run left (and its journal, if the file was
-    /// larger then). A file of several chunks: its part's data descriptor,
-    /// the part locked.
+    /// larger then). (A file of several chunks has its data descriptor in
+    /// its guard.)
     fn file(&mut self) -> io::Result<Arc<File>> {
-        if self.journaled {
-            return self.guarded().data();
-        }
+        debug_assert!(
+            !self.journaled,
+            "a journaled part's descriptor is its guard's"
+        );
         if let Some(f) = &self.file {
             return Ok(f.clone());
         }
@@ -1769,16 +1791,11 @@ mod tests {
 
     /// Bytes free to an unprivileged user on the file system of `p`.
     fn free_on(p: &Path) -> u64 {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-        // SAFETY: a NUL-terminated path and a buffer of statvfs's own type.
-        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) }, 0);
-        // SAFETY: statvfs succeeded.
-        let st = unsafe { st.assume_init() };
-        #[allow(clippy::unnecessary_cast)]
-        let free = (st.f_bavail as u64) * (st.f_frsize as u64);
-        free
+        let dir = std::fs::File::open(p).unwrap();
+        fs_space(&dir)
+            .unwrap()
+            .expect("a file system with sizes")
+            .free
     }
 
     #[test]
