@@ -37,13 +37,14 @@ impl Default for NetOpts {
     }
 }
 
-/// Largest UDP payload longhaul sends where the path allows (loopback, jumbo
-/// frames); a 1500-byte link gets its MTU less IP and UDP headers (1472 over IPv4).
-/// A GSO batch must fit one 64 KiB UDP datagram (65,507 bytes; a larger one
-/// fails with EMSGSIZE, which quinn-udp drops without a word): longhaul's
-/// patched quinn sizes its batches by bytes (ten of these, 45 at a 1,500-byte
-/// MTU). Datagrams of jumbo size (8,972 at MTU 9000) are not measured yet.
-pub(crate) const MAX_UDP_PAYLOAD: u16 = 6500;
+/// Largest UDP payload longhaul sends where the path allows: a jumbo-frame
+/// link's (MTU 9000 less IPv4 and UDP headers), and loopback's. A 1500-byte
+/// link gets its MTU less IP and UDP headers (1472 over IPv4). A GSO batch
+/// must fit one 64 KiB UDP datagram (65,507 bytes; a larger one fails with
+/// EMSGSIZE, which quinn-udp drops without a word): longhaul's patched quinn
+/// sizes its batches by bytes, 7 of these or 45 at a 1,500-byte MTU. Above
+/// 16,383 bytes quinn's long-header length would not fit its 2-byte varint.
+pub(crate) const MAX_UDP_PAYLOAD: u16 = 8972;
 
 /// Data streams a peer may have open at once. A stream of 1 MiB (the sender
 /// rotates at that, but on slow links) stays open until all of it, retransmissions included, is
@@ -118,9 +119,6 @@ impl NetOpts {
             .datagram_receive_buffer_size(Some(DATAGRAM_BUFFER))
             .congestion_controller_factory(factory);
         // Probe up to what the outgoing interface allows, at most MAX_UDP_PAYLOAD.
-        // (9000 and 16000 were tried on loopback: ten of them make a GSO batch
-        // over 64 KiB, the kernel refuses it, quinn-udp drops it silently, and
-        // black-hole detection fell back to 1200 bytes; see docs/PERFORMANCE.md.)
         let mtu = probe_mtu.then(|| {
             let upper = path_payload(peer)
                 .unwrap_or(MAX_UDP_PAYLOAD)

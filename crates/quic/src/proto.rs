@@ -537,8 +537,8 @@ pub const MAX_PROTECTED: u32 = (3 << 19) + 4096;
 /// path carries 1,144): with [`MAX_PROTECTED`] a block has at most 1,540
 /// symbols.
 pub const MIN_REPAIR_SYMBOL: u16 = 1024;
-/// Largest symbol a [`Repair`] may carry (datagrams are at most 6,500
-/// bytes).
+/// Largest symbol a [`Repair`] may carry: a sender on a path with larger
+/// datagrams (jumbo frames, loopback) sends symbols of this size.
 pub const MAX_REPAIR_SYMBOL: u16 = 8192;
 
 /// One RaptorQ repair symbol of a protected data stream (version 9), sent

@@ -15,7 +15,9 @@
 //! margin) of the last window's bytes; a block with more losses than repair
 //! waits for QUIC's retransmission as before.
 
-use crate::proto::{Repair, MAX_PROTECTED, MIN_REPAIR_SYMBOL, REPAIR_HEADER_LEN};
+use crate::proto::{
+    Repair, MAX_PROTECTED, MAX_REPAIR_SYMBOL, MIN_REPAIR_SYMBOL, REPAIR_HEADER_LEN,
+};
 use bytes::Bytes;
 use longhaul_transfer::fec;
 use std::collections::BTreeMap;
@@ -147,7 +149,7 @@ impl LossMeter {
 pub(crate) fn symbol_size(max_datagram: usize) -> Option<u16> {
     let t = max_datagram
         .saturating_sub(REPAIR_HEADER_LEN)
-        .min(u16::MAX as usize) as u16;
+        .min(MAX_REPAIR_SYMBOL as usize) as u16;
     let t = t - t % fec::ALIGN;
     (t >= MIN_REPAIR_SYMBOL).then_some(t)
 }
@@ -576,7 +578,10 @@ mod tests {
         assert_eq!(symbol_size(1452 - 28 - 30), Some(1368));
         assert_eq!(symbol_size(1200), Some(1176));
         assert_eq!(symbol_size(400), None);
-        assert_eq!(symbol_size(1 << 20), Some(u16::MAX - u16::MAX % 8));
+        // A jumbo datagram (8,972 bytes) still makes symbols a receiver
+        // takes: at most 8,192 bytes (PROTOCOL.md §1.11).
+        assert_eq!(symbol_size(8972 - 28 - 30), Some(MAX_REPAIR_SYMBOL));
+        assert_eq!(symbol_size(1 << 20), Some(MAX_REPAIR_SYMBOL));
     }
 
     /// Bytes at an offset, as QUIC hands them over.

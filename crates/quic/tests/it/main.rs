@@ -8,6 +8,7 @@ mod common;
 mod flood;
 mod fresh;
 mod hostile;
+mod jumbo;
 mod placement_error;
 mod settle_race;
 mod wan_sim;
