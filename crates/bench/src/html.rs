@@ -14,7 +14,7 @@
 use crate::results::{
     axes, cell_of, jain_text, kept_text, rate_text, runs_of, share_text, Results, Run, Status,
 };
-use crate::scenario::{down_rate_bps, Metric, Published, Sweep};
+use crate::scenario::{down_rate_bps, mtu_note, Metric, Published, Sweep};
 use std::fmt::Write as _;
 
 /// Tableau 10: a tool keeps its colour in every chart of the page.
@@ -1173,7 +1173,7 @@ pub(crate) fn render(r: &Results) -> String {
         let first = r.runs.iter().find(|x| &x.scenario == sc).expect("a run");
         let _ = write!(
             s,
-            "<h2 id=\"{0}\">{0}</h2><p class=meta>{3} <code>{1}</code>; {2}{4}.</p>",
+            "<h2 id=\"{0}\">{0}</h2><p class=meta>{3} <code>{1}</code>{5}; {2}{4}.</p>",
             esc(sc),
             esc(&first.link),
             if first.data.is_empty() {
@@ -1190,7 +1190,8 @@ pub(crate) fn render(r: &Results) -> String {
                 format!(" to each of {} receivers", first.receivers)
             } else {
                 String::new()
-            }
+            },
+            mtu_note(first.mtu)
         );
         s.push_str(&scenario_bars(r, sc, &tools, first));
         s.push_str(&series(r, sc, &tools, first));

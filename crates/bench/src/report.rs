@@ -5,7 +5,7 @@
 use crate::results::{
     axes, cell, cell_of, jain_text, kept_text, rate_text, runs_of, share_text, Results,
 };
-use crate::scenario::{Metric, Suite, BUILTIN};
+use crate::scenario::{mtu_note, Metric, Suite, BUILTIN, DEFAULT_MTU};
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -43,12 +43,12 @@ pub(crate) const CPU_NOTE: &str = ", and of the lab's emulator, which shares the
 /// and every number of [`crate::results::Run`].
 pub fn csv(r: &Results) -> String {
     let mut s = String::from(
-        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,jain,background_kept,background_lost,background_dropped,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,emulator_cpu_s,machine_cpu_s,limit,verified,note,data\n",
+        "suite,profile,scenario,tool,rep,link,receivers,status,files,bytes,delivered_bytes,wall_s,ttfb_s,mbps,ttp,goodput,background_mbps,share,jain,background_kept,background_lost,background_dropped,to_90pct_s,steady_mbps,queue_ms,queue_max_ms,wire_bytes,wire_back_bytes,client_cpu_s,server_cpu_s,emulator_cpu_s,machine_cpu_s,limit,verified,note,data,mtu\n",
     );
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{}",
             field(&r.suite.suite.name),
             r.profile,
             field(&x.scenario),
@@ -84,7 +84,8 @@ pub fn csv(r: &Results) -> String {
             field(&x.limit),
             x.verified.map_or("", |v| if v { "yes" } else { "no" }),
             field(&x.note),
-            field(&x.data)
+            field(&x.data),
+            x.mtu
         );
     }
     s
@@ -165,12 +166,12 @@ pub fn summary(r: &Results) -> String {
     );
     s.push_str(&table_head("scenario | link", "|---|---|", &tools));
     for sc in &scenarios {
-        let link = r
+        let (link, mtu) = r
             .runs
             .iter()
             .find(|x| &x.scenario == sc)
-            .map_or("", |x| x.link.as_str());
-        let _ = write!(s, "| {sc} | `{}` |", md(link));
+            .map_or(("", DEFAULT_MTU), |x| (x.link.as_str(), x.mtu));
+        let _ = write!(s, "| {sc} | `{}`{} |", md(link), mtu_note(mtu));
         for t in &tools {
             let runs = runs_of(r, sc, t);
             if runs.is_empty() {
@@ -420,6 +421,7 @@ mod tests {
             tool: tool.into(),
             rep: 1,
             link: "delay=35ms".into(),
+            mtu: DEFAULT_MTU,
             sweep: None,
             x: None,
             background: String::new(),
@@ -521,7 +523,7 @@ mod tests {
             c.lines()
                 .nth(1)
                 .unwrap()
-                .ends_with(",\"tree /srv/a: 2 files, 1 symlinks, 1000000 bytes (1.0 MB)\""),
+                .ends_with(",\"tree /srv/a: 2 files, 1 symlinks, 1000000 bytes (1.0 MB)\",1500"),
             "{c}"
         );
         let t = table(&r);

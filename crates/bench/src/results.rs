@@ -58,6 +58,9 @@ pub struct Run {
     pub rep: u32,
     /// Every receiver's link ("A | B" for two receivers).
     pub link: String,
+    /// The links' MTU.
+    #[serde(default = "default_mtu")]
+    pub mtu: usize,
     /// The sweep the scenario belongs to, and its x on it.
     #[serde(default)]
     pub sweep: Option<String>,
@@ -377,6 +380,10 @@ pub fn jain_text(x: &Run) -> String {
 /// cell ("-" without background).
 pub fn kept_text(x: &Run) -> String {
     x.background_kept.map_or("-".into(), |k| format!("{k:.2}"))
+}
+
+fn default_mtu() -> usize {
+    crate::scenario::DEFAULT_MTU
 }
 
 #[cfg(test)]

@@ -130,9 +130,10 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
     }
     if opts.progress {
         eprintln!(
-            "scenario {}: link '{}', {}{}",
+            "scenario {}: link '{}'{}, {}{}",
             plan.name,
             plan.link_line(),
+            plan.mtu_note(),
             plan.data.line(),
             if plan.links.len() > 1 {
                 format!(", {} receivers", plan.links.len())
@@ -171,7 +172,7 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
             per_host: &per_host,
         },
         0x6c68,
-        1500,
+        plan.mtu,
     )?;
     if !matches!(ops::status(lab), ops::Status::Absent) {
         bail!("a lab named '{lab}' is up: another `lab run`? (`longhaul lab down --name {lab}` removes it; `lab run --lab NAME` runs beside it)");
@@ -249,6 +250,7 @@ fn run_tool(
         tool: spec.label.clone(),
         rep,
         link: plan.link_line(),
+        mtu: plan.mtu,
         sweep: plan.sweep.as_ref().map(|s| s.0.clone()),
         x: plan.sweep.as_ref().map(|s| s.1),
         background: plan
@@ -334,6 +336,7 @@ fn run_tool(
         bytes: data.bytes,
         line_rate_bps: results.line_rate_bps,
         rtt: plan.max_rtt(),
+        mtu: plan.mtu,
         settings: &spec.settings,
     })?;
     let ns = |h: Host| match h {
@@ -826,7 +829,9 @@ fn version(tool: Tool, exe: &Path) -> String {
     let out = if argv.is_empty() {
         Command::new(exe).arg("--version").output()
     } else {
-        Command::new(argv[0]).args(&argv[1..]).output()
+        // Programs the lab built are found where `which` looks.
+        let prog = crate::tools::which(argv[0]).unwrap_or_else(|| argv[0].into());
+        Command::new(prog).args(&argv[1..]).output()
     };
     out.ok()
         .map(|o| {

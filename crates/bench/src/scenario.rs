@@ -282,6 +282,10 @@ pub struct SuiteInfo {
     /// Where receivers write (disk or tmpfs) in every scenario that does not say.
     #[serde(default)]
     pub dest: Storage,
+    /// MTU of the lab's links in every scenario that does not say (576 to
+    /// 9000; default 1500).
+    #[serde(default)]
+    pub mtu: Option<usize>,
     /// What the report's overview and bars show: mbps (default), or seconds
     /// where every tool moves the same data and time separates them (seed
     /// 001's figures).
@@ -347,6 +351,10 @@ pub struct Scenario {
     /// the suite's.
     #[serde(default)]
     pub cc: Option<String>,
+    /// MTU of the lab's links (576 to 9000, e.g. 9000 for jumbo frames); None
+    /// means the suite's.
+    #[serde(default)]
+    pub mtu: Option<usize>,
 }
 
 /// One group of a scenario's data set: `count` files of `size` each.
@@ -397,6 +405,9 @@ pub struct Plan {
     /// Kernel TCP congestion control set in every host (the scenario's, else the
     /// suite's); None leaves the hosts' default.
     pub cc: Option<String>,
+    /// MTU of every link of the lab (the scenario's, else the suite's, else
+    /// 1500).
+    pub mtu: usize,
 }
 
 /// A scenario's data set, which every receiver gets whole.
@@ -449,6 +460,23 @@ impl Plan {
     /// The links as one line ("A" or "A | B" for two receivers).
     pub fn link_line(&self) -> String {
         self.links.join(" | ")
+    }
+
+    /// The MTU as a report shows it beside the link: nothing at 1500.
+    pub fn mtu_note(&self) -> String {
+        mtu_note(self.mtu)
+    }
+}
+
+/// Links' MTU where a scenario does not set one.
+pub const DEFAULT_MTU: usize = 1500;
+
+/// ", MTU 9000" for a link of that MTU; nothing at the default 1500.
+pub fn mtu_note(mtu: usize) -> String {
+    if mtu == DEFAULT_MTU {
+        String::new()
+    } else {
+        format!(", MTU {mtu}")
     }
 }
 
@@ -758,6 +786,10 @@ impl Suite {
                     bail!("{}: cc '{c}' (cubic, bbr or reno)", ctx());
                 }
             }
+            let mtu = sc.mtu.or(info.mtu).unwrap_or(DEFAULT_MTU);
+            if !(576..=9000).contains(&mtu) {
+                bail!("{}: mtu {mtu} (576 to 9000)", ctx());
+            }
             seen.push(&sc.name);
             if !only.is_empty() && !only.iter().any(|g| glob(g, &sc.name)) {
                 continue;
@@ -775,6 +807,7 @@ impl Suite {
                 repeat,
                 time_cap,
                 cc,
+                mtu,
             });
         }
         if plans.is_empty() {
@@ -1085,6 +1118,38 @@ mod tests {
             .replace("LINKS", "link = \"\"")
             .replace("[[scenario]]", "[profile.fast]\n[[scenario]]");
         assert!(format!("{:#}", Suite::parse(&bad_profile).unwrap_err()).contains("profile 'fast'"));
+    }
+
+    #[test]
+    fn mtu_comes_from_the_scenario_else_the_suite_else_1500() {
+        let base = one_scenario(
+            "\"longhaul\"",
+            "link = \"rate=10G\"\nMTU\nfiles = [{ size = \"10kB\", count = 3 }]",
+        );
+        let plan = |suite: &str, sc: &str| {
+            let text = base
+                .replace("MTU", sc)
+                .replace("[[scenario]]", &format!("{suite}\n[[scenario]]"));
+            Suite::parse(&text).and_then(|s| Ok(s.plans()?[0].clone()))
+        };
+        let p = plan("", "").unwrap();
+        assert_eq!((p.mtu, p.mtu_note()), (1500, String::new()));
+        let p = plan("", "mtu = 9000").unwrap();
+        assert_eq!((p.mtu, p.mtu_note()), (9000, ", MTU 9000".to_string()));
+        // The suite's table comes before the scenario: give its mtu there.
+        let text = base
+            .replace("MTU", "")
+            .replace("tools = [", "mtu = 4000\ntools = [");
+        assert_eq!(Suite::parse(&text).unwrap().plans().unwrap()[0].mtu, 4000);
+        let text = base
+            .replace("MTU", "mtu = 9000")
+            .replace("tools = [", "mtu = 4000\ntools = [");
+        assert_eq!(Suite::parse(&text).unwrap().plans().unwrap()[0].mtu, 9000);
+        let err = format!("{:#}", plan("", "mtu = 9001").unwrap_err());
+        assert!(
+            err.contains("scenario 'a': mtu 9001 (576 to 9000)"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -101,6 +101,7 @@ fn synthetic(name: &str) -> Results {
                     tool: tool.clone(),
                     rep,
                     link: p.link_line(),
+                    mtu: p.mtu,
                     sweep: p.sweep.as_ref().map(|s| s.0.clone()),
                     x: p.sweep.as_ref().map(|s| s.1),
                     background: String::new(),

@@ -299,6 +299,9 @@ fn install(tools: &[Tool], dry_run: bool) -> Result<()> {
             println!("apt-get install -y {}", pkgs.join(" "));
         }
         for t in tools.iter().filter(|t| !t.missing().is_empty()) {
+            if let Some(cmd) = t.cargo_command() {
+                println!("{cmd}");
+            }
             for s in t.sources() {
                 println!(
                     "g++ {} {}/{} -o {}/{} {}",

@@ -246,6 +246,8 @@ A suite file (TOML):
   time_cap = \"300s\"
   cc = \"cubic\"                # kernel congestion control of the TCP tools
   dest = \"disk\"               # or tmpfs: receivers write to memory
+  mtu = 1500                   # links' MTU, 576 to 9000 (9000: jumbo frames);
+                               # a scenario may set its own
   measure = \"mbps\"            # or seconds: what report.html's overview and
                                # bars show (time, where all move the same data)
   # A tool may carry settings, which then label its runs:

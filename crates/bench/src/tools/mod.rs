@@ -13,6 +13,7 @@ mod iperf3;
 mod longhaul;
 mod longhaul_mc;
 mod longhaul_ssh;
+mod qcp;
 mod rsync;
 mod scp;
 mod tarnc;
@@ -46,6 +47,11 @@ pub trait Adapter: Sync {
     fn sources(&self) -> &'static [Source] {
         &[]
     }
+    /// A program built from crates.io into [`BUILT`] by `lab deps` (`cargo
+    /// install NAME --locked --version VERSION`): (NAME, VERSION).
+    fn crate_install(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
     /// The command line that prints its version (first line kept); none
     /// for longhaul's own.
     fn version_command(&self) -> &'static [&'static str] {
@@ -71,7 +77,7 @@ pub trait Adapter: Sync {
 }
 
 /// Every tool the lab knows, in the order `--tools` lists them.
-pub static ADAPTERS: [&dyn Adapter; 11] = [
+pub static ADAPTERS: [&dyn Adapter; 12] = [
     &longhaul::Longhaul,
     &longhaul_mc::LonghaulMc,
     &longhaul_ssh::LonghaulSsh,
@@ -80,6 +86,7 @@ pub static ADAPTERS: [&dyn Adapter; 11] = [
     &gridftp::Gridftp,
     &tarnc::Tarnc,
     &scp::Scp,
+    &qcp::Qcp,
     &uftp::Uftp,
     &udt::Udt,
     &iperf3::Iperf3,
@@ -159,11 +166,24 @@ impl Tool {
     /// The command that installs it.
     pub fn install_hint(self) -> String {
         let apt = format!("apt-get install {}", self.packages().join(" "));
-        if self.0.sources().is_empty() {
+        if let Some(cmd) = self.cargo_command() {
+            format!("longhaul lab deps --tools {} ({apt}; {cmd})", self.name())
+        } else if self.0.sources().is_empty() {
             apt
         } else {
             format!("{apt}, then longhaul lab deps --tools {}", self.name())
         }
+    }
+
+    /// The `cargo install` that builds its program into [`BUILT`], for a
+    /// tool built from crates.io.
+    pub fn cargo_command(self) -> Option<String> {
+        let (name, version) = self.0.crate_install()?;
+        let root = Path::new(BUILT).parent().expect("BUILT is .../bin");
+        Some(format!(
+            "cargo install {name} --locked --version {version} --root {}",
+            root.display()
+        ))
     }
 
     /// Builds the programs of [`Adapter::sources`] that are missing, where
@@ -171,6 +191,24 @@ impl Tool {
     /// compiler's message.
     pub fn build_missing(self) -> Result<Vec<&'static str>> {
         let mut built = Vec::new();
+        if let Some((name, version)) = self.0.crate_install() {
+            if which(name).is_none() {
+                let root = Path::new(BUILT).parent().expect("BUILT is .../bin");
+                eprintln!("building {name} {version} from crates.io (cargo install; minutes) ...");
+                let ok = std::process::Command::new("cargo")
+                    .args(["install", name, "--locked", "--version", version, "--root"])
+                    .arg(root)
+                    .status()
+                    .map_err(|e| {
+                        anyhow::anyhow!("cargo install {name}: {e} (is cargo installed?)")
+                    })?
+                    .success();
+                if !ok {
+                    bail!("cargo install {name} --locked --version {version} failed (its output is above)");
+                }
+                built.push(name);
+            }
+        }
         for src in self.0.sources() {
             let file = Path::new(src.dir).join(src.file);
             if which(src.program).is_some() {
@@ -439,6 +477,8 @@ pub struct Setup<'a> {
     pub line_rate_bps: u64,
     /// The longest receiver's round trip, for tools that must be told (UFTP).
     pub rtt: std::time::Duration,
+    /// The links' MTU, for tools that must be told to use a larger one.
+    pub mtu: usize,
     /// The suite's settings for this tool (checked by `ToolSpec`).
     pub settings: &'a Settings,
 }
@@ -642,6 +682,7 @@ mod tests {
             bytes: 1,
             line_rate_bps: 1_000_000_000,
             rtt: std::time::Duration::ZERO,
+            mtu: 1500,
             settings,
         }
     }
@@ -684,6 +725,47 @@ mod tests {
             argv.contains("\"-fast\", \"-pp\", \"-cc\", \"4\", \"-p\", \"4\", \"-r\""),
             "{argv}"
         );
+    }
+
+    #[test]
+    fn qcp_is_told_the_path_and_fetches_each_top_level_entry() {
+        let qcp: Tool = "qcp".parse().unwrap();
+        assert!(qcp.install_hint().contains(
+            "cargo install qcp --locked --version 0.9.1 --root /usr/local/lib/longhaul-lab"
+        ));
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        std::fs::create_dir_all(src.join("g0")).unwrap();
+        std::fs::write(src.join("top.bin"), b"x").unwrap();
+        let rx = [Receiver {
+            addr: Ipv4Addr::new(10, 77, 0, 2),
+            dst: PathBuf::from("/d"),
+        }];
+        let settings = Settings::new();
+        let mut s = setup(&src, t.path(), &rx, &settings);
+        s.rtt = std::time::Duration::from_millis(70);
+        let c = qcp.commands(&s).unwrap();
+        assert_eq!(c.daemons.len(), 1, "sshd in the server host");
+        let argv = c.actors[0].argv.join(" ");
+        let src = src.display();
+        assert!(
+            argv.contains(&format!(
+                " -q -r --rx 125000000 --rtt 70 --ssh {}/qcp-ssh --remote-qcp-binary ",
+                t.path().display()
+            )) && argv.ends_with(&format!(
+                " root@10.77.0.1:{src}/g0 root@10.77.0.1:{src}/top.bin /d/"
+            )),
+            "{argv}"
+        );
+        assert!(!argv.contains("--max-mtu"), "{argv}");
+        let wrapper = std::fs::read_to_string(t.path().join("qcp-ssh")).unwrap();
+        assert!(
+            wrapper.starts_with("#!/bin/sh\nexec ssh '-i' ") && wrapper.ends_with(" \"$@\"\n"),
+            "{wrapper}"
+        );
+        s.mtu = 9000;
+        let argv = qcp.commands(&s).unwrap().actors[0].argv.join(" ");
+        assert!(argv.contains(" --max-mtu 8972 "), "{argv}");
     }
 
     #[test]
@@ -800,6 +882,7 @@ mod tests {
                 bytes: 1000,
                 line_rate_bps: 1_000_000_000,
                 rtt: std::time::Duration::from_millis(70),
+                mtu: 1500,
                 settings: &Settings::new(),
             };
             for tool in Tool::all() {
