@@ -144,25 +144,50 @@ pub(crate) fn clock_ticks() -> f64 {
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
 }
 
-/// CPU seconds (user + system) so far of each member of process group
-/// `pgid` but its leader: the children a daemon forked (a session each).
-/// wait4 on the leader counts them only if the leader waited for them, and
-/// some daemons (GridFTP's) let them be reaped without it.
-pub(crate) fn group_members_cpu(pgid: i32) -> Vec<(i32, f64)> {
+/// CPU seconds (user + system) so far of each process a daemon started
+/// (the leader of process group `pgid`) but the leader: the members of its
+/// group, and its descendants that left it (sshd's sessions call setsid:
+/// scp's, rsync's and qcp's server side run there), and any of `known`
+/// still alive. wait4 on the leader counts them only if the leader waited
+/// for them, and some daemons (GridFTP's) let them be reaped without it, or
+/// are stopped while a session still winds down.
+pub(crate) fn daemon_processes_cpu(pgid: i32, known: &[i32]) -> Vec<(i32, f64)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     let hz = clock_ticks();
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != pgid)
+    // (pid, parent, group, CPU s) of every process.
+    let all: Vec<(i32, i32, i32, f64)> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter_map(|pid| {
             let f = stat_fields(pid)?;
-            // pgrp is field 5, utime 14, stime 15 (indexes 2, 11, 12 here).
-            if f.get(2) != Some(&(pgid as f64)) {
-                return None;
-            }
-            Some((pid, (f.get(11)? + f.get(12)?) / hz))
+            // ppid is field 4, pgrp 5, utime 14, stime 15 (indexes 1, 2, 11, 12 here).
+            Some((
+                pid,
+                *f.get(1)? as i32,
+                *f.get(2)? as i32,
+                (f.get(11)? + f.get(12)?) / hz,
+            ))
         })
+        .collect();
+    let mut ours: std::collections::HashSet<i32> = std::collections::HashSet::from([pgid]);
+    ours.extend(all.iter().filter(|p| p.2 == pgid).map(|p| p.0));
+    // Descendants, to a fixed point (a parent may be listed after its child).
+    loop {
+        let before = ours.len();
+        let children: Vec<i32> = all
+            .iter()
+            .filter(|p| ours.contains(&p.1))
+            .map(|p| p.0)
+            .collect();
+        ours.extend(children);
+        if ours.len() == before {
+            break;
+        }
+    }
+    all.iter()
+        .filter(|p| p.0 != pgid && (ours.contains(&p.0) || known.contains(&p.0)))
+        .map(|p| (p.0, p.3))
         .collect()
 }
 
@@ -174,14 +199,16 @@ pub(crate) fn waited_children_cpu(pid: i32) -> f64 {
 }
 
 /// The CPU of a daemon's forked children, watched while it runs: what
-/// each member of its group other than the leader was last seen to have used.
+/// each process it started (see [`daemon_processes_cpu`]) other than the
+/// leader was last seen to have used.
 #[derive(Default)]
 pub(crate) struct Forked(std::collections::HashMap<i32, f64>);
 
 impl Forked {
     /// Looks at the group's members now.
     pub(crate) fn look(&mut self, pgid: i32) {
-        for (pid, cpu) in group_members_cpu(pgid) {
+        let known: Vec<i32> = self.0.keys().copied().collect();
+        for (pid, cpu) in daemon_processes_cpu(pgid, &known) {
             self.0.insert(pid, cpu);
         }
     }
@@ -195,17 +222,17 @@ impl Forked {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_forked_child_is_seen_in_its_group() {
+    /// Runs `script` as a group leader whose children burn CPU, watches it
+    /// as the runner watches a daemon until they have used 0.05 s, then
+    /// kills all of them: what was seen, the leader's pid, and the group
+    /// each process seen was in while alive.
+    fn watch(script: &str) -> (super::Forked, i32, Vec<(i32, i32)>) {
         use std::os::unix::process::CommandExt;
-        // A group leader that forks a busy child and does not wait for it.
-        let mut c = std::process::Command::new("sh");
-        c.args([
-            "-c",
-            "(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; sleep 5) & sleep 5",
-        ])
-        .process_group(0);
-        let mut child = c.spawn().unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
         let pgid = child.id() as i32;
         let mut f = super::Forked::default();
         let t0 = std::time::Instant::now();
@@ -213,12 +240,39 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(100));
             f.look(pgid);
         }
-        // SAFETY: signalling the group just made.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let groups: Vec<(i32, i32)> =
+            f.0.keys()
+                .filter_map(|&p| Some((p, *super::stat_fields(p)?.get(2)? as i32)))
+                .collect();
+        // SAFETY: signalling the processes this test started.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+            for (p, _) in &groups {
+                libc::kill(*p, libc::SIGKILL);
+            }
+        }
         let _ = child.wait();
+        (f, pgid, groups)
+    }
+
+    const BUSY: &str = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; sleep 5";
+
+    #[test]
+    fn a_forked_child_is_seen_in_its_group() {
+        // A group leader that forks a busy child and does not wait for it.
+        let (f, _, _) = watch(&format!("({BUSY}) & sleep 5"));
         assert!(f.0.len() >= 2, "the subshell and its sleep: {:?}", f.0);
         assert!(f.beyond(0.0) >= 0.05, "{:?}", f.0);
         assert!(f.beyond(1e9) == 0.0);
         assert_eq!(super::waited_children_cpu(i32::MAX), 0.0);
+    }
+
+    /// sshd's sessions leave the daemon's group (setsid): scp's, rsync's
+    /// and qcp's server side run there, and count as the daemon's.
+    #[test]
+    fn a_child_in_a_session_of_its_own_is_still_the_daemons() {
+        let (f, pgid, groups) = watch(&format!("setsid sh -c '{BUSY}' & sleep 5"));
+        assert!(f.beyond(0.0) >= 0.05, "{:?}", f.0);
+        assert!(groups.iter().any(|&(_, g)| g != pgid), "{groups:?}");
     }
 }

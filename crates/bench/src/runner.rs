@@ -337,6 +337,7 @@ fn run_tool(
         line_rate_bps: results.line_rate_bps,
         rtt: plan.max_rtt(),
         mtu: plan.mtu,
+        kernel_cc: plan.cc.as_deref(),
         settings: &spec.settings,
     })?;
     let ns = |h: Host| match h {

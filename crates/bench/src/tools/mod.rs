@@ -479,6 +479,9 @@ pub struct Setup<'a> {
     pub rtt: std::time::Duration,
     /// The links' MTU, for tools that must be told to use a larger one.
     pub mtu: usize,
+    /// The kernel TCP congestion control the suite gives the hosts, for a
+    /// tool with its own (qcp) to follow.
+    pub kernel_cc: Option<&'a str>,
     /// The suite's settings for this tool (checked by `ToolSpec`).
     pub settings: &'a Settings,
 }
@@ -683,6 +686,7 @@ mod tests {
             line_rate_bps: 1_000_000_000,
             rtt: std::time::Duration::ZERO,
             mtu: 1500,
+            kernel_cc: None,
             settings,
         }
     }
@@ -750,7 +754,7 @@ mod tests {
         let src = src.display();
         assert!(
             argv.contains(&format!(
-                " -q -r --rx 125000000 --rtt 70 --ssh {}/qcp-ssh --remote-qcp-binary ",
+                " -q -r --rx 125000000 --rtt 70 --congestion cubic --ssh {}/qcp-ssh --remote-qcp-binary ",
                 t.path().display()
             )) && argv.ends_with(&format!(
                 " root@10.77.0.1:{src}/g0 root@10.77.0.1:{src}/top.bin /d/"
@@ -758,6 +762,14 @@ mod tests {
             "{argv}"
         );
         assert!(!argv.contains("--max-mtu"), "{argv}");
+        assert!(argv.contains(" --congestion cubic "), "{argv}");
+        s.kernel_cc = Some("bbr");
+        let argv = qcp.commands(&s).unwrap().actors[0].argv.join(" ");
+        assert!(argv.contains(" --congestion bbr "), "{argv}");
+        let reno: Settings = [("cc".to_string(), "newreno".to_string())].into();
+        s.settings = &reno;
+        let argv = qcp.commands(&s).unwrap().actors[0].argv.join(" ");
+        assert!(argv.contains(" --congestion newreno "), "{argv}");
         let wrapper = std::fs::read_to_string(t.path().join("qcp-ssh")).unwrap();
         assert!(
             wrapper.starts_with("#!/bin/sh\nexec ssh '-i' ") && wrapper.ends_with(" \"$@\"\n"),
@@ -883,6 +895,7 @@ mod tests {
                 line_rate_bps: 1_000_000_000,
                 rtt: std::time::Duration::from_millis(70),
                 mtu: 1500,
+                kernel_cc: None,
                 settings: &Settings::new(),
             };
             for tool in Tool::all() {

@@ -20,6 +20,14 @@ impl Adapter for Qcp {
         "qcp 0.9.1 (QUIC on quinn, started over ssh), told the link's rate and RTT"
     }
 
+    fn settings(&self) -> &'static [Setting] {
+        &[(
+            "cc",
+            "qcp --congestion: cubic, bbr or newreno; default the suite's kernel cc (reno as newreno), else qcp's cubic",
+            qcp_cc,
+        )]
+    }
+
     fn programs(&self) -> &'static [&'static str] {
         &["qcp", "sshd", "ssh", "ssh-keygen"]
     }
@@ -67,6 +75,12 @@ impl Adapter for Qcp {
         // Bytes per second and milliseconds, at least 1.
         let rx = (s.line_rate_bps / 8).max(1).to_string();
         let rtt = s.rtt.as_millis().max(1).to_string();
+        let cc = match (s.settings.get("cc"), s.kernel_cc) {
+            (Some(c), _) => c.as_str(),
+            (None, Some("reno")) => "newreno",
+            (None, Some(c)) => c,
+            (None, None) => "cubic",
+        };
         let mut common = v(&[
             "-q",
             "-r",
@@ -74,6 +88,8 @@ impl Adapter for Qcp {
             &rx,
             "--rtt",
             &rtt,
+            "--congestion",
+            cc,
             "--ssh",
             &p(&wrapper),
             "--remote-qcp-binary",
@@ -95,5 +111,12 @@ impl Adapter for Qcp {
                 argv
             }),
         })
+    }
+}
+
+fn qcp_cc(v: &str) -> Result<()> {
+    match v {
+        "cubic" | "bbr" | "newreno" => Ok(()),
+        _ => bail!("cubic, bbr or newreno"),
     }
 }
