@@ -185,6 +185,11 @@ pub(crate) struct Seal {
 pub(crate) struct Guard {
     state: Mutex<Guarded>,
     quiet: Condvar,
+    /// Held over a chunk's write: one write into the part at a time. The
+    /// kernel serialises writes of one file on its inode lock anyway, and
+    /// there its waiters spin: four threads writing one tmpfs file spent 50 %
+    /// more CPU than one (3.0 against 2.0 s per 4 GB); here they sleep.
+    one_write: Mutex<()>,
 }
 
 impl Guard {
@@ -194,6 +199,7 @@ impl Guard {
         Arc::new(Guard {
             state: Mutex::new(Guarded::new(dir, part, journal)),
             quiet: Condvar::new(),
+            one_write: Mutex::new(()),
         })
     }
 
@@ -398,6 +404,18 @@ impl Writer {
             file,
             guard: Some(guard.clone()),
         })
+    }
+}
+
+impl Writer {
+    /// Writes `buf` at `off`, one write into the part at a time (see
+    /// [`Guard`]'s `one_write`); a file of one chunk has no other writer.
+    pub fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        let _one = self
+            .guard
+            .as_ref()
+            .map(|g| g.one_write.lock().unwrap_or_else(|e| e.into_inner()));
+        self.file.write_all_at(buf, off)
     }
 }
 

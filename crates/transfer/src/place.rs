@@ -1317,18 +1317,22 @@ impl Incoming {
         }
     }
 
-    /// Write chunk `index` (given as pieces) at its offset and hash it. Needs no lock.
+    /// Hash chunk `index` (given as pieces), then write it at its offset:
+    /// the hashing runs beside other chunks' writes, the write waits for
+    /// them ([`Writer::write_all_at`]). Needs no lock of the caller's.
     pub fn write_chunk(
-        file: &File,
+        file: &Writer,
         plan: &ChunkPlan,
         index: u64,
         pieces: &[impl AsRef<[u8]>],
     ) -> io::Result<Digest> {
         let mut h = plan.hasher(index);
+        for p in pieces {
+            h.update(p.as_ref());
+        }
         let mut off = plan.offset(index);
         for p in pieces {
             let p = p.as_ref();
-            h.update(p);
             file.write_all_at(p, off)?;
             off += p.len() as u64;
         }
@@ -2350,7 +2354,7 @@ mod tests {
         assert_eq!(want, vec![(0, 1)]);
         assert!(inc.single_chunk());
         inc.expected = expected;
-        let file = inc.file().unwrap();
+        let file = Writer::plain(inc.file().unwrap());
         let d = Incoming::write_chunk(&file, &inc.plan, 0, &[bytes]).unwrap();
         let settled = inc.placer().settle(&file, d, false).unwrap();
         drop(file);
@@ -2627,7 +2631,8 @@ mod tests {
         std::os::unix::fs::symlink(outside.path().join("victim"), t.path().join("d/v")).unwrap();
         let (dir, name) = dest.parent_of(&RelPath::from_wire(b"v").unwrap()).unwrap();
         let (mut inc, _) = Incoming::open(dir, &name, &entry(3), false, WAIT).unwrap();
-        let d = Incoming::write_chunk(&inc.file().unwrap(), &inc.plan, 0, &[b"new"]).unwrap();
+        let file = Writer::plain(inc.file().unwrap());
+        let d = Incoming::write_chunk(&file, &inc.plan, 0, &[b"new"]).unwrap();
         inc.record(0, d);
         inc.expected = Some(*blake3::hash(b"new").as_bytes());
         inc.finish().unwrap();
