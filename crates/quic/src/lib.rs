@@ -15,6 +15,8 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+#[cfg(test)]
+mod ack_sim;
 mod cc;
 mod client;
 mod conns;

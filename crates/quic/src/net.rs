@@ -46,6 +46,15 @@ impl Default for NetOpts {
 /// 16,383 bytes quinn's long-header length would not fit its 2-byte varint.
 pub(crate) const MAX_UDP_PAYLOAD: u16 = 8972;
 
+/// The most ack-eliciting packets a receiver may take before it sends an
+/// ACK, when the sender has at least 16 times as many in flight (patched
+/// quinn asks for one ACK per sixteenth of the flight, a power of two, at
+/// least 1: below 32 packets in flight, on slow links, in start-up and in
+/// the tail, every other packet is acknowledged as without the extension).
+/// When the sender runs out of data it asks for the ACK at once
+/// (IMMEDIATE_ACK).
+const MAX_ACK_THRESHOLD: u32 = 128;
+
 /// Data streams a peer may have open at once. A stream of 1 MiB (the sender
 /// rotates at that, but on slow links) stays open until all of it, retransmissions included, is
 /// read: with loss that is two to three round trips, so 256 held a sender to
@@ -128,6 +137,16 @@ impl NetOpts {
             mtu
         });
         t.mtu_discovery_config(mtu);
+        // The side that sends data asks its peer for fewer ACKs once much
+        // is in flight (longhaul's patched quinn: the threshold follows the
+        // flight, [`MAX_ACK_THRESHOLD`]).
+        if probe_mtu {
+            let mut af = quinn::AckFrequencyConfig::default();
+            af.ack_eliciting_threshold(VarInt::from_u32(MAX_ACK_THRESHOLD))
+                // As without the extension: a gap is acknowledged at once.
+                .reordering_threshold(VarInt::from_u32(1));
+            t.ack_frequency_config(Some(af));
+        }
         t
     }
 }

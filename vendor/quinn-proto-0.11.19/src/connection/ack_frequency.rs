@@ -1,4 +1,4 @@
-use crate::Duration;
+use crate::{Duration, Instant};
 use crate::connection::spaces::PendingAcks;
 use crate::frame::AckFrequency;
 use crate::transport_parameters::TransportParameters;
@@ -18,6 +18,15 @@ pub(super) struct AckFrequencyState {
     //
     last_ack_frequency_frame: Option<u64>,
     pub(super) max_ack_delay: Duration,
+
+    // longhaul patch: the ACK-eliciting threshold follows the packets in
+    // flight (see `threshold_for`).
+    /// The threshold of the last ACK_FREQUENCY frame sent (the peer's
+    /// default, 1, before any).
+    requested_threshold: u64,
+    /// The largest ack-eliciting packet number when an IMMEDIATE_ACK was
+    /// last queued for running out of data, and when.
+    immediate_ack_after: Option<(u64, Instant)>,
 }
 
 impl AckFrequencyState {
@@ -29,6 +38,67 @@ impl AckFrequencyState {
 
             last_ack_frequency_frame: None,
             max_ack_delay: default_max_ack_delay,
+
+            requested_threshold: 1,
+            immediate_ack_after: None,
+        }
+    }
+
+    /// longhaul patch: the ACK-eliciting threshold to ask of the peer with
+    /// `in_flight` bytes in flight in packets of `mtu` bytes: one ACK per
+    /// [`IN_FLIGHT_PER_ACK`]th of the flight (a power of two), at most the
+    /// configured threshold, at least 1 (the peer's default). It moves only
+    /// when the flight says at least twice or under half the current one,
+    /// so a flight that breathes does not send a frame each time. An ACK
+    /// held for a sixteenth of the flight adds at most a sixteenth of a
+    /// round trip to the sample of the earliest packet it acknowledges, and
+    /// nothing to that of the largest; below 32 packets in flight (slow
+    /// links, start-up, the tail) every other packet is acknowledged, as
+    /// without the extension.
+    pub(super) fn threshold_for(&self, config: &AckFrequencyConfig, in_flight: u64, mtu: u16) -> u64 {
+        let cap = config.ack_eliciting_threshold.into_inner().max(1);
+        let raw = in_flight / u64::from(mtu.max(1)) / IN_FLIGHT_PER_ACK;
+        let cur = self.requested_threshold;
+        if raw >= 2 * cur || raw * 2 < cur {
+            let pow2 = match raw {
+                0 => 1,
+                r => 1 << (63 - r.leading_zeros()),
+            };
+            pow2.clamp(1, cap)
+        } else {
+            cur.min(cap)
+        }
+    }
+
+    /// longhaul patch: whether the peer should be asked for an ACK at once
+    /// because the sender ran out of data: it may be holding up to the
+    /// threshold's packets for its max_ack_delay. Once per new ack-eliciting
+    /// packet sent since the last time, and at most once per eighth of
+    /// `rtt`.
+    pub(super) fn immediate_ack_when_idle(
+        &mut self,
+        largest_ack_eliciting_sent: u64,
+        now: Instant,
+        rtt: Duration,
+    ) -> bool {
+        if self.requested_threshold <= 1 {
+            return false;
+        }
+        if let Some((pn, at)) = self.immediate_ack_after {
+            if largest_ack_eliciting_sent <= pn || now.saturating_duration_since(at) < rtt / 8 {
+                return false;
+            }
+        }
+        self.immediate_ack_after = Some((largest_ack_eliciting_sent, now));
+        true
+    }
+
+    /// longhaul patch: the IMMEDIATE_ACK queued by
+    /// [`Self::immediate_ack_when_idle`] went out as packet `pn`: it is no
+    /// new data to ask again for.
+    pub(super) fn immediate_ack_sent(&mut self, pn: u64) {
+        if let Some((p, _)) = &mut self.immediate_ack_after {
+            *p = (*p).max(pn);
         }
     }
 
@@ -83,9 +153,14 @@ impl AckFrequencyState {
         rtt: Duration,
         config: &AckFrequencyConfig,
         peer_params: &TransportParameters,
+        threshold: u64,
     ) -> bool {
         if self.next_outgoing_sequence_number.0 == 0 {
             // Always send at startup
+            return true;
+        }
+        // longhaul patch: or when the threshold the flight asks for changed.
+        if threshold != self.requested_threshold {
             return true;
         }
         let current = self
@@ -97,8 +172,14 @@ impl AckFrequencyState {
     }
 
     /// Notifies the [`AckFrequencyState`] that a packet containing an ACK_FREQUENCY frame was sent
-    pub(super) fn ack_frequency_sent(&mut self, pn: u64, requested_max_ack_delay: Duration) {
+    pub(super) fn ack_frequency_sent(
+        &mut self,
+        pn: u64,
+        requested_max_ack_delay: Duration,
+        threshold: u64,
+    ) {
         self.in_flight_ack_frequency_frame = Some((pn, requested_max_ack_delay));
+        self.requested_threshold = threshold;
     }
 
     /// Notifies the [`AckFrequencyState`] that a packet has been ACKed
@@ -158,6 +239,10 @@ const MAX_RTT_ERROR: f32 = 0.2;
 /// extension and an explicit max ACK delay is not configured.
 // Keep in sync with `AckFrequencyConfig::max_ack_delay` documentation
 const MIN_AUTOMATIC_ACK_DELAY: Duration = Duration::from_millis(25);
+
+/// longhaul patch: the peer is asked for an ACK per this many of the packets
+/// in flight ([`AckFrequencyState::threshold_for`]).
+const IN_FLIGHT_PER_ACK: u64 = 16;
 
 #[cfg(test)]
 mod tests {

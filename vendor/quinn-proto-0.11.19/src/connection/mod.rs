@@ -508,9 +508,20 @@ impl Connection {
 
         // Check whether we need to send an ACK_FREQUENCY frame
         if let Some(config) = &self.config.ack_frequency_config {
+            // longhaul patch: the threshold follows the packets in flight.
+            let threshold = self.ack_frequency.threshold_for(
+                config,
+                self.path.in_flight.bytes,
+                self.path.current_mtu(),
+            );
             self.spaces[SpaceId::Data].pending.ack_frequency = self
                 .ack_frequency
-                .should_send_ack_frequency(self.path.rtt.get(), config, &self.peer_params)
+                .should_send_ack_frequency(
+                    self.path.rtt.get(),
+                    config,
+                    &self.peer_params,
+                    threshold,
+                )
                 && self.highest_space == SpaceId::Data
                 && self.peer_supports_ack_frequency();
         }
@@ -945,6 +956,26 @@ impl Connection {
         }
 
         self.app_limited = buf.is_empty() && !congestion_blocked;
+
+        // longhaul patch: out of data with packets in flight that the peer
+        // may hold for its max_ack_delay (a threshold over 1): ask for their
+        // ACK at once, in a packet of its own.
+        if self.app_limited
+            && self.config.ack_frequency_config.is_some()
+            && self.state.is_established()
+            && self.highest_space == SpaceId::Data
+            && self.peer_supports_ack_frequency()
+            && self.path.in_flight.ack_eliciting > 0
+            && !self.spaces[SpaceId::Data].immediate_ack_pending
+            && self.ack_frequency.immediate_ack_when_idle(
+                self.spaces[SpaceId::Data].largest_ack_eliciting_sent,
+                now,
+                self.path.rtt.get(),
+            )
+        {
+            self.spaces[SpaceId::Data].immediate_ack_pending = true;
+            return self.poll_transmit(now, max_datagrams, buf);
+        }
 
         // Send MTU probe if necessary
         if buf.is_empty() && self.state.is_established() {
@@ -3188,6 +3219,10 @@ impl Connection {
             buf.write(frame::FrameType::IMMEDIATE_ACK);
             sent.non_retransmits = true;
             self.stats.frame_tx.immediate_ack += 1;
+            // longhaul patch: this packet is no new data to ask again for.
+            if space_id == SpaceId::Data {
+                self.ack_frequency.immediate_ack_sent(pn);
+            }
         }
 
         // ACK
@@ -3219,9 +3254,15 @@ impl Connection {
 
             trace!(?max_ack_delay, "ACK_FREQUENCY");
 
+            // longhaul patch: the threshold the flight asks for.
+            let threshold = self.ack_frequency.threshold_for(
+                config,
+                self.path.in_flight.bytes,
+                self.path.current_mtu(),
+            );
             frame::AckFrequency {
                 sequence: sequence_number,
-                ack_eliciting_threshold: config.ack_eliciting_threshold,
+                ack_eliciting_threshold: VarInt::from_u64(threshold).unwrap_or(VarInt::MAX),
                 request_max_ack_delay: max_ack_delay.as_micros().try_into().unwrap_or(VarInt::MAX),
                 reordering_threshold: config.reordering_threshold,
             }
@@ -3229,7 +3270,8 @@ impl Connection {
 
             sent.retransmits.get_or_create().ack_frequency = true;
 
-            self.ack_frequency.ack_frequency_sent(pn, max_ack_delay);
+            self.ack_frequency
+                .ack_frequency_sent(pn, max_ack_delay, threshold);
             self.stats.frame_tx.ack_frequency += 1;
         }
 
