@@ -95,13 +95,7 @@ fn configs(server: SocketAddr) -> (ClientConfig, ServerConfig) {
         pinned: None,
         accept_new: true,
     }));
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let tls = crate::identity::client_tls(verifier).unwrap();
     let crypto = quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
     let mut cc = ClientConfig::new(Arc::new(crypto));
     let sends = CcFactory::new(CcChoice::Wan(0), 0);

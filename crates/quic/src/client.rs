@@ -4,11 +4,11 @@
 use crate::cc::CcChoice;
 use crate::conns::Conns;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
-use crate::identity::{provider, KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
+use crate::identity::{KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
 use crate::net::{
     endpoint, spawn_receive_floor, spawn_window_tuner, udp_socket, Flow, NetOpts, Tuned,
 };
-use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, ALPN, MAX_CONNECTIONS, VERSION};
+use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, MAX_CONNECTIONS, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, Destination, RecvOpts};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
@@ -393,13 +393,7 @@ fn dial(
 ) -> Result<Dialed, Problem> {
     let verifier = Arc::new(PinVerifier::new(trust));
     let outcome = verifier.outcome.clone();
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| conn_err(e.to_string()))?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let tls = crate::identity::client_tls(verifier).map_err(|e| conn_err(e.to_string()))?;
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .map_err(|e| conn_err(e.to_string()))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));

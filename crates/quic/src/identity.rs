@@ -270,6 +270,18 @@ impl TrustOutcome {
     }
 }
 
+/// A client's TLS configuration: TLS 1.3, longhaul's ALPN, the server's
+/// certificate checked by `verifier`, no client certificate.
+pub fn client_tls(verifier: Arc<PinVerifier>) -> Result<rustls::ClientConfig, rustls::Error> {
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![crate::proto::ALPN.to_vec()];
+    Ok(tls)
+}
+
 /// rustls verifier that pins the certificate fingerprint instead of a CA chain.
 #[derive(Debug)]
 pub struct PinVerifier {

@@ -3,8 +3,8 @@
 //! ALPN), so a test can send what no real client would and read exactly
 //! what the server answers.
 
-use longhaul_quic::identity::{provider, PinVerifier, TrustPolicy};
-use longhaul_quic::proto::{encode, ErrorCode, Frame, FrameDecoder, Hello, Op, ALPN, VERSION};
+use longhaul_quic::identity::{PinVerifier, TrustPolicy};
+use longhaul_quic::proto::{encode, ErrorCode, Frame, FrameDecoder, Hello, Op, VERSION};
 use rustls::client::{Tls12ClientSessionValue, Tls13ClientSessionValue};
 use rustls::pki_types::ServerName;
 use std::net::SocketAddr;
@@ -60,13 +60,7 @@ pub(crate) fn client_config(
         pinned: None,
         accept_new: true,
     }));
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let mut tls = longhaul_quic::identity::client_tls(verifier).unwrap();
     tls.resumption = rustls::client::Resumption::store(tickets);
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
     quinn::ClientConfig::new(Arc::new(crypto))
