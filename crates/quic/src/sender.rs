@@ -23,7 +23,6 @@ use longhaul_transfer::walk::Walker;
 use longhaul_transfer::{ChunkPlan, Entry, EntryKind, RelPath};
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -687,9 +686,8 @@ impl SendDisk {
     ) -> std::io::Result<(Bytes, Digest)> {
         let file = self.file(id, src)?;
         let len = plan.len(index).expect("planned chunk") as usize;
-        let mut buf = vec![0u8; len];
-        file.read_exact_at(&mut buf, plan.offset(index))
-            .map_err(|e| {
+        let buf =
+            longhaul_transfer::chunk::read_at(&file, len, plan.offset(index)).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::UnexpectedEof {
                     std::io::Error::new(e.kind(), "the file shrank while being sent")
                 } else {

@@ -131,8 +131,58 @@ pub fn hex(d: &Digest) -> String {
     blake3::Hash::from_bytes(*d).to_hex().to_string()
 }
 
+/// `len` bytes of `file` from `offset`, read into fresh memory that is not
+/// zeroed first (a 1 MiB chunk's `vec![0; len]` was a memset of every byte
+/// a sender reads). An end of file before `len` bytes is `UnexpectedEof`.
+pub fn read_at(file: &std::fs::File, len: usize, offset: u64) -> std::io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let mut buf: Vec<u8> = Vec::with_capacity(len);
+    while buf.len() < len {
+        let done = buf.len();
+        let spare = &mut buf.spare_capacity_mut()[..len - done];
+        // SAFETY: pread writes at most `spare.len()` bytes into memory this
+        // Vec owns and has not initialised; `set_len` covers only the bytes
+        // it reports written.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                spare.len(),
+                (offset + done as u64) as libc::off_t,
+            )
+        };
+        match n {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            // SAFETY: pread wrote these `n` bytes (see above).
+            n if n > 0 => unsafe { buf.set_len(done + n as usize) },
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(buf)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn read_at_reads_what_is_there_and_refuses_a_short_file() {
+        use std::io::Write;
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        assert_eq!(
+            super::read_at(&f, 100_000, 50_000).unwrap(),
+            &data[50_000..150_000]
+        );
+        assert_eq!(super::read_at(&f, 0, 0).unwrap(), Vec::<u8>::new());
+        let e = super::read_at(&f, 10, 199_995).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+
     use super::*;
     use rand::{RngCore, SeedableRng};
 

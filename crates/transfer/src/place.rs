@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -786,8 +786,7 @@ pub(crate) fn taken_over() -> io::Error {
 /// Chunk `index` as the part file holds it, hashed (its digest, if intact).
 fn read_back(file: &File, plan: &ChunkPlan, index: u64) -> io::Result<Digest> {
     let len = plan.len(index).unwrap_or(0) as usize;
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, plan.offset(index))?;
+    let buf = crate::chunk::read_at(file, len, plan.offset(index))?;
     let mut h = plan.hasher(index);
     h.update(&buf);
     Ok(h.finish())
