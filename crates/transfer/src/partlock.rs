@@ -409,7 +409,7 @@ impl Writer {
 
 impl Writer {
     /// Writes `buf` at `off`, one write into the part at a time (see
-    /// [`Guard`]'s `one_write`); a file of one chunk has no other writer.
+    /// the part's guard's `one_write`); a file of one chunk has no other writer.
     pub fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let _one = self
             .guard
