@@ -513,6 +513,7 @@ impl Connection {
                 config,
                 self.path.in_flight.bytes,
                 self.path.current_mtu(),
+                self.path.rtt.get(),
             );
             self.spaces[SpaceId::Data].pending.ack_frequency = self
                 .ack_frequency
@@ -3259,6 +3260,7 @@ impl Connection {
                 config,
                 self.path.in_flight.bytes,
                 self.path.current_mtu(),
+                self.path.rtt.get(),
             );
             frame::AckFrequency {
                 sequence: sequence_number,
