@@ -103,6 +103,30 @@ fn configs(server: SocketAddr) -> (ClientConfig, ServerConfig) {
     (cc, sc)
 }
 
+/// One side's datagrams onto its link, and its events to and from its
+/// endpoint; whether anything moved.
+fn pump(
+    ep: &mut Endpoint,
+    (ch, conn): &mut (ConnectionHandle, Connection),
+    link: &mut Link,
+    now: Instant,
+    buf: &mut Vec<u8>,
+) -> bool {
+    let mut moved = false;
+    while let Some(t) = conn.poll_transmit(now, 1, buf) {
+        link.send(now, &buf[..t.size]);
+        buf.clear();
+        moved = true;
+    }
+    while let Some(ev) = conn.poll_endpoint_events() {
+        if let Some(ev) = ep.handle_event(*ch, ev) {
+            conn.handle_event(ev);
+        }
+        moved = true;
+    }
+    moved
+}
+
 /// Sends `bytes` on one stream over a path of `bps` and `one_way` delay.
 fn run(bps: f64, one_way: Duration, bytes: usize) -> Outcome {
     let t0 = Instant::now();
@@ -177,32 +201,9 @@ fn run(bps: f64, one_way: Duration, bytes: usize) -> Outcome {
         }
         // Transmit, and route endpoint events.
         loop {
-            let mut moved = false;
-            while let Some(t) = client.1.poll_transmit(now, 1, &mut buf) {
-                up.send(now, &buf[..t.size]);
-                buf.clear();
-                moved = true;
-            }
-            if let Some((_, conn)) = &mut server {
-                while let Some(t) = conn.poll_transmit(now, 1, &mut buf) {
-                    down.send(now, &buf[..t.size]);
-                    buf.clear();
-                    moved = true;
-                }
-            }
-            while let Some(ev) = client.1.poll_endpoint_events() {
-                if let Some(ev) = cep.handle_event(client.0, ev) {
-                    client.1.handle_event(ev);
-                }
-                moved = true;
-            }
-            if let Some((ch, conn)) = &mut server {
-                while let Some(ev) = conn.poll_endpoint_events() {
-                    if let Some(ev) = sep.handle_event(*ch, ev) {
-                        conn.handle_event(ev);
-                    }
-                    moved = true;
-                }
+            let mut moved = pump(&mut cep, &mut client, &mut up, now, &mut buf);
+            if let Some(server) = &mut server {
+                moved |= pump(&mut sep, server, &mut down, now, &mut buf);
             }
             if !moved {
                 break;

@@ -168,6 +168,9 @@ pub fn read_at(file: &std::fs::File, len: usize, offset: u64) -> std::io::Result
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use rand::{RngCore, SeedableRng};
+
     #[test]
     fn read_at_reads_what_is_there_and_refuses_a_short_file() {
         use std::io::Write;
@@ -182,9 +185,6 @@ mod tests {
         let e = super::read_at(&f, 10, 199_995).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
     }
-
-    use super::*;
-    use rand::{RngCore, SeedableRng};
 
     fn tree_hash(data: &[u8]) -> Digest {
         let plan = ChunkPlan::new(data.len() as u64);

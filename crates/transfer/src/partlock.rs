@@ -405,9 +405,7 @@ impl Writer {
             guard: Some(guard.clone()),
         })
     }
-}
 
-impl Writer {
     /// Writes `buf` at `off`, one write into the part at a time (see
     /// the part's guard's `one_write`); a file of one chunk has no other writer.
     pub fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {

@@ -96,6 +96,11 @@ pub static ADAPTERS: [&dyn Adapter; 12] = [
 /// [`which`] looks there too.
 pub const BUILT: &str = "/usr/local/lib/longhaul-lab/bin";
 
+/// What `cargo install --root` takes so that programs land in [`BUILT`].
+fn built_root() -> &'static Path {
+    Path::new(BUILT).parent().expect("BUILT is .../bin")
+}
+
 /// A program Debian ships as C++ source: built with `g++ FLAGS DIR/FILE -o
 /// BUILT/PROGRAM LIBS`.
 pub struct Source {
@@ -179,10 +184,9 @@ impl Tool {
     /// tool built from crates.io.
     pub fn cargo_command(self) -> Option<String> {
         let (name, version) = self.0.crate_install()?;
-        let root = Path::new(BUILT).parent().expect("BUILT is .../bin");
         Some(format!(
             "cargo install {name} --locked --version {version} --root {}",
-            root.display()
+            built_root().display()
         ))
     }
 
@@ -193,11 +197,10 @@ impl Tool {
         let mut built = Vec::new();
         if let Some((name, version)) = self.0.crate_install() {
             if which(name).is_none() {
-                let root = Path::new(BUILT).parent().expect("BUILT is .../bin");
                 eprintln!("building {name} {version} from crates.io (cargo install; minutes) ...");
                 let ok = std::process::Command::new("cargo")
                     .args(["install", name, "--locked", "--version", version, "--root"])
-                    .arg(root)
+                    .arg(built_root())
                     .status()
                     .map_err(|e| {
                         anyhow::anyhow!("cargo install {name}: {e} (is cargo installed?)")
