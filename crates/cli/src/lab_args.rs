@@ -230,7 +230,7 @@ Suites:
 Tools: longhaul, longhaul-mc (longhaul multicast), longhaul-ssh (get --ssh
 through sshd), rsync, ftp (vsftpd + lftp),
 gridftp (globus), tarnc (tar + nc), scp, uftp (multicast to several receivers),
-iperf3 (memory to memory).
+iperf3 (memory to memory), qcp (QUIC over ssh; `lab deps --tools qcp` builds it).
 
 Profiles scale a suite to a time budget (the suite file says how; a suite
 without profiles runs as written under each): quick, standard (default), full.
@@ -254,7 +254,7 @@ A suite file (TOML):
   #   ftp:parallel=N  gridftp:p=N,cc=N,pp=yes|no,fast=yes|no,tcp-bs=SIZE
   #   uftp:rate=RATE  longhaul-mc:rate=RATE  iperf3:streams=N,cc=cubic|bbr|reno
   #   longhaul:cc=wan|wan:HINT|fair|bbr|cubic|reno|fixed:RATE,max-rate=RATE,
-  #     connections=N
+  #     connections=N  qcp:cc=cubic|bbr|newreno
   background = { tcp_flows = 3 }   # or { udp_pps = 20000, udp_size = 1250 }:
                                    # iperf3 from srv to the first receiver;
                                    # TCP flows may set cc = \"bbr\", either
