@@ -47,6 +47,10 @@ pub const DEFAULT_LAB: &str = "lhrun";
 const SERVER: &str = "srv";
 
 /// The receivers' host names: cli, cli2, cli3, ...
+/// The longest a warm-up command ([`crate::tools::Adapter::warmups`]) may
+/// take before it is stopped.
+const WARMUP_CAP: Duration = Duration::from_secs(30);
+
 fn receiver_name(i: usize) -> String {
     if i == 0 {
         "cli".into()
@@ -327,7 +331,7 @@ fn run_tool(
         std::fs::create_dir_all(d)?;
     }
     let server = cfg.host(SERVER).expect("server host").addr;
-    let cmds = tool.commands(&Setup {
+    let setup = Setup {
         exe: &opts.exe,
         src: &data.dir,
         run: &dir,
@@ -339,7 +343,9 @@ fn run_tool(
         mtu: plan.mtu,
         kernel_cc: plan.cc.as_deref(),
         settings: &spec.settings,
-    })?;
+    };
+    let cmds = tool.commands(&setup)?;
+    let warmups = tool.warmups(&setup);
     let ns = |h: Host| match h {
         Host::Server => cfg.netns(SERVER),
         Host::Receiver(i) => cfg.netns(&receiver_name(i)),
@@ -368,6 +374,18 @@ fn run_tool(
                 stop(s.pid);
             }
             return Ok(run);
+        }
+    }
+    for (k, w) in warmups.iter().enumerate() {
+        let log = log_name(w.host, "warmup", k);
+        let pid = spawn(&ns(w.host), w, &log)?;
+        let deadline = Instant::now() + WARMUP_CAP;
+        while reap(pid).is_none() {
+            if Instant::now() >= deadline {
+                stop(pid);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
     let background = match &plan.background {

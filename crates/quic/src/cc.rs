@@ -269,6 +269,8 @@ pub struct CcHandle {
     /// The least window the controller reports (bytes; see
     /// [`CcHandle::set_floor`]).
     floor: AtomicU64,
+    /// A path RTT to start from ([`CcHandle::seed_rtt`]).
+    seed: Mutex<Option<Duration>>,
 }
 
 impl CcHandle {
@@ -276,6 +278,17 @@ impl CcHandle {
     /// (0 = no cap).
     pub fn set(&self, choice: Option<CcChoice>, max_rate: u64) {
         *self.pending.lock().unwrap() = Some((choice, max_rate));
+        self.changed.store(true, Ordering::Release);
+    }
+
+    /// Start from `rtt` as the path's RTT while the connection has measured
+    /// none: a server answering a request that came in the client's first
+    /// flight (0-RTT) has no RTT sample until the handshake ends a round
+    /// trip later, and `wan` times its first train and flight by the RTT
+    /// (RFC 9002 §6.2.2 lets a resumed connection start from the previous
+    /// one's). Ignored once the connection has a sample.
+    pub fn seed_rtt(&self, rtt: Duration) {
+        *self.seed.lock().unwrap() = Some(rtt);
         self.changed.store(true, Ordering::Release);
     }
 
@@ -318,6 +331,8 @@ pub(crate) fn receive_floor(rx_bytes_per_s: f64, rtt: Duration) -> u64 {
 /// A controller that can be replaced and capped while the connection lives.
 pub(crate) struct Switchable {
     inner: Box<dyn Controller>,
+    /// What `inner` was built as.
+    choice: CcChoice,
     handle: Arc<CcHandle>,
     max_rate: u64,
     rtt: Duration,
@@ -332,13 +347,30 @@ impl Switchable {
         if !self.handle.changed.swap(false, Ordering::Acquire) {
             return;
         }
+        let seed = self
+            .handle
+            .seed
+            .lock()
+            .unwrap()
+            .take()
+            .filter(|_| self.min_rtt.is_none());
+        let mut rebuild = seed.is_some();
         if let Some((choice, max_rate)) = self.handle.pending.lock().unwrap().take() {
             if let Some(c) = choice {
-                self.inner = c
-                    .hinted(max_rate)
-                    .build(self.created, self.mtu, self.min_rtt);
+                self.choice = c;
+                rebuild = true;
             }
             self.max_rate = max_rate;
+        }
+        if let Some(s) = seed {
+            self.rtt = s;
+        }
+        if rebuild {
+            self.inner = self.choice.hinted(self.max_rate).build(
+                self.created,
+                self.mtu,
+                self.min_rtt.or(seed),
+            );
         }
     }
 }
@@ -391,6 +423,7 @@ impl Controller for Switchable {
     fn clone_box(&self) -> Box<dyn Controller> {
         Box::new(Switchable {
             inner: self.inner.clone_box(),
+            choice: self.choice,
             handle: self.handle.clone(),
             max_rate: self.max_rate,
             rtt: self.rtt,
@@ -437,6 +470,7 @@ impl ControllerFactory for CcFactory {
         *self.last.lock().unwrap() = Some(handle.clone());
         Box::new(Switchable {
             inner: self.default.hinted(self.max_rate).build(now, mtu, None),
+            choice: self.default,
             handle,
             max_rate: self.max_rate,
             rtt: Duration::from_millis(100),

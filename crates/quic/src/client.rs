@@ -208,6 +208,11 @@ pub struct ClientReport {
     /// out (put): the handshake and the request's round trips. None when no
     /// file data moved.
     pub first_data_s: Option<f64>,
+    /// Whether the request rode in the first flight: `accepted` (a ticket
+    /// from an earlier run with this server, 0-RTT), `refused` (the server
+    /// refused the ticket: the request went again after the handshake) or
+    /// `none` (no ticket held).
+    pub zero_rtt: ZeroRtt,
     /// The rate over the second half of the data phase, Mbit/s of UDP
     /// payload received (get) or sent and not lost (put); None when the
     /// data phase was shorter than four windows (see `to_90pct_s`).
@@ -331,6 +336,7 @@ struct Session {
     welcomed: Instant,
     /// The connection's congestion controller.
     cc: Option<Arc<crate::cc::CcHandle>>,
+    zero_rtt: ZeroRtt,
 }
 
 impl Session {
@@ -391,12 +397,22 @@ fn dial(
     trust: TrustPolicy,
     sends: bool,
 ) -> Result<Dialed, Problem> {
-    let verifier = Arc::new(PinVerifier::new(trust));
+    let verifier = Arc::new(PinVerifier::new(trust.clone()));
     let outcome = verifier.outcome.clone();
-    let tls = crate::identity::client_tls(verifier).map_err(|e| conn_err(e.to_string()))?;
+    let mut tls =
+        crate::identity::client_tls(verifier.clone()).map_err(|e| conn_err(e.to_string()))?;
+    // A known server's tickets and tokens, kept between runs (0-RTT).
+    let resume = crate::resume::Resume::new(&trust, &tls, verifier, outcome.clone());
+    if let Some(r) = &resume {
+        tls.resumption = rustls::client::Resumption::store(r.clone());
+        tls.enable_early_data = true;
+    }
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .map_err(|e| conn_err(e.to_string()))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
+    if let Some(r) = resume {
+        cfg.token_store(r);
+    }
     // (Each connection of a session over several gets its part of a hint.)
     let choice = opts.cc_choice().shared(opts.connections);
     let factory = crate::cc::CcFactory::new(choice, opts.net.max_rate);
@@ -496,6 +512,78 @@ fn session_key() -> Result<Vec<u8>, Problem> {
     Ok(key)
 }
 
+/// Whether a connection's request rode in its first flight (0-RTT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZeroRtt {
+    /// No ticket from this server was held (first contact, `--ssh`, or the
+    /// ones held were used or expired): the request came after the handshake.
+    #[default]
+    None,
+    /// The server took the request from the first flight.
+    Accepted,
+    /// A ticket was offered and the server refused it (it restarted, or
+    /// the ticket was spent); the request was sent again after the
+    /// handshake.
+    Refused,
+}
+
+/// The control stream opened and `hello` written to it: its writer, the
+/// writer's task and the reader of the server's frames.
+async fn send_hello(
+    conn: &quinn::Connection,
+    hello: Frame,
+) -> Result<(CtlTx, crate::control::Writer, CtlRx), Problem> {
+    let (send, recv) = conn
+        .open_bi()
+        .await
+        .map_err(|e| conn_err(format!("opening the control stream: {e}")))?;
+    let (ctl, writer) = spawn_writer(send);
+    let rx = spawn_reader(recv);
+    ctl.send(hello).await?;
+    Ok((ctl, writer, rx))
+}
+
+/// No handshake within `t`.
+fn no_answer(host: &str, port: u16, addr: SocketAddr, t: Duration) -> Problem {
+    let named = join_host_port(host, port);
+    let shown = if named == addr.to_string() {
+        named
+    } else {
+        format!("{named} ({addr})")
+    };
+    conn_err(format!(
+        "no answer over UDP from {shown} within {} s: the server was started, \
+         so UDP port {port} is likely blocked between the hosts (a firewall), \
+         or the answers do not come back",
+        t.as_secs()
+    ))
+}
+
+/// The handshake failed with `e`; `trust` is what the verifier saw.
+fn connect_error(
+    e: quinn::ConnectionError,
+    trust: Option<&TrustOutcome>,
+    opts: &ClientOpts,
+    host: &str,
+    port: u16,
+    addr: SocketAddr,
+) -> Problem {
+    if let Some(msg) =
+        trust.and_then(|t| t.refusal(&opts.trust.host, opts.trust.known_hosts.as_deref()))
+    {
+        return conn_err(msg);
+    }
+    let shown = join_host_port(host, port);
+    let hint = match e {
+        quinn::ConnectionError::TimedOut => format!(
+            " (no answer: is `longhaul serve` running there, and does UDP port {port} reach it?)"
+        ),
+        _ => String::new(),
+    };
+    conn_err(format!("cannot connect to {shown} ({addr}): {e}{hint}"))
+}
+
 async fn connect(
     host: &str,
     port: u16,
@@ -510,51 +598,80 @@ async fn connect(
         .next()
         .ok_or_else(|| conn_err(format!("{host} has no address")))?;
     let (endpoint, connecting, cc, outcome) = dial(addr, opts, opts.trust.clone(), !op_is_get)?;
-    let conn = match opts.connect_timeout {
-        None => connecting.await,
-        Some(t) => match tokio::time::timeout(t, connecting).await {
-            Ok(c) => c,
-            Err(_) => {
-                let named = join_host_port(host, port);
-                let shown = if named == addr.to_string() {
-                    named
-                } else {
-                    format!("{named} ({addr})")
-                };
-                return Err(conn_err(format!(
-                    "no answer over UDP from {shown} within {} s: the server was started, \
-                     so UDP port {port} is likely blocked between the hosts (a firewall), \
-                     or the answers do not come back",
-                    t.as_secs()
-                )));
-            }
+    let n = opts.connections.clamp(1, MAX_CONNECTIONS as usize);
+    let session = if n > 1 { session_key()? } else { vec![] };
+    let hello = Frame::Hello(Hello {
+        version: VERSION,
+        token: opts.token.clone(),
+        op,
+        max_rate: opts.net.max_rate,
+        cc: opts.cc.map(|c| c.name()),
+        fresh,
+        streams: if op_is_get {
+            opts.streams.min(u32::MAX as usize) as u32
+        } else {
+            0
         },
+        connections: n as u32,
+        session: session.clone(),
+    });
+    let failed = |e: quinn::ConnectionError| {
+        let trust = outcome.lock().unwrap().clone();
+        connect_error(e, trust.as_ref(), opts, host, port, addr)
+    };
+    // A known server whose ticket this client holds: the Hello goes in the
+    // first flight (0-RTT), and the handshake completes meanwhile. The
+    // server acts on an early Hello only where a replay of it could do no
+    // harm (docs/PROTOCOL.md, "0-RTT"); a refused one is sent again.
+    let (conn, early, zero_rtt) = match connecting.into_0rtt() {
+        Ok((conn, accepted)) => {
+            opts.interrupt.set(&endpoint, &conn);
+            // (A session over several connections pins the others to the
+            // certificate this one was shown: the handshake first.)
+            // (Its failure is the handshake's, said below, when that failed.)
+            let sent = if n == 1 {
+                Some(send_hello(&conn, hello.clone()).await)
+            } else {
+                None
+            };
+            // (`accepted` resolves when the handshake completes, and, as
+            // false, when the connection ends before that: then it has a
+            // close reason.)
+            let accepted = match opts.connect_timeout {
+                None => accepted.await,
+                Some(t) => tokio::time::timeout(t, accepted)
+                    .await
+                    .map_err(|_| no_answer(host, port, addr, t))?,
+            };
+            if let Some(e) = conn.close_reason() {
+                return Err(failed(e));
+            }
+            let zero_rtt = match (&sent, accepted) {
+                (None, _) => ZeroRtt::None,
+                (Some(_), true) => ZeroRtt::Accepted,
+                (Some(_), false) => ZeroRtt::Refused,
+            };
+            // (Refused: the Hello is sent again below.)
+            let sent = match sent {
+                Some(Ok(s)) if accepted => Some(s),
+                Some(Err(p)) if accepted => return Err(p),
+                _ => None,
+            };
+            (conn, sent, zero_rtt)
+        }
+        Err(connecting) => {
+            let conn = match opts.connect_timeout {
+                None => connecting.await,
+                Some(t) => tokio::time::timeout(t, connecting)
+                    .await
+                    .map_err(|_| no_answer(host, port, addr, t))?,
+            }
+            .map_err(failed)?;
+            opts.interrupt.set(&endpoint, &conn);
+            (conn, None, ZeroRtt::None)
+        }
     };
     let trust = outcome.lock().unwrap().clone();
-    let conn = match conn {
-        Ok(c) => {
-            opts.interrupt.set(&endpoint, &c);
-            c
-        }
-        Err(e) => {
-            if let Some(msg) = trust
-                .as_ref()
-                .and_then(|t| t.refusal(&opts.trust.host, opts.trust.known_hosts.as_deref()))
-            {
-                return Err(conn_err(msg));
-            }
-            let shown = join_host_port(host, port);
-            let hint = match e {
-                quinn::ConnectionError::TimedOut => format!(
-                    " (no answer: is `longhaul serve` running there, and does UDP port {port} reach it?)"
-                ),
-                _ => String::new(),
-            };
-            return Err(conn_err(format!(
-                "cannot connect to {shown} ({addr}): {e}{hint}"
-            )));
-        }
-    };
     let fingerprint = match &trust {
         Some(TrustOutcome::New(fp)) => {
             match &opts.trust.known_hosts {
@@ -573,8 +690,6 @@ async fn connect(
     };
     // The other connections handshake while the Hello goes out and is
     // answered; each trusts only the certificate this one was shown.
-    let n = opts.connections.clamp(1, MAX_CONNECTIONS as usize);
-    let session = if n > 1 { session_key()? } else { vec![] };
     let mut joining = Vec::new();
     if n > 1 {
         let fp = peer_fingerprint(&conn)
@@ -590,28 +705,10 @@ async fn connect(
             joining.push(tokio::spawn(handshake(addr, opts, trust, !op_is_get)));
         }
     }
-    let (send, recv) = conn
-        .open_bi()
-        .await
-        .map_err(|e| conn_err(format!("opening the control stream: {e}")))?;
-    let (ctl, writer) = spawn_writer(send);
-    let mut rx = spawn_reader(recv);
-    ctl.send(Frame::Hello(Hello {
-        version: VERSION,
-        token: opts.token.clone(),
-        op,
-        max_rate: opts.net.max_rate,
-        cc: opts.cc.map(|c| c.name()),
-        fresh,
-        streams: if op_is_get {
-            opts.streams.min(u32::MAX as usize) as u32
-        } else {
-            0
-        },
-        connections: n as u32,
-        session: session.clone(),
-    }))
-    .await?;
+    let (ctl, writer, mut rx) = match early {
+        Some(sent) => sent,
+        None => send_hello(&conn, hello).await?,
+    };
     let (server, fresh, streams) = match rx.recv().await {
         Some(Ok(Frame::Welcome {
             server,
@@ -660,6 +757,7 @@ async fn connect(
         streams,
         welcomed: Instant::now(),
         cc,
+        zero_rtt,
     })
 }
 
@@ -688,6 +786,7 @@ async fn close(
         streams,
         welcomed,
         cc: _,
+        zero_rtt,
     } = s;
     let data_seconds = welcomed.elapsed().as_secs_f64();
     let frames = conn.stats().frame_tx.stream;
@@ -725,6 +824,7 @@ async fn close(
         fingerprint,
         streams,
         data_seconds,
+        zero_rtt,
     };
     build_report(r, about, opts, started, &all)
 }
@@ -737,6 +837,7 @@ struct About {
     /// The server's data streams (a get's).
     streams: u32,
     data_seconds: f64,
+    zero_rtt: ZeroRtt,
 }
 
 /// The client's report of a session, ended well or not: its files as far as
@@ -756,6 +857,7 @@ fn build_report(
         fingerprint,
         streams,
         data_seconds,
+        zero_rtt,
     } = about;
     let seconds = started.elapsed().as_secs_f64();
     let mut t = Totals {
@@ -819,6 +921,7 @@ fn build_report(
         first_data_s: None,
         final_mbps: None,
         to_90pct_s: None,
+        zero_rtt,
     }
 }
 
@@ -1181,6 +1284,7 @@ async fn finish(
         fingerprint: s.fingerprint,
         streams: s.streams,
         data_seconds: s.welcomed.elapsed().as_secs_f64(),
+        zero_rtt: s.zero_rtt,
     };
     let all = stats_of(&s.conn, &s.extra);
     Ok(build_report(report, about, opts, started, &all))

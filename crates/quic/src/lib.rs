@@ -31,6 +31,7 @@ mod ramp;
 mod rates;
 mod receiver;
 mod report;
+mod resume;
 mod sender;
 mod server;
 mod throttle;
@@ -39,7 +40,7 @@ pub mod wan;
 pub use cc::{parse_rate, CcChoice};
 pub use client::{
     get, join_host_port, put, split_host_port, ClientOpts, ClientReport, ConnUse, Interrupt,
-    Totals, DEFAULT_STREAMS,
+    Totals, ZeroRtt, DEFAULT_STREAMS,
 };
 pub use net::{NetOpts, SendBudget};
 pub use report::{FileReport, Kind, Problem, Progress, SessionReport, Status};

@@ -105,6 +105,7 @@ pub(crate) const BUSY: u32 = 4;
 pub struct Server {
     endpoint: quinn::Endpoint,
     crypto: Arc<quinn::crypto::rustls::QuicServerConfig>,
+    tokens: Tokens,
     factory: Arc<CcFactory>,
     root: Arc<Dir>,
     opts: ServeOpts,
@@ -126,19 +127,29 @@ impl Server {
             .with_no_client_auth()
             .with_single_cert(vec![id.cert.clone()], id.key.clone_key())?;
         tls.alpn_protocols = vec![ALPN.to_vec()];
-        // No session tickets: a client builds its TLS configuration, and so
-        // its ticket cache, afresh for every connection and cannot keep a
-        // ticket past its process (rustls cannot export one), so a ticket
-        // was never used; two cost about 220 bytes of every handshake.
-        tls.send_tls13_tickets = 0;
+        // Session tickets ([`TICKETS_SENT`] per connection), kept here and taken when used
+        // (a ticket resumes once: a replayed first flight finds none), so
+        // that a client that comes back sends its request in its first
+        // flight (0-RTT). A restarted server has none and refuses old
+        // tickets. A one-shot server (`--once`, over ssh) has a fresh key
+        // every time, and its client keeps no tickets.
+        if !opts.once {
+            tls.send_tls13_tickets = TICKETS_SENT;
+            tls.max_early_data_size = u32::MAX;
+            tls.session_storage = rustls::server::ServerSessionMemoryCache::new(TICKETS_KEPT);
+        } else {
+            tls.send_tls13_tickets = 0;
+        }
         let crypto: Arc<quinn::crypto::rustls::QuicServerConfig> =
             Arc::new(quinn::crypto::rustls::QuicServerConfig::try_from(tls)?);
         let factory = CcFactory::new(opts.net.cc, opts.net.max_rate);
-        let sc = server_config(&crypto, &opts.net, opts.listen, &factory);
+        let tokens = Tokens::new()?;
+        let sc = server_config(&crypto, &tokens, &opts.net, opts.listen, &factory);
         let endpoint = endpoint(udp_socket(opts.listen)?, Some(sc))?;
         Ok(Server {
             endpoint,
             crypto,
+            tokens,
             factory,
             root: Arc::new(root),
             fingerprint: id.fingerprint,
@@ -183,6 +194,7 @@ impl Server {
                 &self.opts.state_dir,
                 self.opts.keep,
             )),
+            rtts: Default::default(),
         });
         // What was kept too long goes now, and hourly from now on (until
         // the server stops).
@@ -223,6 +235,10 @@ impl Server {
             // address first (a stateless Retry: a forged source costs one
             // packet and no state); past many, or many from one address,
             // an attempt is ignored (its client sends its Initial again).
+            tracing::debug!(
+                "{remote}: a connection, address validated: {}",
+                incoming.remote_address_validated()
+            );
             let client = crate::throttle::client_block(remote.ip());
             let (pending, from_ip) = ctx.pending.load(client);
             if pending >= RETRY_ABOVE && !incoming.remote_address_validated() {
@@ -239,7 +255,13 @@ impl Server {
             // accept() builds the connection and its controller synchronously, so the
             // factory's last handle is this connection's.
             // Transport parameters depend on the peer (the path MTU of loopback is known).
-            let sc = server_config(&self.crypto, &self.opts.net, remote, &self.factory);
+            let sc = server_config(
+                &self.crypto,
+                &self.tokens,
+                &self.opts.net,
+                remote,
+                &self.factory,
+            );
             let connecting = match incoming.accept_with(Arc::new(sc)) {
                 Ok(c) => c,
                 Err(e) => {
@@ -252,13 +274,58 @@ impl Server {
             let ctx = ctx.clone();
             tokio::spawn(async move {
                 let served = Arc::new(AtomicBool::new(false));
-                match tokio::time::timeout(HANDSHAKE_WAIT, connecting).await {
-                    Ok(Ok(conn)) => session(ctx.clone(), conn, cc, served.clone(), slot).await,
-                    Ok(Err(e)) => tracing::info!("{remote}: handshake failed: {e}"),
-                    Err(_) => tracing::info!(
-                        "{remote}: no handshake within {} s",
-                        HANDSHAKE_WAIT.as_secs()
-                    ),
+                // (An incoming connection always converts: the session may
+                // read a request that came in the client's first flight,
+                // 0-RTT, while the handshake ends; `Handshake` says when it
+                // has.)
+                let (conn, accepted) = match connecting.into_0rtt() {
+                    Ok(c) => c,
+                    Err(_) => unreachable!("an incoming connection converts to 0.5-RTT"),
+                };
+                let (done, handshake) = tokio::sync::watch::channel(None);
+                let watch = {
+                    let conn = conn.clone();
+                    async move {
+                        // (`accepted` resolves when the handshake completes,
+                        // whatever its value says on a server, and when the
+                        // connection ends before that: then it has a close
+                        // reason.)
+                        let ok = match tokio::time::timeout(HANDSHAKE_WAIT, accepted).await {
+                            Ok(_) => match conn.close_reason() {
+                                None => true,
+                                Some(e) => {
+                                    tracing::info!("{remote}: handshake failed: {e}");
+                                    false
+                                }
+                            },
+                            Err(_) => {
+                                tracing::info!(
+                                    "{remote}: no handshake within {} s",
+                                    HANDSHAKE_WAIT.as_secs()
+                                );
+                                conn.close(VarIntCode::FATAL, b"no handshake");
+                                false
+                            }
+                        };
+                        let _ = done.send(Some(ok));
+                    }
+                };
+                let handshake = Handshake(handshake);
+                tokio::join!(
+                    watch,
+                    session(
+                        ctx.clone(),
+                        conn.clone(),
+                        cc,
+                        served.clone(),
+                        slot,
+                        handshake
+                    )
+                );
+                // (Only a connection whose client acknowledged something
+                // measured the path.)
+                if conn.stats().frame_rx.acks > 0 {
+                    ctx.rtts.remember(client, conn.rtt());
                 }
                 if ctx.opts.once && served.load(Ordering::Relaxed) {
                     ctx.done.notify_one();
@@ -275,13 +342,58 @@ impl Server {
     }
 }
 
+/// Session tickets a server sends on each connection (about 100 bytes
+/// each). A ticket is sent once the client's Finished has come, 1.5 round
+/// trips in: a transfer shorter than that (a small file from a known server,
+/// all in the first round trip) ends before its ticket comes, and the
+/// client's next run uses the spare.
+const TICKETS_SENT: usize = 2;
+
+/// Session tickets a server keeps (one per connection served, the oldest
+/// dropped first): about 300 bytes each.
+const TICKETS_KEPT: usize = 4096;
+
+/// What address-validation tokens (NEW_TOKEN, and Retry's) are made and
+/// checked with: one key and one log of tokens used for the endpoint and
+/// every connection, so a token one connection gave is good for the next,
+/// and once.
+#[derive(Clone)]
+struct Tokens {
+    key: Arc<dyn quinn::crypto::HandshakeTokenKey>,
+    log: Arc<dyn quinn::TokenLog>,
+}
+
+impl Tokens {
+    fn new() -> Result<Tokens> {
+        use ring::rand::SecureRandom;
+        let mut master = [0u8; 64];
+        ring::rand::SystemRandom::new()
+            .fill(&mut master)
+            .map_err(|_| anyhow::anyhow!("no randomness for the token key"))?;
+        let key = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, &[]).extract(&master);
+        Ok(Tokens {
+            key: Arc::new(key),
+            log: Arc::new(quinn::BloomTokenLog::default()),
+        })
+    }
+}
+
 fn server_config(
     crypto: &Arc<quinn::crypto::rustls::QuicServerConfig>,
+    tokens: &Tokens,
     net: &NetOpts,
     peer: SocketAddr,
     factory: &Arc<CcFactory>,
 ) -> quinn::ServerConfig {
-    let mut sc = quinn::ServerConfig::with_crypto(crypto.clone());
+    let mut sc = quinn::ServerConfig::new(crypto.clone(), tokens.key.clone());
+    // One token per connection, for the client's next: with it the server
+    // may send at full rate before the handshake ends (not three times
+    // what it received), so a 0-RTT request's answer is not held back.
+    let mut vt = quinn::ValidationTokenConfig::default();
+    vt.lifetime(crate::resume::TOKEN_LIFETIME)
+        .log(tokens.log.clone())
+        .sent(1);
+    sc.validation_token_config(vt);
     // (It probes on every connection: the Hello, which names the operation,
     // comes after the transport is set.)
     sc.transport_config(Arc::new(net.transport(peer, factory.clone(), true)));
@@ -313,6 +425,8 @@ struct Ctx {
     joins: std::sync::Mutex<HashMap<Vec<u8>, Joining>>,
     /// The parts puts left unfinished, kept for their resume.
     kept: Arc<crate::kept::KeptParts>,
+    /// The path RTT of each client's last connection.
+    rtts: crate::throttle::RttMemory,
 }
 
 /// A task stopped when this is dropped.
@@ -478,8 +592,17 @@ fn follow_dir_links(opts: &ServeOpts, p: &[u8]) -> Vec<u8> {
     out
 }
 
-async fn fatal(ctl: &CtlTx, conn: &quinn::Connection, code: ErrorCode, message: String) {
+async fn fatal(
+    ctl: &CtlTx,
+    conn: &quinn::Connection,
+    handshake: &Handshake,
+    code: ErrorCode,
+    message: String,
+) {
     tracing::warn!("{}: {message}", conn.remote_address());
+    // (A refusal of a frame that came in 0-RTT waits for the handshake: a
+    // close before it ends loses its reason, RFC 9000 §10.2.3.)
+    handshake.done().await;
     let _ = ctl
         .send(Frame::Fatal {
             code,
@@ -500,7 +623,8 @@ impl VarIntCode {
 }
 
 /// Refuses `conn`: the server already serves `max` sessions.
-async fn busy(conn: &quinn::Connection, max: usize) {
+async fn busy(conn: &quinn::Connection, handshake: &Handshake, max: usize) {
+    handshake.done().await;
     let m = format!(
         "the server is busy: it already serves {max} session(s) (its --max-sessions); try again later"
     );
@@ -730,12 +854,46 @@ fn token_ok(expected: &Option<Vec<u8>>, got: &[u8]) -> bool {
 
 /// One client's session. `served` is set once it passed the token check
 /// (for `once`: as the session the server exists for).
+/// Whether a connection's handshake has completed (the client's Finished
+/// verified): None while it runs.
+struct Handshake(tokio::sync::watch::Receiver<Option<bool>>);
+
+impl Handshake {
+    /// Whether the handshake has ended (completed or failed).
+    fn ended(&self) -> bool {
+        self.0.borrow().is_some()
+    }
+
+    /// Waits for the handshake's end: true when it completed.
+    async fn done(&self) -> bool {
+        match self.0.clone().wait_for(Option::is_some).await {
+            Ok(v) => v.unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+}
+
+/// Whether a session may read `first`, its first frame, before its
+/// connection's handshake has completed: the frame may have come in the
+/// client's first flight (0-RTT), which an attacker can record and replay
+/// (RFC 9001 §9.2; docs/PROTOCOL.md §1.12). A get's `Hello` may: a replay
+/// makes the server read files and send them encrypted to keys only the
+/// real client holds (and the ticket it needs resumes once). A put's may be
+/// answered (its `Welcome` only looks at the destination), but the session
+/// waits for the handshake before it takes any data ([`session`]). A
+/// session over several connections, and a connection's `Join`, wait
+/// outright: they register the session's key.
+fn early_ok(first: &Frame) -> bool {
+    matches!(first, Frame::Hello(h) if h.connections <= 1)
+}
+
 async fn session(
     ctx: Arc<Ctx>,
     conn: quinn::Connection,
     cc: Option<Arc<CcHandle>>,
     served: Arc<AtomicBool>,
     mut slot: Pending,
+    handshake: Handshake,
 ) {
     let remote = conn.remote_address();
     let hello_by = tokio::time::Instant::now() + HELLO_WAIT;
@@ -748,7 +906,23 @@ async fn session(
     };
     let (ctl, writer) = spawn_writer(send);
     let mut rx = spawn_reader(recv);
-    let h = match first_frame(&mut rx, hello_by).await {
+    let first = first_frame(&mut rx, hello_by).await;
+    if !first.as_ref().is_ok_and(early_ok) && !handshake.ended() {
+        tracing::debug!("{remote}: the first frame came before the handshake ended: it waits");
+    }
+    if !first.as_ref().is_ok_and(early_ok) && !handshake.done().await {
+        tracing::debug!("{remote}: no handshake: the first frame is dropped unread");
+        return;
+    }
+    // A request before the handshake ended came in the first flight: the
+    // connection has no RTT sample yet; start from the last one's.
+    if !handshake.ended() {
+        let client = crate::throttle::client_block(remote.ip());
+        if let (Some(cc), Some(rtt)) = (&cc, ctx.rtts.get(client)) {
+            cc.seed_rtt(rtt);
+        }
+    }
+    let h = match first {
         Ok(Frame::Hello(h)) => h,
         Ok(Frame::Join {
             version,
@@ -758,20 +932,20 @@ async fn session(
         }) => {
             let joined = join(&ctx, &conn, cc, version, &token, &session, index);
             if let Err((code, m)) = joined {
-                fatal(&ctl, &conn, code, m).await;
+                fatal(&ctl, &conn, &handshake, code, m).await;
             }
             return;
         }
         Ok(_) => unreachable!("first_frame returns a Hello or a Join"),
-        Err((code, m)) => return fatal(&ctl, &conn, code, m).await,
+        Err((code, m)) => return fatal(&ctl, &conn, &handshake, code, m).await,
     };
     if h.version != VERSION {
         let (code, m) = unsupported(h.version);
-        return fatal(&ctl, &conn, code, m).await;
+        return fatal(&ctl, &conn, &handshake, code, m).await;
     }
     let role = match check_token(&ctx, remote, &h.token) {
         Ok(r) => r,
-        Err(m) => return fatal(&ctl, &conn, ErrorCode::Auth, m).await,
+        Err(m) => return fatal(&ctl, &conn, &handshake, ErrorCode::Auth, m).await,
     };
     // Past the token check: a session, no longer a handshake. Only such
     // count toward --max-sessions.
@@ -781,11 +955,11 @@ async fn session(
     let _counted = Counted(&ctx.sessions);
     if max > 0 && before >= max {
         tracing::warn!("{remote}: refused: already serving {max} session(s) (--max-sessions)");
-        return busy(&conn, max).await;
+        return busy(&conn, &handshake, max).await;
     }
     if matches!(h.op, Op::Put { .. }) {
         if let Some((code, m)) = put_refusal(&ctx.opts, role) {
-            return fatal(&ctl, &conn, code, m).await;
+            return fatal(&ctl, &conn, &handshake, code, m).await;
         }
         if role == Role::Anonymous {
             tracing::warn!("{remote}: put without a token (--allow-anonymous-put)");
@@ -794,7 +968,7 @@ async fn session(
     // `once`: the first session past the token check is the one served.
     if ctx.authed.swap(true, Ordering::Relaxed) && ctx.opts.once {
         let m = "this one-shot server already serves its session".to_string();
-        return fatal(&ctl, &conn, ErrorCode::Auth, m).await;
+        return fatal(&ctl, &conn, &handshake, ErrorCode::Auth, m).await;
     }
     served.store(true, Ordering::Relaxed);
     let rate = match (h.max_rate, ctx.opts.net.max_rate) {
@@ -804,7 +978,9 @@ async fn session(
     };
     let choice = match h.cc.as_deref().map(CcChoice::parse) {
         Some(Ok(c)) => Some(c),
-        Some(Err(e)) => return fatal(&ctl, &conn, ErrorCode::Protocol, e.to_string()).await,
+        Some(Err(e)) => {
+            return fatal(&ctl, &conn, &handshake, ErrorCode::Protocol, e.to_string()).await
+        }
         None => None,
     };
     let n = h.connections.max(1);
@@ -812,11 +988,11 @@ async fn session(
     let choice = choice.map(|c| c.shared(n as usize));
     if n > MAX_CONNECTIONS {
         let m = format!("a session runs over at most {MAX_CONNECTIONS} connections, not {n}");
-        return fatal(&ctl, &conn, ErrorCode::Protocol, m).await;
+        return fatal(&ctl, &conn, &handshake, ErrorCode::Protocol, m).await;
     }
     if n > 1 && h.session.len() != SESSION_KEY_LEN {
         let m = format!("a session key is {SESSION_KEY_LEN} bytes");
-        return fatal(&ctl, &conn, ErrorCode::Protocol, m).await;
+        return fatal(&ctl, &conn, &handshake, ErrorCode::Protocol, m).await;
     }
     let started = Instant::now();
     let progress = Arc::new(Progress::default());
@@ -843,7 +1019,7 @@ async fn session(
         };
         if taken {
             let m = "another session has this session key".to_string();
-            return fatal(&ctl, &conn, ErrorCode::Protocol, m).await;
+            return fatal(&ctl, &conn, &handshake, ErrorCode::Protocol, m).await;
         }
         let others = Arc::new(std::sync::Mutex::new(Some(Vec::new())));
         // Each connection that joins is set up as the first was, then goes
@@ -933,7 +1109,9 @@ async fn session(
         } => {
             let prefix = match RelPath::from_request(&follow_dir_links(&ctx.opts, &dest)) {
                 Ok(p) => p,
-                Err(e) => return fatal(&ctl, &conn, ErrorCode::BadPath, e.to_string()).await,
+                Err(e) => {
+                    return fatal(&ctl, &conn, &handshake, ErrorCode::BadPath, e.to_string()).await
+                }
             };
             let is_dir = prefix.is_root()
                 || ctx
@@ -942,7 +1120,9 @@ async fn session(
                     .is_ok_and(|m| m.is_dir());
             let base = match ctx.root.try_clone() {
                 Ok(b) => b,
-                Err(e) => return fatal(&ctl, &conn, ErrorCode::Io, e.to_string()).await,
+                Err(e) => {
+                    return fatal(&ctl, &conn, &handshake, ErrorCode::Io, e.to_string()).await
+                }
             };
             let spec = Destination {
                 base,
@@ -964,6 +1144,17 @@ async fn session(
                     streams: 0,
                 })
                 .await;
+            // Nothing is created, placed or named before the handshake has
+            // completed: a `Hello` that came in 0-RTT may be a replay, which
+            // cannot complete it (the client's data, sent after this
+            // `Welcome`, waits in quinn's buffers meanwhile).
+            if !handshake.ended() {
+                tracing::debug!("{remote}: a put before the handshake ended: its data waits");
+            }
+            if !handshake.done().await {
+                tracing::debug!("{remote}: no handshake: the put's data is dropped unread");
+                return;
+            }
             let what = if fresh { "fresh put" } else { "put" }.to_string();
             let opts = RecvOpts {
                 keep: Some((ctx.kept.clone(), crate::kept::client_of(remote.ip()))),
@@ -1012,7 +1203,7 @@ async fn session(
     let failed = result.is_err();
     if let Err(p) = result {
         if p.kind != crate::report::Kind::LocalIo {
-            return fatal(&ctl, &conn, ErrorCode::Protocol, p.message).await;
+            return fatal(&ctl, &conn, &handshake, ErrorCode::Protocol, p.message).await;
         }
     }
     drop(ctl);

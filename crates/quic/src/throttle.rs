@@ -175,3 +175,49 @@ mod tests {
         assert!(t.by_addr.len() <= MAX_ADDRESSES);
     }
 }
+
+/// The path RTT a server last measured to each client (by
+/// [`client_block`]), for a connection whose request comes before its own
+/// handshake has measured one (0-RTT: [`crate::cc::CcHandle::seed_rtt`]).
+/// At most [`RttMemory::CAP`] clients; the one heard from longest ago goes
+/// first.
+#[derive(Debug, Default)]
+pub(crate) struct RttMemory(std::sync::Mutex<HashMap<IpAddr, (Duration, Instant)>>);
+
+impl RttMemory {
+    pub(crate) const CAP: usize = 4096;
+
+    pub(crate) fn remember(&self, client: IpAddr, rtt: Duration) {
+        let mut m = self.0.lock().unwrap();
+        if m.len() >= Self::CAP && !m.contains_key(&client) {
+            if let Some(oldest) = m.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| *k) {
+                m.remove(&oldest);
+            }
+        }
+        m.insert(client, (rtt, Instant::now()));
+    }
+
+    pub(crate) fn get(&self, client: IpAddr) -> Option<Duration> {
+        self.0.lock().unwrap().get(&client).map(|(r, _)| *r)
+    }
+}
+
+#[cfg(test)]
+mod rtt_tests {
+    use super::*;
+
+    #[test]
+    fn the_client_heard_from_longest_ago_goes_first_when_full() {
+        let m = RttMemory::default();
+        let ip = |i: u32| IpAddr::from(std::net::Ipv4Addr::from(i));
+        for i in 0..RttMemory::CAP as u32 {
+            m.remember(ip(i), Duration::from_millis(i as u64));
+        }
+        m.remember(ip(0), Duration::from_millis(700));
+        m.remember(ip(1 << 20), Duration::from_millis(5));
+        assert_eq!(m.get(ip(0)), Some(Duration::from_millis(700)));
+        assert_eq!(m.get(ip(1)), None, "the oldest went");
+        assert_eq!(m.get(ip(1 << 20)), Some(Duration::from_millis(5)));
+        assert_eq!(m.0.lock().unwrap().len(), RttMemory::CAP);
+    }
+}

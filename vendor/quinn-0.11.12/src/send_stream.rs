@@ -199,6 +199,12 @@ impl SendStream {
     /// incorrect assumptions about the stream's state.
     pub fn finish(&mut self) -> Result<(), ClosedStream> {
         let mut conn = self.conn.state.lock("finish");
+        // longhaul's patch: as `reset`, nothing to do on a stream whose 0-RTT
+        // data was rejected. Its ID is given to the next stream opened, and
+        // finishing it here finished that stream instead.
+        if self.is_0rtt && conn.check_0rtt().is_err() {
+            return Ok(());
+        }
         match conn.inner.send_stream(self.stream).finish() {
             Ok(()) => {
                 conn.wake();
@@ -239,6 +245,10 @@ impl SendStream {
     /// impact on performance.
     pub fn set_priority(&self, priority: i32) -> Result<(), ClosedStream> {
         let mut conn = self.conn.state.lock("SendStream::set_priority");
+        // longhaul's patch: as in `finish`.
+        if self.is_0rtt && conn.check_0rtt().is_err() {
+            return Ok(());
+        }
         conn.inner.send_stream(self.stream).set_priority(priority)?;
         Ok(())
     }

@@ -37,7 +37,49 @@ impl Adapter for Longhaul {
                 "longhaul --connections: QUIC connections of the transfer, each its own socket and thread, default 1",
                 count_1_to_16,
             ),
+            (
+                "known",
+                "yes: a known server (a get of a path that is not there first, untimed, so the client holds a session ticket and a token: the timed transfer starts in 0-RTT); default no, first contact",
+                yes_no,
+            ),
         ]
+    }
+
+    fn warmups(&self, s: &Setup) -> Vec<Proc> {
+        if get(s.settings, "known", "no") != "yes" {
+            return Vec::new();
+        }
+        let exe = p(s.exe);
+        let put = get(s.settings, "op", "get") == "put";
+        s.receivers
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                // The same client (known-hosts file, so its tickets and
+                // tokens) as the timed run's; a path the server does not
+                // hold: the handshake and the request, no data.
+                let mut argv = longhaul_client(
+                    &exe,
+                    "get",
+                    &s.run.join(format!("known_hosts-{i}")),
+                    s.settings,
+                );
+                let (host, server) = if put {
+                    (Host::Server, r.addr.to_string())
+                } else {
+                    (Host::Receiver(i), s.server.to_string())
+                };
+                argv.extend([
+                    format!("{server}:{WARMUP_PATH}"),
+                    p(&s.run.join(format!("warmup-{i}"))),
+                ]);
+                Proc {
+                    host,
+                    argv,
+                    cwd: None,
+                }
+            })
+            .collect()
     }
 
     fn commands(&self, s: &Setup) -> Result<Commands> {
@@ -116,6 +158,9 @@ impl Adapter for Longhaul {
         })
     }
 }
+
+/// What a `known=yes` warm-up asks the server for: a path no data set holds.
+const WARMUP_PATH: &str = ".longhaul-lab-warmup";
 
 /// `longhaul get|put` up to its paths: trust on first use, quiet, cold, and
 /// the tool's settings.

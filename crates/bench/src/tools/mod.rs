@@ -68,6 +68,12 @@ pub trait Adapter: Sync {
     /// Writes its config files under `s.run` and returns its command lines
     /// (`s.receivers` is not empty).
     fn commands(&self, s: &Setup) -> Result<Commands>;
+    /// Commands run one after another once the daemons are ready and before
+    /// the timed actors, not timed (their exit status is not looked at): a
+    /// client that has been to the server before. None by default.
+    fn warmups(&self, _s: &Setup) -> Vec<Proc> {
+        Vec::new()
+    }
     /// Whether receiver `i` says it has completed `files` files, for a tool
     /// whose receiver reports it (its run directory is `run`); None where the
     /// tree alone tells (every file there with every byte).
@@ -290,6 +296,11 @@ impl Tool {
             bail!("no receivers");
         }
         self.0.commands(s)
+    }
+
+    /// See [`Adapter::warmups`].
+    pub fn warmups(self, s: &Setup) -> Vec<Proc> {
+        self.0.warmups(s)
     }
 }
 

@@ -27,3 +27,4 @@ mod sync;
 mod tree;
 mod trust;
 mod two_writers;
+mod zero_rtt;

@@ -1,0 +1,238 @@
+//! A known server takes a client's request from its first flight (QUIC
+//! 0-RTT, with the ticket and the address-validation token the client kept
+//! from an earlier run), a restarted server refuses the ticket and the
+//! transfer still completes, and a first flight alone (what an attacker
+//! can record and replay) makes no put happen.
+
+use longhaul_testkit::*;
+use std::ffi::OsString;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// `get|put ARGS --json` through `c`: the exit code 0 and the report.
+fn json(c: &Client, sub: &str, args: &[OsString]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.push("--json".into());
+    let out = c.run(sub, a);
+    out.expect_code(0);
+    out.json()
+}
+
+#[test]
+fn a_known_server_takes_the_request_from_the_first_flight_and_a_restarted_one_refuses_it() {
+    let t = Tmp::new("zero-rtt");
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    gen_file(&root.join("a.bin"), 1, 3 * MIB + 17);
+    let state = t.join("state");
+    let srv = ServeCfg::new(&root, &state).writable().start();
+    let port = srv.port;
+    let kh = t.join("config/known_hosts");
+    let c = Client::new(&kh);
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let get = |extra: &[&str]| {
+        let _ = std::fs::remove_file(dest.join("a.bin"));
+        let mut a: Vec<OsString> = extra.iter().map(OsString::from).collect();
+        a.extend([remote(port, "a.bin"), dest.clone().into()]);
+        let j = json(&c, "get", &a);
+        assert_eq!(
+            hash_file(&dest.join("a.bin")),
+            hash_file(&root.join("a.bin"))
+        );
+        j
+    };
+
+    // First contact: no ticket, the request after the handshake.
+    let j = get(&["--accept-new"]);
+    assert_eq!(j["zero_rtt"], "none", "{j:#}");
+    // It left a ticket and a token beside the known-hosts file, private.
+    let kept = t.join("config/known_hosts.resume");
+    let text = std::fs::read_to_string(&kept).unwrap();
+    assert!(
+        text.contains(" ticket ") && text.contains(" token "),
+        "{text}"
+    );
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&kept).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+
+    // Known: the request rides in the first flight, again and again.
+    for _ in 0..3 {
+        let j = get(&[]);
+        assert_eq!(j["zero_rtt"], "accepted", "{j:#}");
+    }
+    // A put's Hello rides early too; the server acts on it once the
+    // handshake has ended.
+    let src = t.join("up.bin");
+    gen_file(&src, 2, 2 * MIB + 3);
+    let j = json(&c, "put", &[src.clone().into(), remote(port, "up.bin")]);
+    assert_eq!(j["zero_rtt"], "accepted", "{j:#}");
+    assert_eq!(hash_file(&root.join("up.bin")), hash_file(&src));
+
+    // A restarted server (same key) holds no tickets: refused, and the
+    // request goes again after the handshake.
+    srv.kill();
+    let srv2 = ServeCfg::new(&root, &state).writable().port(port).start();
+    assert_eq!(srv2.fingerprint, srv.fingerprint);
+    let j = get(&[]);
+    assert_eq!(j["zero_rtt"], "refused", "{j:#}");
+    assert_eq!(j["files"][0]["status"], "verified");
+    // ... and the new server's ticket serves the next run.
+    let j = get(&[]);
+    assert_eq!(j["zero_rtt"], "accepted", "{j:#}");
+}
+
+/// A UDP relay between a client and a server on loopback that can cut the
+/// client off after its first flight (what it sent before the server's
+/// first answer), and send that flight again.
+struct Relay {
+    front: SocketAddr,
+    /// 0: relay everything; 1: relay only each connection's first flight.
+    mode: Arc<AtomicU8>,
+    /// The server has answered since the mode was set.
+    answered: Arc<AtomicBool>,
+    /// The client datagrams of the first flight since the mode was set.
+    flight: Arc<Mutex<Vec<Vec<u8>>>>,
+    back: Arc<UdpSocket>,
+}
+
+impl Relay {
+    fn start(server: SocketAddr) -> Relay {
+        let front = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let back = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        back.connect(server).unwrap();
+        let client: Arc<Mutex<Option<SocketAddr>>> = Default::default();
+        let mode = Arc::new(AtomicU8::new(0));
+        let answered = Arc::new(AtomicBool::new(false));
+        let flight: Arc<Mutex<Vec<Vec<u8>>>> = Default::default();
+        {
+            let (front, back, client) = (front.clone(), back.clone(), client.clone());
+            let (mode, answered, flight) = (mode.clone(), answered.clone(), flight.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok((n, from)) = front.recv_from(&mut buf) {
+                    *client.lock().unwrap() = Some(from);
+                    if !answered.load(Ordering::SeqCst) {
+                        flight.lock().unwrap().push(buf[..n].to_vec());
+                    } else if mode.load(Ordering::SeqCst) == 1 {
+                        continue;
+                    }
+                    let _ = back.send(&buf[..n]);
+                }
+            });
+        }
+        {
+            let (front, back) = (front.clone(), back.clone());
+            let answered = answered.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = back.recv(&mut buf) {
+                    answered.store(true, Ordering::SeqCst);
+                    if let Some(c) = *client.lock().unwrap() {
+                        let _ = front.send_to(&buf[..n], c);
+                    }
+                }
+            });
+        }
+        Relay {
+            front: front.local_addr().unwrap(),
+            mode,
+            answered,
+            flight,
+            back,
+        }
+    }
+
+    /// From now on: `mode`, and a new first flight to record.
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::SeqCst);
+        self.flight.lock().unwrap().clear();
+        self.answered.store(false, Ordering::SeqCst);
+    }
+
+    /// Sends the recorded first flight to the server again, from the same
+    /// address.
+    fn replay(&self) -> usize {
+        let flight = self.flight.lock().unwrap().clone();
+        for d in &flight {
+            self.back.send(d).unwrap();
+        }
+        flight.len()
+    }
+}
+
+/// Nothing a put makes: no file by `name` and no part file anywhere.
+fn nothing_put(root: &std::path::Path, name: &str) {
+    assert!(!root.join(name).exists(), "{name} was put");
+    for e in std::fs::read_dir(root).unwrap() {
+        let n = e.unwrap().file_name();
+        assert!(
+            !n.to_string_lossy().contains(".lh-part"),
+            "a part file was made: {n:?}"
+        );
+    }
+}
+
+#[test]
+fn a_first_flight_alone_or_replayed_puts_nothing() {
+    let t = Tmp::new("zero-rtt-replay");
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let srv = ServeCfg::new(&root, &t.join("state"))
+        .writable()
+        .env("LONGHAUL_LOG", "info,longhaul_quic=debug")
+        .start();
+    let relay = Relay::start(format!("127.0.0.1:{}", srv.port).parse().unwrap());
+    let port = relay.front.port();
+    let c = Client::new(t.join("known_hosts"));
+    let src = t.join("up.bin");
+    gen_file(&src, 3, MIB + 5);
+    let put = |name: &str, trust: &[&str]| {
+        let mut a: Vec<OsString> = trust.iter().map(OsString::from).collect();
+        a.extend([src.clone().into(), remote(port, name)]);
+        a.push("--json".into());
+        c.cmd("put", a)
+    };
+
+    // First contact through the relay: the client keeps a ticket and a token.
+    let out = run(put("warm.bin", &["--accept-new"]));
+    out.expect_code(0);
+    assert_eq!(out.json()["zero_rtt"], "none");
+
+    // A genuine put from the first flight, recorded.
+    relay.set(0);
+    let out = run(put("genuine.bin", &[]));
+    out.expect_code(0);
+    assert_eq!(out.json()["zero_rtt"], "accepted");
+    assert_eq!(hash_file(&root.join("genuine.bin")), hash_file(&src));
+    // Its first flight sent again from the same address once it is gone
+    // (the server is asked to put genuine.bin again): nothing is put (the
+    // ticket resumes once, the token validates once).
+    std::fs::remove_file(root.join("genuine.bin")).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = relay.replay();
+    assert!(sent >= 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    nothing_put(&root, "genuine.bin");
+
+    // A client cut off after its first flight (the server never sees its
+    // Finished, as with a replay): the put's Hello came and was answered,
+    // and the session waits for the handshake before it takes anything.
+    relay.set(1);
+    let mut cmd = put("cut.bin", &[]);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let _ = child.kill();
+    let _ = child.wait();
+    nothing_put(&root, "cut.bin");
+    let log = srv.log_text();
+    assert!(
+        log.contains("a put before the handshake ended: its data waits"),
+        "the early Hello reached the server:\n{log}"
+    );
+}
