@@ -338,6 +338,8 @@ pub(crate) struct Switchable {
     rtt: Duration,
     /// The least RTT measured so far (None before the first ACK).
     min_rtt: Option<Duration>,
+    /// The RTT to start from while none is measured ([`CcHandle::seed_rtt`]).
+    seed: Option<Duration>,
     mtu: u16,
     created: Instant,
 }
@@ -363,13 +365,14 @@ impl Switchable {
             self.max_rate = max_rate;
         }
         if let Some(s) = seed {
+            self.seed = Some(s);
             self.rtt = s;
         }
         if rebuild {
             self.inner = self.choice.hinted(self.max_rate).build(
                 self.created,
                 self.mtu,
-                self.min_rtt.or(seed),
+                self.min_rtt.or(self.seed),
             );
         }
     }
@@ -428,6 +431,7 @@ impl Controller for Switchable {
             max_rate: self.max_rate,
             rtt: self.rtt,
             min_rtt: self.min_rtt,
+            seed: self.seed,
             mtu: self.mtu,
             created: self.created,
         })
@@ -475,6 +479,7 @@ impl ControllerFactory for CcFactory {
             max_rate: self.max_rate,
             rtt: Duration::from_millis(100),
             min_rtt: None,
+            seed: None,
             mtu,
             created: now,
         })
@@ -484,6 +489,28 @@ impl ControllerFactory for CcFactory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 0-RTT session's seed survives a switch of controller that comes
+    /// after it (the client's `Hello.cc`): the first window is the seeded
+    /// RTT's, not the least one of a controller that knows no RTT.
+    #[test]
+    fn a_seeded_rtt_survives_a_later_switch() {
+        let factory = CcFactory::new(CcChoice::Wan(0), 0);
+        let now = Instant::now();
+        let mut fresh = factory.clone().build(now, 1200);
+        let cold = fresh.window();
+        let mut c = factory.clone().build(now, 1200);
+        let handle = factory.take_last().unwrap();
+        handle.seed_rtt(Duration::from_millis(700));
+        c.on_sent(now, 0, 0);
+        let seeded = c.window();
+        assert!(seeded > cold, "seeded {seeded} > cold {cold}");
+        handle.set(Some(CcChoice::Wan(0)), 0);
+        c.on_sent(now, 0, 1);
+        assert_eq!(c.window(), seeded, "the switch kept the seed");
+        fresh.on_sent(now, 0, 0);
+        assert_eq!(fresh.window(), cold);
+    }
 
     #[test]
     fn rates_and_choices_parse() {

@@ -516,8 +516,9 @@ fn session_key() -> Result<Vec<u8>, Problem> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ZeroRtt {
-    /// No ticket from this server was held (first contact, `--ssh`, or the
-    /// ones held were used or expired): the request came after the handshake.
+    /// The request came after the handshake: no ticket from this server was
+    /// held (first contact, `--ssh`, or the ones held were used or
+    /// expired), or the session runs over several connections.
     #[default]
     None,
     /// The server took the request from the first flight.

@@ -262,6 +262,10 @@ impl Server {
                 remote,
                 &self.factory,
             );
+            // The client's address-validation token proved its address (a
+            // forged source has none for it): what it sends in its first
+            // flight is its own ([`early_ok`]).
+            let validated = incoming.remote_address_validated();
             let connecting = match incoming.accept_with(Arc::new(sc)) {
                 Ok(c) => c,
                 Err(e) => {
@@ -308,23 +312,25 @@ impl Server {
                             }
                         };
                         let _ = done.send(Some(ok));
+                        ok
                     }
                 };
-                let handshake = Handshake(handshake);
-                tokio::join!(
-                    watch,
-                    session(
-                        ctx.clone(),
-                        conn.clone(),
-                        cc,
-                        served.clone(),
-                        slot,
-                        handshake
-                    )
+                let handshake = Handshake {
+                    ended: handshake,
+                    validated,
+                };
+                let session = session(
+                    ctx.clone(),
+                    conn.clone(),
+                    cc,
+                    served.clone(),
+                    slot,
+                    handshake,
                 );
-                // (Only a connection whose client acknowledged something
-                // measured the path.)
-                if conn.stats().frame_rx.acks > 0 {
+                let (completed, ()) = tokio::join!(watch, session);
+                // (Only a handshake that completed measured the path: an
+                // Initial with a forged source could acknowledge at will.)
+                if completed {
                     ctx.rtts.remember(client, conn.rtt());
                 }
                 if ctx.opts.once && served.load(Ordering::Relaxed) {
@@ -349,8 +355,8 @@ impl Server {
 /// client's next run uses the spare.
 const TICKETS_SENT: usize = 2;
 
-/// Session tickets a server keeps (one per connection served, the oldest
-/// dropped first): about 300 bytes each.
+/// Session tickets a server keeps ([`TICKETS_SENT`] per connection served,
+/// the oldest dropped first): about 300 bytes each.
 const TICKETS_KEPT: usize = 4096;
 
 /// What address-validation tokens (NEW_TOKEN, and Retry's) are made and
@@ -682,20 +688,20 @@ fn closed_done(conn: &quinn::Connection) -> bool {
 /// session) or a `Join` (another connection of one).
 async fn first_frame(
     rx: &mut CtlRx,
-    by: tokio::time::Instant,
+    by: impl std::future::Future<Output = ()>,
 ) -> Result<Frame, (ErrorCode, String)> {
     let protocol = |m: String| (ErrorCode::Protocol, m);
-    match tokio::time::timeout_at(by, rx.recv()).await {
-        Err(_) => Err(protocol(format!(
-            "no Hello within {} s",
-            HELLO_WAIT.as_secs()
-        ))),
-        Ok(None) => Err(protocol("connection closed before Hello".into())),
+    let got = tokio::select! {
+        f = rx.recv() => f,
+        () = by => return Err(protocol(format!("no Hello within {} s", HELLO_WAIT.as_secs()))),
+    };
+    match got {
+        None => Err(protocol("connection closed before Hello".into())),
         // A Hello of another version, which did not decode as ours.
-        Ok(Some(Err(p))) if p.peer_version.is_some() => Err((ErrorCode::Version, p.message)),
-        Ok(Some(Err(p))) => Err(protocol(p.message)),
-        Ok(Some(Ok(f @ (Frame::Hello(_) | Frame::Join { .. })))) => Ok(f),
-        Ok(Some(Ok(other))) => Err(protocol(format!(
+        Some(Err(p)) if p.peer_version.is_some() => Err((ErrorCode::Version, p.message)),
+        Some(Err(p)) => Err(protocol(p.message)),
+        Some(Ok(f @ (Frame::Hello(_) | Frame::Join { .. }))) => Ok(f),
+        Some(Ok(other)) => Err(protocol(format!(
             "protocol error: expected Hello, got {other:?}"
         ))),
     }
@@ -854,37 +860,46 @@ fn token_ok(expected: &Option<Vec<u8>>, got: &[u8]) -> bool {
 
 /// One client's session. `served` is set once it passed the token check
 /// (for `once`: as the session the server exists for).
-/// Whether a connection's handshake has completed (the client's Finished
-/// verified): None while it runs.
-struct Handshake(tokio::sync::watch::Receiver<Option<bool>>);
+/// A connection's handshake as its session sees it.
+struct Handshake {
+    /// Whether it has completed (the client's Finished verified): None
+    /// while it runs.
+    ended: tokio::sync::watch::Receiver<Option<bool>>,
+    /// The client's address was validated before it (a NEW_TOKEN token).
+    validated: bool,
+}
 
 impl Handshake {
     /// Whether the handshake has ended (completed or failed).
     fn ended(&self) -> bool {
-        self.0.borrow().is_some()
+        self.ended.borrow().is_some()
     }
 
     /// Waits for the handshake's end: true when it completed.
     async fn done(&self) -> bool {
-        match self.0.clone().wait_for(Option::is_some).await {
+        match self.ended.clone().wait_for(Option::is_some).await {
             Ok(v) => v.unwrap_or(false),
             Err(_) => false,
         }
     }
 }
 
-/// Whether a session may read `first`, its first frame, before its
+/// Whether a session may act on `first`, its first frame, before its
 /// connection's handshake has completed: the frame may have come in the
 /// client's first flight (0-RTT), which an attacker can record and replay
-/// (RFC 9001 §9.2; docs/PROTOCOL.md §1.12). A get's `Hello` may: a replay
-/// makes the server read files and send them encrypted to keys only the
-/// real client holds (and the ticket it needs resumes once). A put's may be
-/// answered (its `Welcome` only looks at the destination), but the session
-/// waits for the handshake before it takes any data ([`session`]). A
-/// session over several connections, and a connection's `Join`, wait
-/// outright: they register the session's key.
-fn early_ok(first: &Frame) -> bool {
-    matches!(first, Frame::Hello(h) if h.connections <= 1)
+/// (RFC 9001 §9.2; docs/PROTOCOL.md §1.12), and a first flight's source
+/// address may be forged. Only from a client whose address a token
+/// validated (a replayed token is refused: it validates once), and only a
+/// `Hello` of one connection: a get's is served at once (a replay makes
+/// the server read files and send them encrypted to keys only the real
+/// client holds); a put's is answered (its `Welcome` only looks at the
+/// destination), and the session waits for the handshake before it takes
+/// any data ([`session`]). Anything else waits for the handshake: its token
+/// check (a wrong one counts against the address), its session slot, a
+/// session over several connections and a connection's `Join` (they
+/// register the session's key).
+fn early_ok(first: &Frame, validated: bool) -> bool {
+    validated && matches!(first, Frame::Hello(h) if h.connections <= 1)
 }
 
 async fn session(
@@ -896,21 +911,40 @@ async fn session(
     handshake: Handshake,
 ) {
     let remote = conn.remote_address();
-    let hello_by = tokio::time::Instant::now() + HELLO_WAIT;
-    let (send, recv) = match tokio::time::timeout_at(hello_by, conn.accept_bi()).await {
-        Ok(Ok(s)) => s,
-        _ => {
-            conn.close(VarIntCode::FATAL, b"no control stream");
-            return;
+    // The control stream and its first frame within HELLO_WAIT of the
+    // handshake's end (the session starts as the connection is accepted; a
+    // handshake that does not end within HANDSHAKE_WAIT closes it).
+    let hello_by = {
+        let mut ended = handshake.ended.clone();
+        async move {
+            let _ = ended.wait_for(Option::is_some).await;
+            tokio::time::sleep(HELLO_WAIT).await;
         }
+    };
+    tokio::pin!(hello_by);
+    let stream = tokio::select! {
+        s = conn.accept_bi() => s.ok(),
+        () = &mut hello_by => None,
+    };
+    let Some((send, recv)) = stream else {
+        conn.close(VarIntCode::FATAL, b"no control stream");
+        return;
     };
     let (ctl, writer) = spawn_writer(send);
     let mut rx = spawn_reader(recv);
-    let first = first_frame(&mut rx, hello_by).await;
-    if !first.as_ref().is_ok_and(early_ok) && !handshake.ended() {
+    let first = first_frame(&mut rx, &mut hello_by).await;
+    if !first
+        .as_ref()
+        .is_ok_and(|f| early_ok(f, handshake.validated))
+        && !handshake.ended()
+    {
         tracing::debug!("{remote}: the first frame came before the handshake ended: it waits");
     }
-    if !first.as_ref().is_ok_and(early_ok) && !handshake.done().await {
+    if !first
+        .as_ref()
+        .is_ok_and(|f| early_ok(f, handshake.validated))
+        && !handshake.done().await
+    {
         tracing::debug!("{remote}: no handshake: the first frame is dropped unread");
         return;
     }
