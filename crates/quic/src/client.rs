@@ -530,19 +530,21 @@ pub enum ZeroRtt {
 }
 
 /// The control stream opened and `hello` written to it: its writer, the
-/// writer's task and the reader of the server's frames.
+/// writer's task, the reader of the server's frames, and whether the stream
+/// was opened in 0-RTT (before the handshake completed).
 async fn send_hello(
     conn: &quinn::Connection,
     hello: Frame,
-) -> Result<(CtlTx, crate::control::Writer, CtlRx), Problem> {
+) -> Result<(CtlTx, crate::control::Writer, CtlRx, bool), Problem> {
     let (send, recv) = conn
         .open_bi()
         .await
         .map_err(|e| conn_err(format!("opening the control stream: {e}")))?;
+    let early = recv.is_0rtt();
     let (ctl, writer) = spawn_writer(send);
     let rx = spawn_reader(recv);
     ctl.send(hello).await?;
-    Ok((ctl, writer, rx))
+    Ok((ctl, writer, rx, early))
 }
 
 /// No handshake within `t`.
@@ -652,9 +654,11 @@ async fn connect(
                 (Some(_), true) => ZeroRtt::Accepted,
                 (Some(_), false) => ZeroRtt::Refused,
             };
-            // (Refused: the Hello is sent again below.)
+            // Refused: the Hello is sent again below, unless its stream
+            // was opened after the handshake had completed after all (a
+            // busy client): then it went in 1-RTT, and is the one.
             let sent = match sent {
-                Some(Ok(s)) if accepted => Some(s),
+                Some(Ok((ctl, writer, rx, early))) if accepted || !early => Some((ctl, writer, rx)),
                 Some(Err(p)) if accepted => return Err(p),
                 _ => None,
             };
@@ -708,7 +712,10 @@ async fn connect(
     }
     let (ctl, writer, mut rx) = match early {
         Some(sent) => sent,
-        None => send_hello(&conn, hello).await?,
+        None => {
+            let (ctl, writer, rx, _) = send_hello(&conn, hello).await?;
+            (ctl, writer, rx)
+        }
     };
     let (server, fresh, streams) = match rx.recv().await {
         Some(Ok(Frame::Welcome {
