@@ -284,6 +284,10 @@ pub struct NetArgs {
 #[derive(Args)]
 pub struct TransferArgs {
     /// Known-hosts file [default: $XDG_CONFIG_HOME/longhaul/known_hosts].
+    /// Beside it, FILE.resume (mode 0600) keeps each known server's session
+    /// tickets and address-validation tokens, so the next transfer with it
+    /// sends its request in its first flight (QUIC 0-RTT: the first data one
+    /// round trip after the start, not two); `--json` says `zero_rtt`.
     #[arg(long, value_name = "FILE")]
     pub known_hosts: Option<PathBuf>,
     /// Trust the server only if its fingerprint is this (SHA256:...).
