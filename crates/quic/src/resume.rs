@@ -149,6 +149,13 @@ impl Locked {
         Ok(Locked { file, entries })
     }
 
+    /// Drops `host`'s entries stored under another fingerprint than `fp`
+    /// (its known-hosts entry changed).
+    fn drop_other_keys(&mut self, host: &str, fp: &str) {
+        self.entries
+            .retain(|e| e.host != host || e.fingerprint == fp);
+    }
+
     fn write(mut self) -> std::io::Result<()> {
         let skip = self.entries.len().saturating_sub(MAX_LINES);
         let text: String = self.entries[skip..].iter().map(Entry::line).collect();
@@ -243,7 +250,7 @@ impl Resume {
             }
         };
         let host = &self.policy.host;
-        f.entries.retain(|e| e.host != *host || e.fingerprint == fp);
+        f.drop_other_keys(host, &fp);
         let at = f
             .entries
             .iter()
@@ -267,7 +274,7 @@ impl Resume {
         };
         let stored = Locked::open(&self.path).and_then(|mut f| {
             let host = &self.policy.host;
-            f.entries.retain(|e| e.host != *host || e.fingerprint == fp);
+            f.drop_other_keys(host, &fp);
             f.entries.push(Entry {
                 host: host.clone(),
                 fingerprint: fp,

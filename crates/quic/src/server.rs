@@ -936,17 +936,14 @@ async fn session(
     if !first
         .as_ref()
         .is_ok_and(|f| early_ok(f, handshake.validated))
-        && !handshake.ended()
     {
-        tracing::debug!("{remote}: the first frame came before the handshake ended: it waits");
-    }
-    if !first
-        .as_ref()
-        .is_ok_and(|f| early_ok(f, handshake.validated))
-        && !handshake.done().await
-    {
-        tracing::debug!("{remote}: no handshake: the first frame is dropped unread");
-        return;
+        if !handshake.ended() {
+            tracing::debug!("{remote}: the first frame came before the handshake ended: it waits");
+        }
+        if !handshake.done().await {
+            tracing::debug!("{remote}: no handshake: the first frame is dropped unread");
+            return;
+        }
     }
     // A request before the handshake ended came in the first flight: the
     // connection has no RTT sample yet; start from the last one's.
