@@ -4,6 +4,7 @@ mod args;
 mod demo;
 mod lab;
 mod lab_args;
+mod logging;
 mod manpages;
 mod multicast;
 mod progress;
@@ -60,17 +61,20 @@ fn main() {
             0
         }))),
         Command::Multicast(a) => {
-            init_logging("warn");
+            logging::init("warn", true);
             std::process::exit(finish(multicast::run(a.command)))
         }
         c => Cli { command: c },
     };
-    init_logging(match &cli.command {
-        // The one-shot server's stderr is its ssh client's.
-        Command::Serve(a) if a.once => "error",
-        Command::Serve(_) => "info",
-        _ => "warn",
-    });
+    logging::init(
+        match &cli.command {
+            // The one-shot server's stderr is its ssh client's.
+            Command::Serve(a) if a.once => "error",
+            Command::Serve(_) => "info",
+            _ => "warn",
+        },
+        matches!(&cli.command, Command::Serve(a) if !a.once),
+    );
     // A transfer is one connection, driven by one quinn task: a second
     // worker only moves its tasks between threads (futex wake-ups, cold
     // caches), 1 CPU-s of 8.5 per GB on the lab's 1 Gbit/s path. Disk
@@ -101,41 +105,6 @@ fn main() {
     // files journal what they hold (after Ctrl-C, say) before the process exits.
     rt.shutdown_timeout(std::time::Duration::from_secs(5));
     std::process::exit(code);
-}
-
-/// Logs on stderr at `default_level` unless LONGHAUL_LOG says otherwise.
-fn init_logging(default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LONGHAUL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(|| EscapingStderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .init();
-}
-
-/// Stderr for log lines: the far side's names and messages in a line
-/// cannot forge another line or reach the terminal as controls (each write
-/// is one event, its newline at the end; the logger escapes ESC in what it
-/// is given and colours the rest itself).
-struct EscapingStderr;
-
-impl Write for EscapingStderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let text = String::from_utf8_lossy(buf);
-        let (line, nl) = match text.strip_suffix('\n') {
-            Some(l) => (l, "\n"),
-            None => (&*text, ""),
-        };
-        let line = longhaul_transfer::shown::shown_keeping_esc(line);
-        std::io::stderr().write_all(format!("{line}{nl}").as_bytes())?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
-    }
 }
 
 async fn run(cli: Cli) -> i32 {
@@ -645,6 +614,7 @@ pub(crate) fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOp
         exact_modes: a.exact_modes,
         interrupt: Default::default(),
         connect_timeout: None,
+        retry_for: a.retry_for,
     })
 }
 
@@ -736,6 +706,16 @@ pub(crate) async fn drive(
 
 /// Print the outcome (JSON or human) and pick the exit status.
 fn conclude(r: Result<ClientReport, Problem>, op: &str, t: &TransferArgs) -> i32 {
+    // The socket errors of a link that was down, in one line (the details
+    // of a datagram it could not send are noise here).
+    if let (Some((n, first)), false) = (logging::socket_errors(), t.quiet) {
+        let first = first.split(", Transmit").next().unwrap_or_default();
+        eprintln!(
+            "longhaul: the network refused datagrams while the link was down \
+             ({n} report(s), at most one per socket and minute): {}",
+            shown(first)
+        );
+    }
     match r {
         Ok(rep) => {
             if let (Some(fp), false) = (&rep.fingerprint, t.quiet || t.json) {
@@ -814,11 +794,25 @@ fn summary(r: &ClientReport) -> String {
             b as f64 / 1e3
         ),
     };
+    let outages: String = r
+        .outages
+        .iter()
+        .filter_map(|o| {
+            o.down_s.map(|d| {
+                format!(
+                    "\nlink lost at {:.1} s ({}): reconnected {d:.1} s later ({} attempt(s)) and resumed",
+                    o.lost_at_s,
+                    shown(&o.cause),
+                    o.attempts
+                )
+            })
+        })
+        .collect();
     format!(
         "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {} symlink(s)\n\
          {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed, \
          {:.1} MB skipped; \
-         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}",
+         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}{}",
         r.op,
         t.files,
         t.verified,
@@ -842,7 +836,8 @@ fn summary(r: &ClientReport) -> String {
         r.cc,
         start,
         repair,
-        behind
+        behind,
+        outages
     )
 }
 

@@ -43,6 +43,8 @@ pub fn start(p: &Arc<Progress>, quiet: bool) -> Bar {
         let started = std::time::Instant::now();
         let mut last = (std::time::Instant::now(), 0u64);
         let mut rate = 0.0;
+        // When the bytes done last changed, and to what.
+        let mut moved = (started, 0u64);
         loop {
             tokio::select! {
                 _ = &mut rx => return,
@@ -50,6 +52,23 @@ pub fn start(p: &Arc<Progress>, quiet: bool) -> Bar {
             }
             let done = Progress::get(&p.bytes_done);
             let now = std::time::Instant::now();
+            if done != moved.1 {
+                moved = (now, done);
+            }
+            if let Some((lost, attempts)) = p.retrying() {
+                // (Since the last data: the loss is found after the idle
+                // timeout's silence.)
+                let quiet = now.duration_since(moved.0.min(lost)).as_secs();
+                b.set_message(format!(
+                    "link down, retrying ({}:{:02}; attempt {})",
+                    quiet / 60,
+                    quiet % 60,
+                    attempts.max(1)
+                ));
+                last = (now, done);
+                rate = 0.0;
+                continue;
+            }
             let dt = now.duration_since(last.0).as_secs_f64();
             if dt >= 0.5 {
                 rate = (done.saturating_sub(last.1)) as f64 * 8.0 / dt / 1e6;
@@ -58,8 +77,14 @@ pub fn start(p: &Arc<Progress>, quiet: bool) -> Bar {
             let mean = done as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6;
             b.set_length(Progress::get(&p.bytes_total).max(done));
             b.set_position(done);
+            let quiet = now.duration_since(moved.0).as_secs();
+            let stalled = match quiet {
+                // (A silent path is found lost after the 15 s idle timeout.)
+                5.. if done > 0 => format!(", no data for {}:{:02}", quiet / 60, quiet % 60),
+                _ => String::new(),
+            };
             b.set_message(format!(
-                "files {}/{} {:.0} Mbit/s (mean {:.0})",
+                "files {}/{} {:.0} Mbit/s (mean {:.0}){stalled}",
                 Progress::get(&p.files_done),
                 Progress::get(&p.files_total),
                 rate,

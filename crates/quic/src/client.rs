@@ -11,7 +11,7 @@ use crate::net::{
 use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, MAX_CONNECTIONS, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
 use crate::receiver::{run_receiver, Destination, RecvOpts};
-use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
+use crate::report::{FileReport, Kind, Problem, Progress, SessionReport};
 use crate::sender::{run_sender, SendOpts, SendRoot, SendRootResult};
 use cap_std::fs::Dir;
 use longhaul_transfer::landing::{self, Landing};
@@ -66,6 +66,11 @@ pub struct ClientOpts {
     /// server started over ssh is known to be up, so silence there means
     /// UDP is blocked, and the user hears it within seconds.
     pub connect_timeout: Option<Duration>,
+    /// How long a transfer whose connection was lost (a dead path, a
+    /// server restarting) keeps trying to reconnect and resume before it
+    /// fails (`--retry-for`); zero: it fails at once. Counted from each
+    /// loss. The first connection of a run is not retried.
+    pub retry_for: Duration,
 }
 
 /// A handle on a transfer's connection for the user's Ctrl-C: dropping the
@@ -126,6 +131,7 @@ impl ClientOpts {
             streams: 0,
             connections: 1,
             connect_timeout: None,
+            retry_for: Duration::ZERO,
             sync: SyncMode::SizeMtime,
             rates: None,
             durable: true,
@@ -234,6 +240,15 @@ pub struct ClientReport {
     /// last packets' losses cost. None on a put, or when no stream was
     /// protected.
     pub tail_s: Option<f64>,
+    /// Sessions the transfer reconnected for after losing its connection
+    /// (`--retry-for`); each resumed where the one before had got to.
+    pub reconnects: u32,
+    /// The outages it rode out, or the one it gave up on.
+    pub outages: Vec<crate::retry::Outage>,
+    /// Files under way when a failed transfer ended, as far as they got
+    /// (not counted in `files` or `totals`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unsettled: Vec<FileReport>,
 }
 
 /// What one connection of a session carried.
@@ -370,6 +385,29 @@ pub const DEFAULT_STREAMS: usize = 4;
 
 fn conn_err(msg: impl Into<String>) -> Problem {
     Problem::new(Kind::Connection, msg)
+}
+
+/// Whether a connection that ended with `e` was lost to its path (an idle
+/// timeout, a stateless reset from a server that restarted) or to a server
+/// that asked to be tried later (shutting down, busy), not refused.
+fn lost(e: &quinn::ConnectionError) -> bool {
+    use crate::server::{BUSY, SHUTDOWN};
+    match e {
+        quinn::ConnectionError::TimedOut | quinn::ConnectionError::Reset => true,
+        quinn::ConnectionError::ApplicationClosed(a) => {
+            a.error_code == quinn::VarInt::from_u32(SHUTDOWN)
+                || a.error_code == quinn::VarInt::from_u32(BUSY)
+        }
+        _ => false,
+    }
+}
+
+/// `p`, marked [transient](Problem::transient) when `conn` was [`lost`].
+fn marked(mut p: Problem, conn: &quinn::Connection) -> Problem {
+    if conn.close_reason().is_some_and(|e| lost(&e)) {
+        p.transient = true;
+    }
+    p
 }
 
 /// The verifier's verdict on the server's certificate, once the handshake ran.
@@ -555,12 +593,15 @@ fn no_answer(host: &str, port: u16, addr: SocketAddr, t: Duration) -> Problem {
     } else {
         format!("{named} ({addr})")
     };
-    conn_err(format!(
-        "no answer over UDP from {shown} within {} s: the server was started, \
-         so UDP port {port} is likely blocked between the hosts (a firewall), \
-         or the answers do not come back",
-        t.as_secs()
-    ))
+    Problem {
+        transient: true,
+        ..conn_err(format!(
+            "no answer over UDP from {shown} within {} s: the server was started, \
+             so UDP port {port} is likely blocked between the hosts (a firewall), \
+             or the answers do not come back",
+            t.as_secs()
+        ))
+    }
 }
 
 /// The handshake failed with `e`; `trust` is what the verifier saw.
@@ -584,7 +625,10 @@ fn connect_error(
         ),
         _ => String::new(),
     };
-    conn_err(format!("cannot connect to {shown} ({addr}): {e}{hint}"))
+    Problem {
+        transient: lost(&e),
+        ..conn_err(format!("cannot connect to {shown} ({addr}): {e}{hint}"))
+    }
 }
 
 async fn connect(
@@ -597,7 +641,11 @@ async fn connect(
     let op_is_get = matches!(op, Op::Get { .. });
     let addr: SocketAddr = tokio::net::lookup_host((host, port))
         .await
-        .map_err(|e| conn_err(format!("cannot resolve {host}: {e}")))?
+        // (A name that resolved before may not while the path is down.)
+        .map_err(|e| Problem {
+            transient: true,
+            ..conn_err(format!("cannot resolve {host}: {e}"))
+        })?
         .next()
         .ok_or_else(|| conn_err(format!("{host} has no address")))?;
     let (endpoint, connecting, cc, outcome) = dial(addr, opts, opts.trust.clone(), !op_is_get)?;
@@ -713,7 +761,9 @@ async fn connect(
     let (ctl, writer, mut rx) = match early {
         Some(sent) => sent,
         None => {
-            let (ctl, writer, rx, _) = send_hello(&conn, hello).await?;
+            let (ctl, writer, rx, _) = send_hello(&conn, hello)
+                .await
+                .map_err(|p| marked(p, &conn))?;
             (ctl, writer, rx)
         }
     };
@@ -733,13 +783,14 @@ async fn connect(
                 "protocol error: expected Welcome, got {other:?}"
             )))
         }
-        Some(Err(p)) => return Err(p),
+        Some(Err(p)) => return Err(marked(p, &conn)),
         None => {
             let why = conn
                 .close_reason()
                 .map(|r| r.to_string())
                 .unwrap_or_default();
-            return Err(conn_err(format!("the server closed the connection {why}")));
+            let p = conn_err(format!("the server closed the connection {why}"));
+            return Err(marked(p, &conn));
         }
     };
     let mut extra = Vec::new();
@@ -868,26 +919,12 @@ fn build_report(
         zero_rtt,
     } = about;
     let seconds = started.elapsed().as_secs_f64();
-    let mut t = Totals {
+    r.files.sort_by(|a, b| a.path.cmp(&b.path));
+    let t = Totals {
         dirs: r.dirs,
         symlinks: r.symlinks,
-        ..Totals::default()
+        ..crate::retry::totals(&r.files)
     };
-    r.files.sort_by(|a, b| a.path.cmp(&b.path));
-    for f in &r.files {
-        t.files += 1;
-        t.bytes += f.size;
-        t.bytes_transferred += f.bytes_transferred;
-        t.bytes_resumed += f.bytes_resumed;
-        match f.status {
-            Status::Verified => t.verified += 1,
-            Status::Skipped => {
-                t.skipped += 1;
-                t.bytes_skipped += f.size;
-            }
-            Status::Failed => t.failed += 1,
-        }
-    }
     ClientReport {
         op,
         ok: r.problems.is_empty(),
@@ -930,6 +967,9 @@ fn build_report(
         final_mbps: None,
         to_90pct_s: None,
         zero_rtt,
+        reconnects: 0,
+        outages: Vec::new(),
+        unsettled: r.unsettled,
     }
 }
 
@@ -957,8 +997,154 @@ pub(crate) async fn close_sent(conn: &quinn::Connection, code: u32, reason: &[u8
     .await;
 }
 
-/// `get HOST:PATH... DEST`. Remote paths are bytes (any but NUL).
+/// `get HOST:PATH... DEST`. Remote paths are bytes (any but NUL). A lost
+/// connection is ridden out as `opts.retry_for` says ([`ride_out`]).
 pub async fn get<R: AsRef<[u8]>>(
+    host: &str,
+    port: u16,
+    remote: &[R],
+    local: &Path,
+    opts: &ClientOpts,
+    progress: Arc<Progress>,
+) -> Result<ClientReport, Problem> {
+    ride_out(opts, &progress.clone(), |o| {
+        let progress = progress.clone();
+        async move { get_once(host, port, remote, local, &o, progress).await }
+    })
+    .await
+}
+
+/// `put PATH... HOST:DEST`. The remote destination is bytes (any but NUL).
+/// A lost connection is ridden out as `opts.retry_for` says ([`ride_out`]).
+pub async fn put(
+    local: &[PathBuf],
+    host: &str,
+    port: u16,
+    remote_dest: &[u8],
+    opts: &ClientOpts,
+    progress: Arc<Progress>,
+) -> Result<ClientReport, Problem> {
+    ride_out(opts, &progress.clone(), |o| {
+        let progress = progress.clone();
+        async move { put_once(local, host, port, remote_dest, &o, progress).await }
+    })
+    .await
+}
+
+/// Runs `session` (one session of a get or a put, given its options) and,
+/// while a session ends with its connection lost ([`Problem::transient`]),
+/// connects again as [`crate::retry::Backoff`] says until a new session is
+/// welcomed, for up to `opts.retry_for` from each loss. Each new session
+/// resumes from the journals: a file placed is skipped (with `--overwrite`
+/// the sessions after the first compare checksums instead, so that the
+/// files placed before the loss do not cross again), a chunk journaled is
+/// not sent again. The first connection of the run is not retried: a
+/// server that never answered, or refused, is said at once. One report
+/// comes out ([`crate::retry::merge`]).
+async fn ride_out<F, Fut>(
+    opts: &ClientOpts,
+    progress: &Progress,
+    mut session: F,
+) -> Result<ClientReport, Problem>
+where
+    F: FnMut(ClientOpts) -> Fut,
+    Fut: std::future::Future<Output = Result<ClientReport, Problem>>,
+{
+    use crate::retry::{Backoff, Next, Outage};
+    let started = Instant::now();
+    let mut report = session(opts.clone()).await?;
+    let mut reports = Vec::new();
+    let mut outages = Vec::new();
+    let mut again = opts.clone();
+    if again.sync == SyncMode::Always {
+        again.sync = SyncMode::Checksum;
+    }
+    loop {
+        let cause = match report.problems.first() {
+            Some(p) if p.transient && !opts.retry_for.is_zero() => p.message.clone(),
+            _ => break,
+        };
+        let lost_at = Instant::now();
+        let rtt = Duration::from_secs_f64(report.rtt_ms.max(0.0) / 1e3);
+        let mut backoff = Backoff::new(opts.retry_for, rtt);
+        let mut outage = Outage {
+            lost_at_s: started.elapsed().as_secs_f64(),
+            down_s: None,
+            attempts: 0,
+            cause: cause.clone(),
+        };
+        tracing::info!(
+            "connection lost ({cause}); reconnecting for up to {:?}",
+            opts.retry_for
+        );
+        reports.push(report);
+        let next = loop {
+            *progress.retrying.lock().unwrap() = Some((lost_at, backoff.attempts()));
+            match backoff.next(lost_at.elapsed()) {
+                Next::GiveUp => break Err(None),
+                Next::Wait(w) => tokio::time::sleep(w).await,
+                Next::Attempt(t) => {
+                    let at = lost_at.elapsed();
+                    let o = ClientOpts {
+                        connect_timeout: Some(t),
+                        ..again.clone()
+                    };
+                    progress.restart();
+                    match session(o).await {
+                        Ok(r) => break Ok(r),
+                        Err(p) if p.transient => {
+                            tracing::debug!("reconnecting: {}", p.message);
+                            backoff.failed(at, lost_at.elapsed());
+                        }
+                        Err(p) => break Err(Some(p)),
+                    }
+                }
+            }
+        };
+        *progress.retrying.lock().unwrap() = None;
+        outage.attempts = backoff.attempts();
+        match next {
+            Ok(r) => {
+                // (Welcomed when its data phase began.)
+                let back = lost_at.elapsed().as_secs_f64() - r.data_seconds;
+                outage.down_s = Some(back.max(0.0));
+                tracing::info!(
+                    "reconnected after {back:.1} s ({} attempt(s)); resuming",
+                    outage.attempts
+                );
+                outages.push(outage);
+                report = r;
+            }
+            Err(refused) => {
+                report = reports.pop().expect("the lost session's report");
+                let p = match refused {
+                    Some(p) => p,
+                    None => Problem {
+                        message: format!(
+                            "{cause} (reconnecting failed for {}: {} attempt(s))",
+                            crate::retry::shown(opts.retry_for),
+                            outage.attempts
+                        ),
+                        ..report.problems.remove(0)
+                    },
+                };
+                report.problems.insert(0, p);
+                report.ok = false;
+                outages.push(outage);
+                break;
+            }
+        }
+    }
+    let reconnects = reports.len() as u32;
+    reports.push(report);
+    let mut merged = crate::retry::merge(reports, started.elapsed().as_secs_f64());
+    merged.reconnects = reconnects;
+    merged.outages = outages;
+    Ok(merged)
+}
+
+/// One session of a get.
+async fn get_once<R: AsRef<[u8]>>(
     host: &str,
     port: u16,
     remote: &[R],
@@ -1111,8 +1297,8 @@ fn local_source(p: &Path, name: &[u8]) -> Result<(SendRoot, RootSpec), Problem> 
     ))
 }
 
-/// `put PATH... HOST:DEST`. The remote destination is bytes (any but NUL).
-pub async fn put(
+/// One session of a put.
+async fn put_once(
     local: &[PathBuf],
     host: &str,
     port: u16,
@@ -1272,6 +1458,7 @@ async fn finish(
         e.conn.close(1u32.into(), p.message.as_bytes());
     }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), s.endpoint.wait_idle()).await;
+    let transient = why.as_ref().is_some_and(lost);
     let p = match why {
         Some(quinn::ConnectionError::ApplicationClosed(a)) if p.kind == Kind::Connection => {
             Problem::new(
@@ -1285,6 +1472,7 @@ async fn finish(
         }
         _ => p,
     };
+    let p = Problem { transient, ..p };
     report.problems.insert(0, p);
     let about = About {
         op,

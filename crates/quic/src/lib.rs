@@ -32,6 +32,7 @@ mod rates;
 mod receiver;
 mod report;
 mod resume;
+mod retry;
 mod sender;
 mod server;
 mod throttle;
@@ -44,4 +45,5 @@ pub use client::{
 };
 pub use net::{NetOpts, SendBudget};
 pub use report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
+pub use retry::{Outage, DEFAULT_RETRY_FOR};
 pub use server::{ServeOpts, Server, DEFAULT_MAX_SESSIONS, DEFAULT_PORT, DEFAULT_SEND_BUFFER};

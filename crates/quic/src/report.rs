@@ -56,6 +56,12 @@ pub struct Problem {
     /// `Fatal { Version }`).
     #[serde(skip)]
     pub peer_version: Option<u32>,
+    /// The connection was lost to the path or the server went away for a
+    /// while (an idle timeout, a stateless reset, a server restarting or
+    /// busy), not refused: a transfer may reconnect and resume
+    /// ([`crate::retry`]).
+    #[serde(skip)]
+    pub transient: bool,
 }
 
 impl Problem {
@@ -66,6 +72,7 @@ impl Problem {
             path: None,
             message: message.into(),
             peer_version: None,
+            transient: false,
         }
     }
 
@@ -152,6 +159,10 @@ pub struct SessionReport {
     /// The receiver's seconds from the last new data on a protected stream
     /// until the last of them was whole (None: no protected stream).
     pub tail_s: Option<f64>,
+    /// Files under way when the session failed, as far as they got (status
+    /// `Failed`, not counted in `files`): what a transfer that reconnects
+    /// adds to the next session's account of them ([`crate::retry::merge`]).
+    pub unsettled: Vec<FileReport>,
 }
 
 impl SessionReport {
@@ -178,6 +189,10 @@ pub struct Progress {
     /// stream) or came in (receiver: the first data stream). Unset until
     /// then; set once, so a `Progress` serves one session.
     pub first_data: std::sync::OnceLock<std::time::Instant>,
+    /// The connection was lost at this instant and the transfer is trying
+    /// to reconnect (`--retry-for`), with this many attempts so far; None
+    /// while a session is up.
+    pub retrying: std::sync::Mutex<Option<(std::time::Instant, u32)>>,
 }
 
 impl Progress {
@@ -189,5 +204,24 @@ impl Progress {
     /// The current value of `counter`.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// A new session of the transfer starts (after a lost connection): it
+    /// counts its files and bytes afresh, those placed or held included.
+    pub fn restart(&self) {
+        for c in [
+            &self.files_total,
+            &self.files_done,
+            &self.bytes_total,
+            &self.bytes_done,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// When the connection was lost and how many attempts have been made
+    /// to reconnect, while the transfer is trying to.
+    pub fn retrying(&self) -> Option<(std::time::Instant, u32)> {
+        *self.retrying.lock().unwrap()
     }
 }

@@ -10,10 +10,13 @@ pub mod ssh;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, UdpSocket};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The `longhaul` binary cargo built for the running test: beside the test
@@ -725,5 +728,101 @@ pub fn journaled_chunks(journal: &Path, chunks: u64) -> u64 {
     match longhaul_transfer::journal::read(f, chunks) {
         Ok(Some(p)) => (p.synced.len() + p.written.len()) as u64,
         _ => 0,
+    }
+}
+
+/// A UDP relay between a client and a server on loopback that can cut the
+/// client off after its first flight (what it sent before the server's
+/// first answer), send that flight again, or cut the path both ways (an
+/// outage). Its answers go to the client address heard from last.
+pub struct Relay {
+    /// The address clients send to.
+    pub front: SocketAddr,
+    /// [`Relay::PASS`], [`Relay::FIRST_FLIGHT`] or [`Relay::CUT`].
+    mode: Arc<AtomicU8>,
+    /// The server has answered since the mode was set.
+    answered: Arc<AtomicBool>,
+    /// The client datagrams of the first flight since the mode was set.
+    flight: Arc<Mutex<Vec<Vec<u8>>>>,
+    back: Arc<UdpSocket>,
+}
+
+impl Relay {
+    /// Relay everything.
+    pub const PASS: u8 = 0;
+    /// Relay only each connection's first flight.
+    pub const FIRST_FLIGHT: u8 = 1;
+    /// Relay nothing, either way: the link is down.
+    pub const CUT: u8 = 2;
+
+    /// A relay to `server`.
+    pub fn start(server: SocketAddr) -> Relay {
+        let front = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let back = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        back.connect(server).unwrap();
+        let client: Arc<Mutex<Option<SocketAddr>>> = Default::default();
+        let mode = Arc::new(AtomicU8::new(0));
+        let answered = Arc::new(AtomicBool::new(false));
+        let flight: Arc<Mutex<Vec<Vec<u8>>>> = Default::default();
+        {
+            let (front, back, client) = (front.clone(), back.clone(), client.clone());
+            let (mode, answered, flight) = (mode.clone(), answered.clone(), flight.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok((n, from)) = front.recv_from(&mut buf) {
+                    *client.lock().unwrap() = Some(from);
+                    let m = mode.load(Ordering::SeqCst);
+                    if m == Relay::CUT {
+                        continue;
+                    }
+                    if !answered.load(Ordering::SeqCst) {
+                        flight.lock().unwrap().push(buf[..n].to_vec());
+                    } else if m == Relay::FIRST_FLIGHT {
+                        continue;
+                    }
+                    let _ = back.send(&buf[..n]);
+                }
+            });
+        }
+        {
+            let (front, back) = (front.clone(), back.clone());
+            let (mode, answered) = (mode.clone(), answered.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = back.recv(&mut buf) {
+                    if mode.load(Ordering::SeqCst) == Relay::CUT {
+                        continue;
+                    }
+                    answered.store(true, Ordering::SeqCst);
+                    if let Some(c) = *client.lock().unwrap() {
+                        let _ = front.send_to(&buf[..n], c);
+                    }
+                }
+            });
+        }
+        Relay {
+            front: front.local_addr().unwrap(),
+            mode,
+            answered,
+            flight,
+            back,
+        }
+    }
+
+    /// From now on: `mode`, and a new first flight to record.
+    pub fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::SeqCst);
+        self.flight.lock().unwrap().clear();
+        self.answered.store(false, Ordering::SeqCst);
+    }
+
+    /// Sends the recorded first flight to the server again, from the same
+    /// address.
+    pub fn replay(&self) -> usize {
+        let flight = self.flight.lock().unwrap().clone();
+        for d in &flight {
+            self.back.send(d).unwrap();
+        }
+        flight.len()
     }
 }

@@ -17,6 +17,7 @@ mod interrupt;
 mod modes;
 mod multicast;
 mod names;
+mod outage;
 mod paths;
 mod put_fresh;
 mod rate;

@@ -21,8 +21,12 @@ fn killed_server_then_rerun_resumes() {
     let c = Client::new(t.join("kh"));
     let dest = t.join("dest");
     std::fs::create_dir(&dest).unwrap();
+    // (Without --retry-for 0 the get would ride the outage out itself:
+    // outage.rs.)
     let args: Vec<OsString> = vec![
         "--accept-new".into(),
+        "--retry-for".into(),
+        "0".into(),
         "--max-rate".into(),
         "200M".into(),
         "--json".into(),

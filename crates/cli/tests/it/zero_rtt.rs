@@ -6,9 +6,6 @@
 
 use longhaul_testkit::*;
 use std::ffi::OsString;
-use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// `get|put ARGS --json` through `c`: the exit code 0 and the report.
@@ -107,85 +104,6 @@ fn a_known_server_takes_the_request_from_the_first_flight_and_a_restarted_one_re
     assert_eq!(j["zero_rtt"], "accepted", "{j:#}");
 }
 
-/// A UDP relay between a client and a server on loopback that can cut the
-/// client off after its first flight (what it sent before the server's
-/// first answer), and send that flight again.
-struct Relay {
-    front: SocketAddr,
-    /// 0: relay everything; 1: relay only each connection's first flight.
-    mode: Arc<AtomicU8>,
-    /// The server has answered since the mode was set.
-    answered: Arc<AtomicBool>,
-    /// The client datagrams of the first flight since the mode was set.
-    flight: Arc<Mutex<Vec<Vec<u8>>>>,
-    back: Arc<UdpSocket>,
-}
-
-impl Relay {
-    fn start(server: SocketAddr) -> Relay {
-        let front = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
-        let back = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
-        back.connect(server).unwrap();
-        let client: Arc<Mutex<Option<SocketAddr>>> = Default::default();
-        let mode = Arc::new(AtomicU8::new(0));
-        let answered = Arc::new(AtomicBool::new(false));
-        let flight: Arc<Mutex<Vec<Vec<u8>>>> = Default::default();
-        {
-            let (front, back, client) = (front.clone(), back.clone(), client.clone());
-            let (mode, answered, flight) = (mode.clone(), answered.clone(), flight.clone());
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while let Ok((n, from)) = front.recv_from(&mut buf) {
-                    *client.lock().unwrap() = Some(from);
-                    if !answered.load(Ordering::SeqCst) {
-                        flight.lock().unwrap().push(buf[..n].to_vec());
-                    } else if mode.load(Ordering::SeqCst) == 1 {
-                        continue;
-                    }
-                    let _ = back.send(&buf[..n]);
-                }
-            });
-        }
-        {
-            let (front, back) = (front.clone(), back.clone());
-            let answered = answered.clone();
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while let Ok(n) = back.recv(&mut buf) {
-                    answered.store(true, Ordering::SeqCst);
-                    if let Some(c) = *client.lock().unwrap() {
-                        let _ = front.send_to(&buf[..n], c);
-                    }
-                }
-            });
-        }
-        Relay {
-            front: front.local_addr().unwrap(),
-            mode,
-            answered,
-            flight,
-            back,
-        }
-    }
-
-    /// From now on: `mode`, and a new first flight to record.
-    fn set(&self, mode: u8) {
-        self.mode.store(mode, Ordering::SeqCst);
-        self.flight.lock().unwrap().clear();
-        self.answered.store(false, Ordering::SeqCst);
-    }
-
-    /// Sends the recorded first flight to the server again, from the same
-    /// address.
-    fn replay(&self) -> usize {
-        let flight = self.flight.lock().unwrap().clone();
-        for d in &flight {
-            self.back.send(d).unwrap();
-        }
-        flight.len()
-    }
-}
-
 /// Nothing a put makes: no file by `name` and no part file anywhere.
 fn nothing_put(root: &std::path::Path, name: &str) {
     assert!(!root.join(name).exists(), "{name} was put");
@@ -225,7 +143,7 @@ fn a_first_flight_alone_or_replayed_puts_nothing() {
     assert_eq!(out.json()["zero_rtt"], "none");
 
     // A genuine put from the first flight, recorded.
-    relay.set(0);
+    relay.set(Relay::PASS);
     let out = run(put("genuine.bin", &[]));
     out.expect_code(0);
     assert_eq!(out.json()["zero_rtt"], "accepted");
@@ -243,7 +161,7 @@ fn a_first_flight_alone_or_replayed_puts_nothing() {
     // A client cut off after its first flight (the server never sees its
     // Finished, as with a replay): the put's Hello came and was answered,
     // and the session waits for the handshake before it takes anything.
-    relay.set(1);
+    relay.set(Relay::FIRST_FLIGHT);
     let mut cmd = put("cut.bin", &[]);
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());

@@ -355,8 +355,16 @@ impl RecvCore {
         }
     }
 
-    /// The report so far (complete once the state is not `Running`).
+    /// The report so far (complete once the state is not `Running`); a
+    /// failed session's files under way in its `unsettled`.
     pub(crate) fn take_report(&mut self) -> SessionReport {
+        if matches!(self.state, State::Failed(_)) {
+            self.report.unsettled = self
+                .files
+                .values()
+                .map(|f| unsettled(&f.display, f.plan.size, f.received, f.resumed))
+                .collect();
+        }
         std::mem::take(&mut self.report)
     }
 
@@ -1140,5 +1148,18 @@ impl Role for RecvCore {
         }
         self.commit_if_due(now);
         self.check_end();
+    }
+}
+
+/// A file under way when its session failed ([`SessionReport::unsettled`]).
+pub(crate) fn unsettled(display: &str, size: u64, moved: u64, resumed: u64) -> FileReport {
+    FileReport {
+        path: display.to_string(),
+        size,
+        status: Status::Failed,
+        bytes_transferred: moved,
+        bytes_resumed: resumed,
+        blake3: None,
+        error: Some("the session ended before it did".into()),
     }
 }

@@ -333,7 +333,17 @@ impl<S: Clone> SendCore<S> {
         }
     }
 
+    /// The report so far (complete once the state is not `Running`); a
+    /// failed session's files under way in its `unsettled`.
     pub(crate) fn take_report(&mut self) -> SessionReport {
+        if matches!(self.state, State::Failed(_)) {
+            self.report.unsettled = self
+                .files
+                .values()
+                .filter(|f| f.started)
+                .map(|f| super::recv::unsettled(&f.display, f.plan.size, f.sent, f.resumed))
+                .collect();
+        }
         std::mem::take(&mut self.report)
     }
 
