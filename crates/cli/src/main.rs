@@ -615,6 +615,7 @@ pub(crate) fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOp
         interrupt: Default::default(),
         connect_timeout: None,
         retry_for: a.retry_for,
+        gone: Default::default(),
     })
 }
 

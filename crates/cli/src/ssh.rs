@@ -399,7 +399,7 @@ impl Far {
     /// Runs the transfer as any get or put ([`drive`]), then ends the far
     /// side; the exit status.
     async fn drive(
-        self,
+        mut self,
         t: &TransferArgs,
         op: &str,
         opts: &longhaul_quic::ClientOpts,
@@ -408,7 +408,17 @@ impl Far {
             Output = Result<longhaul_quic::ClientReport, longhaul_quic::Problem>,
         >,
     ) -> i32 {
-        let code = drive(t, op, &opts.interrupt, progress, transfer).await;
+        let run = drive(t, op, &opts.interrupt, progress, transfer);
+        tokio::pin!(run);
+        // ssh ending takes the server with it: a transfer whose connection
+        // is lost then does not wait for it to come back.
+        let code = tokio::select! {
+            code = &mut run => code,
+            _ = self.child.wait() => {
+                opts.gone.store(true, std::sync::atomic::Ordering::Relaxed);
+                run.await
+            }
+        };
         self.finish().await;
         code
     }

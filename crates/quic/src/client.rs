@@ -71,6 +71,9 @@ pub struct ClientOpts {
     /// fails (`--retry-for`); zero: it fails at once. Counted from each
     /// loss. The first connection of a run is not retried.
     pub retry_for: Duration,
+    /// Set when the server cannot come back (`--ssh`: the ssh session that
+    /// started it ended): a lost connection is then not retried.
+    pub gone: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A handle on a transfer's connection for the user's Ctrl-C: dropping the
@@ -132,6 +135,7 @@ impl ClientOpts {
             connections: 1,
             connect_timeout: None,
             retry_for: Duration::ZERO,
+            gone: Default::default(),
             sync: SyncMode::SizeMtime,
             rates: None,
             durable: true,
@@ -390,7 +394,7 @@ fn conn_err(msg: impl Into<String>) -> Problem {
 /// Whether a connection that ended with `e` was lost to its path (an idle
 /// timeout, a stateless reset from a server that restarted) or to a server
 /// that asked to be tried later (shutting down, busy), not refused.
-fn lost(e: &quinn::ConnectionError) -> bool {
+pub(crate) fn lost(e: &quinn::ConnectionError) -> bool {
     use crate::server::{BUSY, SHUTDOWN};
     match e {
         quinn::ConnectionError::TimedOut | quinn::ConnectionError::Reset => true,
@@ -1080,8 +1084,20 @@ where
         reports.push(report);
         let next = loop {
             *progress.retrying.lock().unwrap() = Some((lost_at, backoff.attempts()));
+            if opts.gone.load(Ordering::Relaxed) {
+                break Err(Some(
+                    "the ssh session that started the server has ended: not reconnecting"
+                        .to_string(),
+                ));
+            }
             match backoff.next(lost_at.elapsed()) {
-                Next::GiveUp => break Err(None),
+                Next::GiveUp => {
+                    break Err(Some(format!(
+                        "reconnecting failed for {}: {} attempt(s)",
+                        crate::retry::shown(opts.retry_for),
+                        backoff.attempts()
+                    )))
+                }
                 Next::Wait(w) => tokio::time::sleep(w).await,
                 Next::Attempt(t) => {
                     let at = lost_at.elapsed();
@@ -1096,7 +1112,12 @@ where
                             tracing::debug!("reconnecting: {}", p.message);
                             backoff.failed(at, lost_at.elapsed());
                         }
-                        Err(p) => break Err(Some(p)),
+                        Err(p) => {
+                            // (Refused: the lost session's problem stays
+                            // second.)
+                            reports.last_mut().expect("lost").problems.insert(0, p);
+                            break Err(None);
+                        }
                     }
                 }
             }
@@ -1115,20 +1136,11 @@ where
                 outages.push(outage);
                 report = r;
             }
-            Err(refused) => {
+            Err(why) => {
                 report = reports.pop().expect("the lost session's report");
-                let p = match refused {
-                    Some(p) => p,
-                    None => Problem {
-                        message: format!(
-                            "{cause} (reconnecting failed for {}: {} attempt(s))",
-                            crate::retry::shown(opts.retry_for),
-                            outage.attempts
-                        ),
-                        ..report.problems.remove(0)
-                    },
-                };
-                report.problems.insert(0, p);
+                if let Some(why) = why {
+                    report.problems[0].message = format!("{cause} ({why})");
+                }
                 report.ok = false;
                 outages.push(outage);
                 break;

@@ -94,6 +94,10 @@ pub const DEFAULT_MAX_SESSIONS: usize = 64;
 
 /// How long a `once` server waits for its client.
 pub(crate) const ONCE_WAIT: Duration = Duration::from_secs(60);
+/// How long a `once` server whose session's connection was lost waits for
+/// its client to reconnect (a client's default `--retry-for`; a client that
+/// gives up sooner ends ssh, and with it the server).
+const ONCE_RECONNECT: Duration = crate::retry::DEFAULT_RETRY_FOR;
 
 /// The application close code of connections a shutting-down server closes.
 pub(crate) const SHUTDOWN: u32 = 3;
@@ -186,6 +190,8 @@ impl Server {
             budget: (self.opts.send_buffer > 0).then(|| SendBudget::new(self.opts.send_buffer)),
             authed: AtomicBool::new(false),
             done: tokio::sync::Notify::new(),
+            relost: tokio::sync::Notify::new(),
+            reconnect_by: std::sync::Mutex::new(None),
             sessions: AtomicUsize::new(0),
             joins: Default::default(),
             kept: Arc::new(crate::kept::KeptParts::load(
@@ -211,21 +217,29 @@ impl Server {
         };
         let once = self.opts.once;
         // `once`: a client must pass the token check within this.
-        let deadline = tokio::time::Instant::now() + ONCE_WAIT;
+        let mut deadline = tokio::time::Instant::now() + ONCE_WAIT;
         let mut waiting = once;
         loop {
             let incoming = tokio::select! {
                 i = self.endpoint.accept() => i,
                 _ = ctx.done.notified(), if once => break,
+                _ = ctx.relost.notified(), if once => {
+                    if let Some(by) = *ctx.reconnect_by.lock().unwrap() {
+                        deadline = by;
+                        waiting = true;
+                    }
+                    continue;
+                }
                 _ = tokio::time::sleep_until(deadline), if waiting => {
                     if ctx.authed.load(Ordering::Relaxed) {
                         waiting = false;
                         continue;
                     }
-                    anyhow::bail!(
-                        "no client came within {} s; exiting",
-                        ONCE_WAIT.as_secs()
-                    );
+                    let waited = match *ctx.reconnect_by.lock().unwrap() {
+                        Some(_) => ONCE_RECONNECT,
+                        None => ONCE_WAIT,
+                    };
+                    anyhow::bail!("no client came within {} s; exiting", waited.as_secs());
                 }
             };
             let Some(incoming) = incoming else { break };
@@ -334,7 +348,19 @@ impl Server {
                     ctx.rtts.remember(client, conn.rtt());
                 }
                 if ctx.opts.once && served.load(Ordering::Relaxed) {
-                    ctx.done.notify_one();
+                    // A session whose path died (its client rides the
+                    // outage out, `--retry-for`) may be taken again by
+                    // the same client, with the same token, while ssh
+                    // lives: for up to ONCE_RECONNECT.
+                    if conn.close_reason().is_some_and(|e| crate::client::lost(&e)) {
+                        tracing::info!("the session's connection was lost: waiting for its client to reconnect");
+                        *ctx.reconnect_by.lock().unwrap() =
+                            Some(tokio::time::Instant::now() + ONCE_RECONNECT);
+                        ctx.authed.store(false, Ordering::Relaxed);
+                        ctx.relost.notify_one();
+                    } else {
+                        ctx.done.notify_one();
+                    }
                 }
                 give_back_soon(ctx);
             });
@@ -424,6 +450,10 @@ struct Ctx {
     authed: AtomicBool,
     /// `once`: the session served has ended.
     done: tokio::sync::Notify,
+    /// `once`: the session served lost its connection; its client may
+    /// take it again until [`Ctx::reconnect_by`].
+    relost: tokio::sync::Notify,
+    reconnect_by: std::sync::Mutex<Option<tokio::time::Instant>>,
     /// Sessions (a `Hello` taken) being served: what `--max-sessions` caps.
     sessions: AtomicUsize,
     /// Sessions over several connections whose others may still join, by
