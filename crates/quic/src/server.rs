@@ -1259,6 +1259,17 @@ async fn session(
                 tracing::warn!("{remote}: {what}: {p}");
             }
         }
+        // (Said once: its client may be riding the outage out.)
+        Err(p) if conn.close_reason().is_some_and(|e| crate::client::lost(&e)) => {
+            let why = conn.close_reason().map(|e| e.to_string()).unwrap_or_default();
+            let kept = match put {
+                true => "; the parts and journals of its unfinished files stay for its resume",
+                false => "",
+            };
+            tracing::info!(
+                "{remote}: {what}: the client went silent ({why}) after {secs:.2} s{kept}: {p}"
+            );
+        }
         Err(p) => tracing::warn!("{remote}: {what} failed: {p}"),
     }
     let failed = result.is_err();
