@@ -52,10 +52,12 @@ pub fn start(p: &Arc<Progress>, quiet: bool) -> Bar {
             }
             let done = Progress::get(&p.bytes_done);
             let now = std::time::Instant::now();
-            if done != moved.1 {
+            let retrying = p.retrying();
+            // (A new session counts its bytes afresh: not data moving.)
+            if done != moved.1 && retrying.is_none() {
                 moved = (now, done);
             }
-            if let Some((lost, attempts)) = p.retrying() {
+            if let Some((lost, attempts)) = retrying {
                 // (Since the last data: the loss is found after the idle
                 // timeout's silence.)
                 let quiet = now.duration_since(moved.0.min(lost)).as_secs();

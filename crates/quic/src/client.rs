@@ -1002,7 +1002,7 @@ pub(crate) async fn close_sent(conn: &quinn::Connection, code: u32, reason: &[u8
 }
 
 /// `get HOST:PATH... DEST`. Remote paths are bytes (any but NUL). A lost
-/// connection is ridden out as `opts.retry_for` says ([`ride_out`]).
+/// connection is ridden out as `opts.retry_for` says (see [`ClientOpts::retry_for`]).
 pub async fn get<R: AsRef<[u8]>>(
     host: &str,
     port: u16,
@@ -1019,7 +1019,7 @@ pub async fn get<R: AsRef<[u8]>>(
 }
 
 /// `put PATH... HOST:DEST`. The remote destination is bytes (any but NUL).
-/// A lost connection is ridden out as `opts.retry_for` says ([`ride_out`]).
+/// A lost connection is ridden out as `opts.retry_for` says (see [`ClientOpts::retry_for`]).
 pub async fn put(
     local: &[PathBuf],
     host: &str,
@@ -1100,12 +1100,12 @@ where
                 }
                 Next::Wait(w) => tokio::time::sleep(w).await,
                 Next::Attempt(t) => {
+                    *progress.retrying.lock().unwrap() = Some((lost_at, backoff.attempts()));
                     let at = lost_at.elapsed();
                     let o = ClientOpts {
                         connect_timeout: Some(t),
                         ..again.clone()
                     };
-                    progress.restart();
                     match session(o).await {
                         Ok(r) => break Ok(r),
                         Err(p) if p.transient => {
@@ -1214,6 +1214,7 @@ async fn get_once<R: AsRef<[u8]>>(
     let (opts, remembered) = &recall_rate(opts, "get");
     let fresh = spec.is_fresh();
     let mut s = connect(host, port, opts, op, fresh).await?;
+    progress.welcomed();
     if s.fresh != fresh {
         let m = format!(
             "protocol error: a get with Hello.fresh = {fresh} was welcomed with fresh = {}",
@@ -1351,6 +1352,7 @@ async fn put_once(
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
+    progress.welcomed();
     let (tuned, conns) = s.tune(opts, Flow::Tx);
     let r = run_sender(
         conns,

@@ -59,7 +59,7 @@ pub struct Problem {
     /// The connection was lost to the path or the server went away for a
     /// while (an idle timeout, a stateless reset, a server restarting or
     /// busy), not refused: a transfer may reconnect and resume
-    /// ([`crate::retry`]).
+    /// ([`crate::ClientOpts::retry_for`]).
     #[serde(skip)]
     pub transient: bool,
 }
@@ -161,7 +161,7 @@ pub struct SessionReport {
     pub tail_s: Option<f64>,
     /// Files under way when the session failed, as far as they got (status
     /// `Failed`, not counted in `files`): what a transfer that reconnects
-    /// adds to the next session's account of them ([`crate::retry::merge`]).
+    /// adds to the next session's account of them.
     pub unsettled: Vec<FileReport>,
 }
 
@@ -206,9 +206,11 @@ impl Progress {
         counter.load(Ordering::Relaxed)
     }
 
-    /// A new session of the transfer starts (after a lost connection): it
-    /// counts its files and bytes afresh, those placed or held included.
-    pub fn restart(&self) {
+    /// A session of the transfer was welcomed: it counts its files and
+    /// bytes afresh (after a lost connection, those placed or held
+    /// included), and the transfer is no longer retrying.
+    pub fn welcomed(&self) {
+        *self.retrying.lock().unwrap() = None;
         for c in [
             &self.files_total,
             &self.files_done,

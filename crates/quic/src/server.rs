@@ -1239,6 +1239,7 @@ async fn session(
         tracing::info!("{remote}: {what}: the client closed as done after {secs:.2} s");
         return;
     }
+    let silent = conn.close_reason().is_some_and(|e| crate::client::lost(&e));
     match &result {
         Ok(r) => {
             let behind = match r.held_back_s {
@@ -1260,8 +1261,11 @@ async fn session(
             }
         }
         // (Said once: its client may be riding the outage out.)
-        Err(p) if conn.close_reason().is_some_and(|e| crate::client::lost(&e)) => {
-            let why = conn.close_reason().map(|e| e.to_string()).unwrap_or_default();
+        Err(p) if silent => {
+            let why = conn
+                .close_reason()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             let kept = match put {
                 true => "; the parts and journals of its unfinished files stay for its resume",
                 false => "",
@@ -1274,7 +1278,8 @@ async fn session(
     }
     let failed = result.is_err();
     if let Err(p) = result {
-        if p.kind != crate::report::Kind::LocalIo {
+        // (A connection gone silent can carry no Fatal.)
+        if p.kind != crate::report::Kind::LocalIo && !silent {
             return fatal(&ctl, &conn, &handshake, ErrorCode::Protocol, p.message).await;
         }
     }
