@@ -431,6 +431,7 @@ mod tests {
             background_kept: None,
             background_lost: None,
             background_dropped: None,
+            outage_dropped: None,
             receivers: 1,
             status: serde_json::from_value(serde_json::Value::from(status)).unwrap(),
             note: if status == "skipped" {

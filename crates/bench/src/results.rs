@@ -98,6 +98,11 @@ pub struct Run {
     /// share of a longer run would dilute).
     #[serde(default)]
     pub background_dropped: Option<u64>,
+    /// On a link with a schedule: the wire packets its outages dropped while
+    /// the tool ran (every host, both directions; what was offered while a
+    /// link was down and what was queued when it went down).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outage_dropped: Option<u64>,
     /// How many hosts received the data set.
     #[serde(default = "one")]
     pub receivers: u32,

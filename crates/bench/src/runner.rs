@@ -15,6 +15,7 @@ use crate::tools::{Host, Proc, Proto, Receiver, Setup, Tool, ToolSpec};
 use anyhow::{bail, Context, Result};
 use longhaul_lab::ops;
 use longhaul_lab::topology::{LabConfig, LinkArgs};
+use longhaul_netem::driver::ScheduleOp;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -168,7 +169,7 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
         })
         .collect();
     let lab = opts.lab.as_str();
-    let cfg = LabConfig::new(
+    let mut cfg = LabConfig::new(
         lab,
         &hosts,
         LinkArgs {
@@ -178,6 +179,9 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
         0x6c68,
         plan.mtu,
     )?;
+    // Outages and rate steps are timed from each tool's start (see
+    // `run_tool`), not from the lab's: held until then, and in between.
+    cfg.schedule_held = true;
     if !matches!(ops::status(lab), ops::Status::Absent) {
         bail!("a lab named '{lab}' is up: another `lab run`? (`longhaul lab down --name {lab}` removes it; `lab run --lab NAME` runs beside it)");
     }
@@ -267,6 +271,7 @@ fn run_tool(
         background_kept: None,
         background_lost: None,
         background_dropped: None,
+        outage_dropped: None,
         receivers: n as u32,
         status: Status::Skipped,
         note: String::new(),
@@ -405,7 +410,16 @@ fn run_tool(
         }
         None => Vec::new(),
     };
-    let before = ops::stats(&cfg.name)?;
+    // A scheduled link (outages, rate steps) starts its schedule now, at the
+    // tool's start, with the counters taken at that instant; it is held
+    // again once the run ends, so that the next tool's setup meets the
+    // base link and its run the same schedule.
+    let scheduled = cfg.has_schedule();
+    let before = if scheduled {
+        ops::schedule(&cfg.name, ScheduleOp::Start)?
+    } else {
+        ops::stats(&cfg.name)?
+    };
     let busy0 = machine_busy_s();
     let t0 = Instant::now();
     let mut actors = Vec::new();
@@ -514,7 +528,11 @@ fn run_tool(
     for &k in &pending {
         cpu.add(actors[k].host, stop(actors[k].pid));
     }
-    let after = ops::stats(&cfg.name)?;
+    let after = if scheduled {
+        ops::schedule(&cfg.name, ScheduleOp::Hold)?
+    } else {
+        ops::stats(&cfg.name)?
+    };
     if let (Some(a), Some(b)) = (busy0, machine_busy_s()) {
         run.machine_cpu_s = (b - a).max(0.0);
     }
@@ -527,6 +545,15 @@ fn run_tool(
         cpu.add(d.host, stop(d.pid) + f.beyond(waited));
     }
     run.wall_s = wall;
+    if scheduled {
+        let outages = |s: &longhaul_netem::Snapshot| -> u64 {
+            s.hosts
+                .iter()
+                .map(|h| h.up.counters.outage_drop_pkts + h.down.counters.outage_drop_pkts)
+                .sum()
+        };
+        run.outage_dropped = Some(outages(&after).saturating_sub(outages(&before)));
+    }
     run.client_cpu_s = cpu.receivers;
     run.server_cpu_s = cpu.server;
     run.emulator_cpu_s = (after.cpu_s - before.cpu_s).max(0.0);

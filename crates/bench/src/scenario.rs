@@ -502,6 +502,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../suites/gridftp-parallel.toml"),
     ),
     ("multicast", include_str!("../suites/multicast.toml")),
+    ("outages", include_str!("../suites/outages.toml")),
     ("qos-ttp", include_str!("../suites/qos-ttp.toml")),
     (
         "sctp-multifile",
@@ -1071,6 +1072,61 @@ mod tests {
         let loss = plans.last().unwrap();
         assert_eq!(loss.sweep, Some(("loss".to_string(), 5.0)));
         assert!(loss.links[0].contains("loss=5%"));
+    }
+
+    #[test]
+    fn the_outages_suite_schedules_its_links_and_keeps_quick_inside_the_outage() {
+        let s = Suite::load("outages").unwrap();
+        let full = s.plans_for("full").unwrap();
+        let names: Vec<&str> = full.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "300MB-down20s-at5s",
+                "300MB-down60s-at5s",
+                "300MB-10M-30s-at5s"
+            ]
+        );
+        let sec = 1_000_000_000;
+        for (p, outage, step) in [
+            (&full[0], Some(20), None),
+            (&full[1], Some(60), None),
+            (&full[2], None, Some(30)),
+        ] {
+            let l: LinkSpec = p.links[0].parse().unwrap();
+            assert_eq!(l.down.rate_bps, Some(100_000_000));
+            assert_eq!(l.up.delay_ns + l.down.delay_ns, 70_000_000);
+            let sch = &l.down.schedule;
+            assert_eq!(
+                sch.outages.first().map(|o| (o.start_ns, o.dur_ns / sec)),
+                outage.map(|d| (5 * sec, d))
+            );
+            assert_eq!(
+                sch.rates
+                    .first()
+                    .map(|r| (r.start_ns, r.dur_ns, r.rate_bps)),
+                step.map(|d| (5 * sec, Some(d * sec), 10_000_000))
+            );
+            assert_eq!(l.up.schedule, *sch, "both directions");
+            assert_eq!(p.data, Data::Files(vec![(300_000_000, 1)]));
+            // The outage, the back-off after it and the transfer fit.
+            let need = 5 + outage.unwrap_or(0) * 2 + step.unwrap_or(0) + 24;
+            assert!(
+                p.time_cap.as_secs() >= need + 30,
+                "{}: {:?}",
+                p.name,
+                p.time_cap
+            );
+            let labels: Vec<&str> = p.tools.iter().map(|t| t.label.as_str()).collect();
+            assert_eq!(labels, ["longhaul", "rsync", "gridftp:rst=yes"]);
+        }
+        // Quick: the file still moves when the link goes at 5 s (12 s at
+        // 100 Mbit/s), under the same caps.
+        let quick = s.plans_for("quick").unwrap();
+        assert_eq!(quick.len(), 2);
+        assert_eq!(quick[0].data, Data::Files(vec![(150_000_000, 1)]));
+        assert_eq!(quick[0].time_cap, full[0].time_cap);
+        assert_eq!(quick[1].name, "300MB-10M-30s-at5s");
     }
 
     #[test]

@@ -111,6 +111,7 @@ fn synthetic(name: &str) -> Results {
                     background_kept: p.background.as_ref().map(|_| eff),
                     background_lost: p.background.as_ref().map(|_| 0.01),
                     background_dropped: p.background.as_ref().map(|_| 1234),
+                    outage_dropped: None,
                     receivers: n as u32,
                     status,
                     note: if status == Status::Failed {

@@ -8,6 +8,7 @@ use longhaul_bench::tools::Tool;
 use longhaul_bench::{report, runner};
 use longhaul_lab::topology::{LabConfig, LinkArgs};
 use longhaul_lab::{daemon, ops, probe, topology};
+use longhaul_netem::driver::ScheduleOp;
 use longhaul_netem::hub::DirStats;
 use std::time::Duration;
 
@@ -45,6 +46,26 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
                 println!("{}", serde_json::to_string(&v)?);
             } else {
                 print_stats(&a.lab.name, &snap);
+            }
+            Ok(0)
+        }
+        LabCommand::Schedule(a) => {
+            let op = match a.action.as_str() {
+                "start" => ScheduleOp::Start,
+                _ => ScheduleOp::Hold,
+            };
+            let snap = ops::schedule(&a.lab.name, op)?;
+            if a.json {
+                let mut v = serde_json::to_value(&snap)?;
+                v["lab"] = a.lab.name.clone().into();
+                println!("{}", serde_json::to_string(&v)?);
+            } else if snap.schedule.is_none() {
+                println!(
+                    "lab '{}': no link has a schedule (outage=, rate=RATE@START)",
+                    a.lab.name
+                );
+            } else {
+                print_schedule(&snap);
             }
             Ok(0)
         }
@@ -206,6 +227,49 @@ fn recent_rate(d: &DirStats) -> f64 {
     full as f64 * 8.0 / ((n.saturating_sub(1)).max(1) as f64 * 0.1)
 }
 
+/// A rate for people: `100 Mbit/s`, `256 kbit/s`, `unlimited`.
+fn show_rate(bps: Option<u64>) -> String {
+    match bps {
+        None => "unlimited".into(),
+        Some(b) if b >= 1_000_000_000 => format!("{} Gbit/s", b as f64 / 1e9),
+        Some(b) if b >= 1_000_000 => format!("{} Mbit/s", b as f64 / 1e6),
+        Some(b) => format!("{} kbit/s", b as f64 / 1e3),
+    }
+}
+
+/// The schedule clock, and each scheduled direction: its outages and rate
+/// steps, whether it is down now, its rate, and when it next changes.
+fn print_schedule(s: &longhaul_netem::Snapshot) {
+    let Some(clock) = &s.schedule else { return };
+    match (clock.started_ms, clock.elapsed_ms) {
+        (Some(at), Some(t)) => println!(
+            "schedule clock: {:.1} s (started {:.1} s after the emulator; `lab schedule start` restarts it at 0)",
+            t as f64 / 1000.0,
+            at as f64 / 1000.0
+        ),
+        _ => println!(
+            "schedule clock: held, every link at its base spec (`lab schedule start` starts it)"
+        ),
+    }
+    for h in &s.hosts {
+        for (dir, d) in [("up", &h.up), ("down", &h.down)] {
+            let Some(now) = &d.schedule else { continue };
+            println!(
+                "  {:<10} {:<4} {}: {}, {}{}",
+                h.name,
+                dir,
+                now.schedule.tokens().join(" "),
+                if now.down { "DOWN" } else { "up" },
+                show_rate(now.rate_bps),
+                now.next_change_ms.map_or(String::new(), |t| format!(
+                    ", next change at {:.1} s",
+                    t as f64 / 1000.0
+                ))
+            );
+        }
+    }
+}
+
 fn print_stats(name: &str, s: &longhaul_netem::Snapshot) {
     println!(
         "lab '{name}': up {:.1} s, seed {}, {} buffers in use ({} allocated)",
@@ -215,13 +279,14 @@ fn print_stats(name: &str, s: &longhaul_netem::Snapshot) {
         human_bytes(s.buffer_bytes)
     );
     println!(
-        "{:<10} {:<4} {:>10} {:>11} {:>8} {:>8} {:>10} {:>11} {:>6} {:>9} {:>9} {:>10}",
+        "{:<10} {:<4} {:>10} {:>11} {:>8} {:>8} {:>8} {:>10} {:>11} {:>6} {:>9} {:>9} {:>10}",
         "HOST",
         "DIR",
         "OFFERED",
         "BYTES",
         "LOST",
         "QDROP",
+        "DOWNDROP",
         "DELIVERED",
         "BYTES",
         "QHWM",
@@ -233,13 +298,14 @@ fn print_stats(name: &str, s: &longhaul_netem::Snapshot) {
         for (dir, d) in [("up", &h.up), ("down", &h.down)] {
             let c = &d.counters;
             println!(
-                "{:<10} {:<4} {:>10} {:>11} {:>8} {:>8} {:>10} {:>11} {:>6} {:>7}us {:>7}us {:>6.1} Mb/s",
+                "{:<10} {:<4} {:>10} {:>11} {:>8} {:>8} {:>8} {:>10} {:>11} {:>6} {:>7}us {:>7}us {:>6.1} Mb/s",
                 h.name,
                 dir,
                 c.offered_pkts,
                 human_bytes(c.offered_bytes),
                 c.lost_pkts,
                 c.queue_drop_pkts,
+                c.outage_drop_pkts,
                 c.delivered_pkts,
                 human_bytes(c.delivered_bytes),
                 c.queue_hwm_pkts,
@@ -252,6 +318,7 @@ fn print_stats(name: &str, s: &longhaul_netem::Snapshot) {
     for h in &s.hosts {
         println!("{:<10} {} link: {}", h.name, h.addr, h.link);
     }
+    print_schedule(s);
     let hub = &s.hub;
     if hub.not_ipv4 + hub.malformed + hub.unroutable + hub.pool_exhausted > 0 {
         println!(

@@ -29,7 +29,17 @@ up: (host → hub) or down: (hub → host):
                                h / k = chance a packet survives in bad / good
   loss=burst:1e-3:len=4        bursts of exactly 4 losses at a mean rate of 1e-3
   queue=50pkts | 256KB         drop-tail queue before the rate limit (default 1000pkts)
-Example: --link 'rate=1G delay=35ms loss=1e-3 down:queue=2000pkts'";
+A schedule, on a clock that starts when the lab is ready (`lab schedule
+start` restarts it at 0; `lab run` starts it as each tool starts):
+  outage=20s@5s                down from 5 s for 20 s: what is offered meanwhile,
+                               and what is queued when it begins, is dropped
+                               (counted apart: DOWNDROP in `lab stats`); repeatable
+  outage=2s@10s/30s            down 2 s from 10 s, and again every 30 s
+  rate=10M@5s+30s              10 Mbit/s from 5 s for 30 s, then the base rate= again
+  rate=10M@40s                 10 Mbit/s from 40 s until the next step (or for good)
+Outages of one direction may not overlap, nor may a rate step reach into the next.
+Example: --link 'rate=1G delay=35ms loss=1e-3 down:queue=2000pkts'
+         --link 'rate=100M delay=35ms outage=20s@5s rate=10M@40s+30s'";
 
 #[derive(Args)]
 #[command(about = "The WAN lab: emulated paths between network namespaces", long_about = LAB_HELP)]
@@ -56,6 +66,9 @@ pub enum LabCommand {
     Exec(ExecArgs),
     /// Live counters per host and direction, per flow, and a 100 ms time series.
     Stats(StatsArgs),
+    /// Start (at 0) or hold the links' schedule clock (outage=, rate=RATE@START).
+    #[command(after_help = SCHEDULE_HELP)]
+    Schedule(ScheduleArgs),
     /// UDP probes for checking a path (run them inside hosts with `lab exec`).
     #[command(subcommand)]
     Probe(ProbeCommand),
@@ -137,6 +150,27 @@ pub struct StatsArgs {
     #[command(flatten)]
     pub lab: LabName,
     /// Everything (including per-flow counters and the 100 ms time series) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const SCHEDULE_HELP: &str = "\
+A link's schedule (outage=DUR@START[/EVERY], rate=RATE@START[+DUR]) runs on a
+clock that `lab up` starts once the lab is ready. `start` restarts it at 0
+now (e.g. just before starting a transfer), `hold` stops it: every link is
+then its base spec (up, at its base rate) until the next `start`. Packets
+already accepted by a link keep their fate. `lab run` starts the clock as
+each tool starts and holds it in between. Prints where the schedule stands
+(`--json`: the whole snapshot, taken at the same instant).";
+
+#[derive(Args)]
+pub struct ScheduleArgs {
+    #[command(flatten)]
+    pub lab: LabName,
+    /// start: (re)start the schedule clock at 0 now; hold: stop it.
+    #[arg(value_parser = ["start", "hold"])]
+    pub action: String,
+    /// Every counter, as `lab stats --json`, taken as the clock changed.
     #[arg(long)]
     pub json: bool,
 }
@@ -225,6 +259,9 @@ Suites:
             flow, a BBR flow or 600 Mbit/s of UDP keep in the first 10 RTT
   fairness  --cc fair and the default beside 1 and 5 CUBIC flows and one BBR
             flow at 70 ms, loss 0 and 1e-3: share and Jain's index
+  outages   a 300 MB file over 100 Mbit/s at 70 ms RTT whose link goes down
+            for 20 s or 60 s, or drops to 10 Mbit/s for 30 s, 5 s into each
+            run: longhaul, rsync, GridFTP with its restart options
   FILE      your own suite; the built-in ones are in crates/bench/suites/
 
 Tools: longhaul, longhaul-mc (longhaul multicast), longhaul-ssh (get --ssh
@@ -251,7 +288,7 @@ A suite file (TOML):
   measure = \"mbps\"            # or seconds: what report.html's overview and
                                # bars show (time, where all move the same data)
   # A tool may carry settings, which then label its runs:
-  #   ftp:parallel=N  gridftp:p=N,cc=N,pp=yes|no,fast=yes|no,tcp-bs=SIZE
+  #   ftp:parallel=N  gridftp:p=N,cc=N,pp=yes|no,fast=yes|no,tcp-bs=SIZE,rst=yes|no
   #   uftp:rate=RATE  longhaul-mc:rate=RATE  iperf3:streams=N,cc=cubic|bbr|reno
   #   longhaul:cc=wan|wan:HINT|fair|bbr|cubic|reno|fixed:RATE,max-rate=RATE,
   #     connections=N  qcp:cc=cubic|bbr|newreno
@@ -267,6 +304,8 @@ A suite file (TOML):
   [[scenario]]
   name = \"bigfile-700ms\"
   link = \"rate=1G delay=350ms loss=1e-3 queue=58333pkts\"   # every receiver's link
+  # A link may carry a schedule, started as each tool starts: outage=20s@5s,
+  # rate=10M@5s+30s (see `lab up --help`)
   files = [{ size = \"2GB\", count = 1 }]
   [[scenario]]
   name = \"two-sites\"

@@ -13,7 +13,7 @@ use crate::signals;
 use crate::sys;
 use crate::topology::{LabConfig, PORT_NAME};
 use anyhow::{bail, Context, Result};
-use longhaul_netem::driver::{Driver, Handle, Options};
+use longhaul_netem::driver::{Driver, Handle, Options, ScheduleOp};
 use longhaul_netem::tun::{Offload, Tun};
 use longhaul_netem::Hub;
 use std::io::{BufRead, BufReader, Write};
@@ -251,7 +251,10 @@ fn prepare(name: &str) -> Result<(Driver, Handle)> {
         )),
         None => None,
     };
-    let hub = Hub::new(&cfg.hub_config());
+    let mut hub = Hub::new(&cfg.hub_config());
+    // The schedule waits for the lab to be ready: `up` starts it then (or
+    // `lab run` as each tool starts).
+    hub.hold_schedule();
     let (driver, handle) = Driver::new(
         hub,
         tuns,
@@ -270,7 +273,9 @@ fn prepare(name: &str) -> Result<(Driver, Handle)> {
     Ok((driver, handle))
 }
 
-/// Serves `stats` (one JSON snapshot) and `stop` on the control socket.
+/// Serves `stats` (one JSON snapshot), `schedule start` and `schedule hold`
+/// (the links' schedule clock; the snapshot taken as it changed) and `stop`
+/// on the control socket.
 fn control(listener: UnixListener, handle: Handle) {
     for conn in listener.incoming() {
         let Ok(mut conn) = conn else { continue };
@@ -284,6 +289,17 @@ fn control(listener: UnixListener, handle: Handle) {
         match line.trim() {
             "stats" => {
                 let Some(snap) = handle.snapshot() else {
+                    return;
+                };
+                let _ = serde_json::to_writer(&mut conn, &snap);
+            }
+            "schedule start" | "schedule hold" => {
+                let op = if line.trim().ends_with("start") {
+                    ScheduleOp::Start
+                } else {
+                    ScheduleOp::Hold
+                };
+                let Some(snap) = handle.schedule(op) else {
                     return;
                 };
                 let _ = serde_json::to_writer(&mut conn, &snap);

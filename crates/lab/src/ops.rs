@@ -8,6 +8,7 @@ use crate::signals;
 use crate::sys;
 use crate::topology::{netns_name, state_root, LabConfig, NS_PREFIX};
 use anyhow::{anyhow, bail, Context, Result};
+use longhaul_netem::driver::ScheduleOp;
 use longhaul_netem::Snapshot;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -27,8 +28,8 @@ pub const EMULATE: &str = "__emulate";
 pub fn config_path(dir: &Path) -> PathBuf {
     dir.join("config.json")
 }
-/// The emulator's control socket (`ctl.sock`, requests `stats` and `stop`) in
-/// state directory `dir`.
+/// The emulator's control socket (`ctl.sock`, requests `stats`, `schedule
+/// start`, `schedule hold` and `stop`) in state directory `dir`.
 pub fn ctl_path(dir: &Path) -> PathBuf {
     dir.join("ctl.sock")
 }
@@ -160,7 +161,9 @@ pub fn require_root() -> Result<()> {
     Ok(())
 }
 
-/// Brings a lab up and returns once every host can reach every other.
+/// Brings a lab up and returns once every host can reach every other; the
+/// links' schedule clock (outages, rate steps) starts then, at 0, unless
+/// `cfg.schedule_held`.
 pub fn up(cfg: &LabConfig, exe: &Path) -> Result<()> {
     require_root()?;
     match status(&cfg.name) {
@@ -253,7 +256,20 @@ pub fn up(cfg: &LabConfig, exe: &Path) -> Result<()> {
     // Reap the supervisor only if it already exited; otherwise it keeps running.
     let _ = child.try_wait();
     match outcome {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            // The links' schedule (held by the emulator until now) starts as
+            // the lab is ready, unless the caller starts it itself.
+            if cfg.has_schedule() && !cfg.schedule_held {
+                if let Err(e) = schedule(&cfg.name, ScheduleOp::Start) {
+                    teardown(&cfg.name);
+                    return Err(e.context(format!(
+                        "lab '{}': starting its links' schedule; the lab was removed",
+                        cfg.name
+                    )));
+                }
+            }
+            Ok(())
+        }
         Err(why) => {
             sys::signal(pid, libc::SIGTERM);
             sys::wait_gone(pid, Duration::from_secs(15));
@@ -366,6 +382,26 @@ pub fn exec(name: &str, host: &str, command: &[String]) -> Result<std::convert::
 
 /// Every counter of a running lab.
 pub fn stats(name: &str) -> Result<Snapshot> {
+    request(name, "stats")
+}
+
+/// Starts (at 0, also when it runs) or holds the schedule clock of lab
+/// `name`'s links: their outages and rate steps are timed from the start;
+/// held, every link is its base spec. Returns every counter, taken at that
+/// instant (so a run's counters and its schedule start together).
+pub fn schedule(name: &str, op: ScheduleOp) -> Result<Snapshot> {
+    request(
+        name,
+        match op {
+            ScheduleOp::Start => "schedule start",
+            ScheduleOp::Hold => "schedule hold",
+        },
+    )
+}
+
+/// Sends one request line to the emulator of lab `name` and reads the
+/// snapshot it answers with.
+fn request(name: &str, line: &str) -> Result<Snapshot> {
     if !matches!(status(name), Status::Up(_)) {
         bail!("lab '{name}' is not up");
     }
@@ -373,7 +409,7 @@ pub fn stats(name: &str) -> Result<Snapshot> {
     let mut s = UnixStream::connect(&path)
         .with_context(|| format!("connecting to the emulator at {}", path.display()))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(b"stats\n")?;
+    s.write_all(format!("{line}\n").as_bytes())?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
     serde_json::from_slice(&buf).context("the emulator's answer is not a snapshot")

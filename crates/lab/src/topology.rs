@@ -76,6 +76,12 @@ pub struct LabConfig {
     /// Ports pass TSO/USO aggregates (see `longhaul_netem::gso`).
     #[serde(default = "yes")]
     pub offload: bool,
+    /// The links' schedule clock (outages, rate steps) stays held when the
+    /// lab comes up, until [`crate::ops::schedule`] starts it: `lab run`
+    /// starts it as each tool starts. False (the default): `up` starts it
+    /// once the lab is ready.
+    #[serde(default)]
+    pub schedule_held: bool,
 }
 
 fn yes() -> bool {
@@ -125,7 +131,11 @@ impl LabConfig {
             .map(|(i, h)| HostConfig {
                 name: h.clone(),
                 addr: Ipv4Addr::new(SUBNET[0], SUBNET[1], SUBNET[2], i as u8 + 1),
-                link: if i == 0 { LinkSpec::default() } else { default },
+                link: if i == 0 {
+                    LinkSpec::default()
+                } else {
+                    default.clone()
+                },
             })
             .collect();
         for arg in links.per_host {
@@ -150,6 +160,7 @@ impl LabConfig {
             pcap: None,
             snaplen: 68,
             offload: true,
+            schedule_held: false,
         })
     }
 
@@ -161,6 +172,11 @@ impl LabConfig {
     /// This lab's state directory, under [`state_root`].
     pub fn dir(&self) -> PathBuf {
         state_root().join(&self.name)
+    }
+
+    /// True when some host's link has outages or rate steps.
+    pub fn has_schedule(&self) -> bool {
+        self.hosts.iter().any(|h| h.link.has_schedule())
     }
 
     /// The host called `name`, if the lab has one.
@@ -232,6 +248,44 @@ mod tests {
         let hf = c.hosts_file("cli1", "box");
         assert!(hf.contains("10.77.0.1\tsrv\n"));
         assert!(hf.contains("10.77.0.2\tcli1\tbox\n"));
+    }
+
+    #[test]
+    fn a_scheduled_link_is_seen_and_older_configs_read_back() {
+        let c = LabConfig::new(
+            "t2",
+            &hosts("srv,cli"),
+            LinkArgs {
+                default: Some("rate=100M delay=35ms outage=20s@5s"),
+                per_host: &[],
+            },
+            1,
+            1500,
+        )
+        .unwrap();
+        assert!(c.has_schedule() && !c.schedule_held);
+        assert_eq!(c.hosts[1].link.down.schedule.outages.len(), 1);
+        // The config round-trips through config.json, schedule included; a
+        // config written before schedules existed reads as not held.
+        let json = serde_json::to_value(&c).unwrap();
+        let back: LabConfig = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back, c);
+        let mut old = json;
+        old.as_object_mut().unwrap().remove("schedule_held");
+        let old: LabConfig = serde_json::from_value(old).unwrap();
+        assert!(!old.schedule_held);
+        let plain = LabConfig::new(
+            "t3",
+            &hosts("srv,cli"),
+            LinkArgs {
+                default: Some("delay=35ms"),
+                per_host: &[],
+            },
+            1,
+            1500,
+        )
+        .unwrap();
+        assert!(!plain.has_schedule());
     }
 
     #[test]

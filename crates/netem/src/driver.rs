@@ -17,8 +17,20 @@ use std::sync::Arc;
 pub enum Request {
     /// Send a [`Snapshot`] of every counter back on this channel.
     Snapshot(mpsc::SyncSender<Snapshot>),
+    /// Start (or restart at 0) the links' schedule clock, or hold it, then
+    /// send a [`Snapshot`] taken at that instant back on this channel.
+    Schedule(ScheduleOp, mpsc::SyncSender<Snapshot>),
     /// Make [`Driver::run`] return with the final counters.
     Stop,
+}
+
+/// What to do with the links' schedule clock (see [`crate::spec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleOp {
+    /// Start it at 0 now ([`Hub::start_schedule`]).
+    Start,
+    /// Hold it: every link its base spec ([`Hub::hold_schedule`]).
+    Hold,
 }
 
 /// Talks to a running driver from another thread.
@@ -33,6 +45,15 @@ impl Handle {
     pub fn snapshot(&self) -> Option<Snapshot> {
         let (tx, rx) = mpsc::sync_channel(1);
         self.tx.send(Request::Snapshot(tx)).ok()?;
+        self.kick();
+        rx.recv().ok()
+    }
+
+    /// Starts or holds the schedule clock; the snapshot is taken at the same
+    /// instant. `None` if the driver has stopped.
+    pub fn schedule(&self, op: ScheduleOp) -> Option<Snapshot> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.tx.send(Request::Schedule(op, tx)).ok()?;
         self.kick();
         rx.recv().ok()
     }
@@ -301,6 +322,16 @@ impl Driver {
                 Request::Snapshot(reply) => {
                     if let Some(p) = &mut self.pcap {
                         let _ = p.flush();
+                    }
+                    let _ = reply.send(self.snapshot_now());
+                }
+                Request::Schedule(op, reply) => {
+                    // Deliver what is due first, so that the clock's start
+                    // does not reach back to packets already on their way.
+                    self.flush_due();
+                    match op {
+                        ScheduleOp::Start => self.hub.start_schedule(self.now()),
+                        ScheduleOp::Hold => self.hub.hold_schedule(),
                     }
                     let _ = reply.send(self.snapshot_now());
                 }

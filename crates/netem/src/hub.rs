@@ -9,7 +9,7 @@ use crate::gso::{self, Shape};
 use crate::link::{DirCounters, DirLink, QueueSeries, Series};
 use crate::packet::{self, FlowKey, Parsed};
 use crate::pool::{BufId, Pool};
-use crate::spec::LinkSpec;
+use crate::spec::{LinkSpec, Schedule};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -76,8 +76,9 @@ pub struct FlowCounters {
     pub delivered_pkts: u64,
     /// IP bytes of those wire packets.
     pub delivered_bytes: u64,
-    /// Wire packets the links dropped (the loss model or a full queue, on
-    /// the sender's link or a receiver's), every multicast copy counted.
+    /// Wire packets the links dropped (the loss model, a full queue or an
+    /// outage, on the sender's link or a receiver's), every multicast copy
+    /// counted.
     #[serde(default)]
     pub dropped_pkts: u64,
 }
@@ -155,6 +156,8 @@ pub struct Hub {
     /// Packets dropped before reaching any link, and aggregate counts.
     pub counters: HubCounters,
     seed: u64,
+    /// When the schedule clock started (ns); None: held.
+    schedule_epoch: Option<u64>,
 }
 
 impl Hub {
@@ -169,9 +172,9 @@ impl Hub {
             .map(|(i, h)| Port {
                 name: h.name.clone(),
                 addr: h.addr,
-                link: h.link,
-                up: DirLink::new(h.link.up, mix(cfg.seed, 2 * i as u64)),
-                down: DirLink::new(h.link.down, mix(cfg.seed, 2 * i as u64 + 1)),
+                link: h.link.clone(),
+                up: DirLink::new(h.link.up.clone(), mix(cfg.seed, 2 * i as u64)),
+                down: DirLink::new(h.link.down.clone(), mix(cfg.seed, 2 * i as u64 + 1)),
             })
             .collect();
         let by_addr = ports
@@ -205,6 +208,33 @@ impl Hub {
             flow_series: Vec::new(),
             counters: HubCounters::default(),
             seed: cfg.seed,
+            schedule_epoch: Some(0),
+        }
+    }
+
+    /// True when some link has outages or rate steps.
+    pub fn has_schedule(&self) -> bool {
+        self.ports.iter().any(|p| p.link.has_schedule())
+    }
+
+    /// (Re)starts the links' schedule clock at `now`: every link's outages
+    /// and rate steps are then timed from `now`. A hub's clock starts at 0
+    /// when it is made. Packets already accepted keep their fate.
+    pub fn start_schedule(&mut self, now: u64) {
+        self.set_epoch(Some(now));
+    }
+
+    /// Stops the schedule clock: every link is its base spec (up, at its
+    /// base rate) until [`Hub::start_schedule`].
+    pub fn hold_schedule(&mut self) {
+        self.set_epoch(None);
+    }
+
+    fn set_epoch(&mut self, epoch: Option<u64>) {
+        self.schedule_epoch = epoch;
+        for p in &mut self.ports {
+            p.up.set_epoch(epoch);
+            p.down.set_epoch(epoch);
         }
     }
 
@@ -429,9 +459,24 @@ impl Hub {
             in_flight: l.in_flight() as u64,
             series: l.series.clone(),
             queue: l.queue_series.clone(),
+            schedule: (!l.spec().schedule.is_empty()).then(|| {
+                let (down, rate_bps) = l.state_at(now);
+                ScheduleNow {
+                    schedule: l.spec().schedule.clone(),
+                    down,
+                    rate_bps,
+                    next_change_ms: l.next_change_ms(now),
+                }
+            }),
         };
         Snapshot {
             uptime_ms: now / 1_000_000,
+            schedule: self.has_schedule().then(|| ScheduleClock {
+                started_ms: self.schedule_epoch.map(|e| e / 1_000_000),
+                elapsed_ms: self
+                    .schedule_epoch
+                    .map(|e| now.saturating_sub(e) / 1_000_000),
+            }),
             seed: self.seed,
             hosts: self
                 .ports
@@ -509,6 +554,35 @@ pub struct DirStats {
     /// The least queueing delay per 100 ms (rate-limited directions).
     #[serde(default)]
     pub queue: QueueSeries,
+    /// The direction's schedule and where it stands, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleNow>,
+}
+
+/// A direction's schedule and its state when a [`Snapshot`] was taken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleNow {
+    /// The outages and rate steps of its spec.
+    #[serde(flatten)]
+    pub schedule: Schedule,
+    /// The link is in an outage.
+    pub down: bool,
+    /// The rate in force, bit/s (None: unlimited).
+    pub rate_bps: Option<u64>,
+    /// When the next outage begins or ends or the rate changes, ms on the
+    /// schedule clock; None when nothing more is scheduled or the clock is
+    /// held.
+    pub next_change_ms: Option<u64>,
+}
+
+/// The links' schedule clock, in a [`Snapshot`] of a hub with a schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleClock {
+    /// The hub's clock (as `uptime_ms`) when the schedule clock last
+    /// started; None while it is held (every link its base spec).
+    pub started_ms: Option<u64>,
+    /// The schedule clock now, ms since it started; None while held.
+    pub elapsed_ms: Option<u64>,
 }
 
 /// One host's port, in a [`Snapshot`].
@@ -550,6 +624,9 @@ pub struct Snapshot {
     /// The hub's clock when the snapshot was taken, ms; the driver's clock
     /// starts at 0 when the driver is created.
     pub uptime_ms: u64,
+    /// The schedule clock, when some link has outages or rate steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleClock>,
     /// The seed the hub was built with ([`HubConfig::seed`]).
     pub seed: u64,
     /// One entry per port, in port order.
@@ -817,6 +894,94 @@ mod tests {
             (series.first, Vec::from(series.bytes.clone())),
             (1400, vec![500])
         );
+    }
+
+    /// Sends a datagram each way between hosts 0 and 1 every ms over
+    /// `[0, secs)`; returns the sequence numbers (send ms) each host got.
+    fn both_ways(h: &mut Hub, secs: u32) -> [Vec<u32>; 2] {
+        let mut got = [Vec::new(), Vec::new()];
+        for ms in 0..secs * 1000 {
+            let now = ms as u64 * MS;
+            for (port, _, seq) in drain(h, now) {
+                got[port].push(seq);
+            }
+            udp(h, now, 0, [10, 77, 0, 2], ms, 200);
+            udp(h, now, 1, [10, 77, 0, 1], ms, 200);
+        }
+        for (port, _, seq) in drain(h, u64::MAX) {
+            got[port].push(seq);
+        }
+        got
+    }
+
+    #[test]
+    fn an_outage_with_a_direction_prefix_takes_down_that_direction_only() {
+        // Host 1 receives nothing from 1 s to 2 s; what it sends passes.
+        let mut h = hub(&["", "delay=5ms down:outage=1s@1s"]);
+        let [at0, at1] = both_ways(&mut h, 3);
+        assert_eq!(at0, (0..3000).collect::<Vec<u32>>());
+        let want: Vec<u32> = (0..3000).filter(|t| !(1000..2000).contains(t)).collect();
+        assert_eq!(at1, want);
+        let s = h.snapshot(3000 * MS);
+        let (up, down) = (&s.hosts[1].up, &s.hosts[1].down);
+        assert_eq!(up.counters.outage_drop_pkts, 0);
+        assert_eq!(down.counters.outage_drop_pkts, 1000);
+        assert_eq!(down.counters.lost_pkts + down.counters.queue_drop_pkts, 0);
+        assert!(up.schedule.is_none());
+        // The flow from host 0 to host 1 counts them as its drops.
+        let f = s
+            .flows
+            .iter()
+            .find(|f| f.flow.dst == Ipv4Addr::new(10, 77, 0, 2));
+        assert_eq!(f.unwrap().counters.dropped_pkts, 1000);
+        // Without a prefix both directions go down.
+        let mut h = hub(&["", "delay=5ms outage=1s@1s"]);
+        let [at0, at1] = both_ways(&mut h, 3);
+        assert_eq!((at0.len(), at1.len()), (2000, 2000));
+        assert!(!at0.contains(&1500) && at0.contains(&2000));
+    }
+
+    #[test]
+    fn the_snapshot_shows_the_schedule_and_where_it_stands() {
+        let mut h = hub(&["", "rate=100M delay=5ms rate=10M@3s+1s down:outage=1s@1s"]);
+        let s = h.snapshot(1500 * MS);
+        let clock = s.schedule.as_ref().unwrap();
+        assert_eq!((clock.started_ms, clock.elapsed_ms), (Some(0), Some(1500)));
+        let down = s.hosts[1].down.schedule.as_ref().unwrap();
+        assert!(down.down);
+        assert_eq!(down.rate_bps, Some(100_000_000));
+        assert_eq!(down.next_change_ms, Some(2000));
+        assert_eq!(down.schedule.outages.len(), 1);
+        let up = s.hosts[1].up.schedule.as_ref().unwrap();
+        assert!(!up.down);
+        assert_eq!(up.next_change_ms, Some(3000));
+        assert_eq!(
+            s.hosts[1].link,
+            "rate=100M delay=5ms rate=10M@3s+1s down:outage=1s@1s"
+        );
+        // Restarted at 10 s: 3.5 s into it the step holds.
+        h.start_schedule(10_000 * MS);
+        let s = h.snapshot(13_500 * MS);
+        let up = s.hosts[1].up.schedule.as_ref().unwrap();
+        assert_eq!((up.down, up.rate_bps), (false, Some(10_000_000)));
+        assert_eq!(s.schedule.as_ref().unwrap().elapsed_ms, Some(3500));
+        // Held: base spec, nothing next.
+        h.hold_schedule();
+        let s = h.snapshot(13_500 * MS);
+        let up = s.hosts[1].up.schedule.as_ref().unwrap();
+        assert_eq!((up.rate_bps, up.next_change_ms), (Some(100_000_000), None));
+        assert_eq!(s.schedule.as_ref().unwrap().started_ms, None);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            json["hosts"][1]["down"]["schedule"]["outages"][0]["dur_ns"],
+            1_000_000_000u64
+        );
+        assert_eq!(json["hosts"][1]["down"]["outage_drop_pkts"], 0);
+        // A hub without a schedule says nothing of one.
+        let s = hub(&["", "delay=5ms"]).snapshot(0);
+        assert!(s.schedule.is_none() && s.hosts[1].down.schedule.is_none());
+        let json = serde_json::to_value(&s).unwrap();
+        assert!(json.get("schedule").is_none());
     }
 
     #[test]

@@ -20,6 +20,6 @@ pub mod spec;
 
 pub use hub::{HostConfig, Hub, HubConfig, Snapshot};
 pub use link::Series;
-pub use spec::{DirSpec, LinkSpec, LossSpec, QueueLimit};
+pub use spec::{DirSpec, LinkSpec, LossSpec, Outage, QueueLimit, RateStep, Schedule};
 pub mod driver;
 pub mod tun;

@@ -11,6 +11,14 @@
 //!    serialisation time, as on a real path);
 //! 4. it is delivered at `tx_end + delay + U(-jitter, +jitter)`, never before
 //!    the packet ahead of it (a link does not reorder).
+//!
+//! A schedule (see [`crate::spec`]) adds, on a clock the hub starts and holds:
+//! a packet offered while the link is down is dropped before the queue, and
+//! one whose serialisation would not end before an outage begins is dropped
+//! with the queue (the serialiser is dead from the outage's start on); both
+//! count as outage drops. The serialiser runs at the rate in force when a
+//! packet's serialisation begins. Everything is decided when a packet is
+//! offered, so a schedule needs no timers.
 
 use crate::gso::Shape;
 use crate::loss::{Loss, Rng};
@@ -59,6 +67,12 @@ pub struct DirCounters {
     /// Dropped because the queue was full.
     pub queue_drop_pkts: u64,
     pub queue_drop_bytes: u64,
+    /// Dropped by a scheduled outage: offered while the link was down, or
+    /// not fully serialised when it went down.
+    #[serde(default)]
+    pub outage_drop_pkts: u64,
+    #[serde(default)]
+    pub outage_drop_bytes: u64,
     pub delivered_pkts: u64,
     pub delivered_bytes: u64,
     /// Highest queue occupancy seen.
@@ -68,9 +82,9 @@ pub struct DirCounters {
 }
 
 impl DirCounters {
-    /// Packets dropped by the loss model or a full queue.
+    /// Packets dropped by the loss model, a full queue or an outage.
     pub(crate) fn dropped_pkts(&self) -> u64 {
-        self.lost_pkts + self.queue_drop_pkts
+        self.lost_pkts + self.queue_drop_pkts + self.outage_drop_pkts
     }
 }
 
@@ -213,6 +227,9 @@ pub(crate) struct DirLink<T> {
     last_due: u64,
     train_ns: u64,
     in_flight: VecDeque<Train<T>>,
+    /// When the schedule clock started (ns on the caller's clock); None:
+    /// held, the link is its base spec.
+    epoch: Option<u64>,
     pub counters: DirCounters,
     pub series: Series,
     /// Rate-limited links only.
@@ -222,8 +239,8 @@ pub(crate) struct DirLink<T> {
 impl<T: Clone> DirLink<T> {
     pub(crate) fn new(spec: DirSpec, seed: u64) -> Self {
         DirLink {
-            spec,
             loss: Loss::new(spec.loss),
+            spec,
             rng: Rng::new(seed),
             queue: VecDeque::with_capacity(1024),
             queue_bytes: 0,
@@ -232,10 +249,49 @@ impl<T: Clone> DirLink<T> {
             last_due: 0,
             train_ns: TRAIN_NS,
             in_flight: VecDeque::with_capacity(1024),
+            epoch: Some(0),
             counters: DirCounters::default(),
             series: Series::new(100),
             queue_series: QueueSeries::new(100),
         }
+    }
+
+    /// Starts the schedule clock at `epoch` (ns on the caller's clock), or
+    /// holds it (None). Packets already accepted are not touched.
+    pub(crate) fn set_epoch(&mut self, epoch: Option<u64>) {
+        self.epoch = epoch;
+    }
+
+    /// The schedule clock at `now` (ns since it started), if it runs, has
+    /// started by `now`, and there is a schedule.
+    fn clock(&self, now: u64) -> Option<u64> {
+        if self.spec.schedule.is_empty() {
+            return None;
+        }
+        now.checked_sub(self.epoch?)
+    }
+
+    /// Whether the link is down at `now`, and the rate in force (None:
+    /// unlimited); for snapshots.
+    pub(crate) fn state_at(&self, now: u64) -> (bool, Option<u64>) {
+        match self.clock(now) {
+            Some(t) => (
+                self.spec.schedule.outage_at(t).is_some(),
+                self.spec.schedule.rate_at(t, self.spec.rate_bps),
+            ),
+            None => (false, self.spec.rate_bps),
+        }
+    }
+
+    /// The next change of the schedule after `now`, ms on the schedule clock.
+    pub(crate) fn next_change_ms(&self, now: u64) -> Option<u64> {
+        let t = self.clock(now)?;
+        self.spec.schedule.next_change(t).map(|x| x / 1_000_000)
+    }
+
+    /// The direction's spec.
+    pub(crate) fn spec(&self) -> &DirSpec {
+        &self.spec
     }
 
     /// Offers segments `first..first + count` of a packet shaped `shape`,
@@ -308,40 +364,70 @@ impl<T: Clone> DirLink<T> {
     /// One segment of `len` bytes: its arrival time, or `None` if the queue
     /// or the loss model dropped it.
     fn segment(&mut self, now: u64, len: u32) -> Option<u64> {
+        let clock = self.clock(now);
+        let epoch = self.epoch.unwrap_or(0);
         let c = &mut self.counters;
         c.offered_pkts += 1;
         c.offered_bytes += len as u64;
+        if clock.is_some_and(|t| self.spec.schedule.outage_at(t).is_some()) {
+            c.outage_drop_pkts += 1;
+            c.outage_drop_bytes += len as u64;
+            return None;
+        }
 
-        let tx_end = match self.spec.rate_bps {
-            None => now,
-            Some(rate) => {
-                while let Some(&(end, l)) = self.queue.front() {
-                    if end > now {
-                        break;
-                    }
-                    self.queue.pop_front();
-                    self.queue_bytes -= l as u64;
+        let tx_end = if !self.spec.is_rate_limited() {
+            now
+        } else {
+            while let Some(&(end, l)) = self.queue.front() {
+                if end > now {
+                    break;
                 }
-                let full = match self.spec.queue {
-                    QueueLimit::Packets(n) => self.queue.len() >= n as usize,
-                    QueueLimit::Bytes(b) => self.queue_bytes + len as u64 > b,
-                };
-                if full {
-                    c.queue_drop_pkts += 1;
-                    c.queue_drop_bytes += len as u64;
+                self.queue.pop_front();
+                self.queue_bytes -= l as u64;
+            }
+            let full = match self.spec.queue {
+                QueueLimit::Packets(n) => self.queue.len() >= n as usize,
+                QueueLimit::Bytes(b) => self.queue_bytes + len as u64 > b,
+            };
+            if full {
+                c.queue_drop_pkts += 1;
+                c.queue_drop_bytes += len as u64;
+                return None;
+            }
+            let start = self.busy_until.max(now);
+            let rate = match start.checked_sub(epoch) {
+                Some(t) if self.epoch.is_some() => {
+                    self.spec.schedule.rate_at(t, self.spec.rate_bps)
+                }
+                _ => self.spec.rate_bps,
+            };
+            // Unlimited (outside a step of a link without a base rate):
+            // no time on the wire, but after what is queued.
+            let tx_ns = rate.map_or(0, |r| {
+                (len as u128 * 8_000_000_000).div_ceil(r as u128) as u64
+            });
+            let end = start + tx_ns;
+            if self.epoch.is_some() && !self.spec.schedule.outages.is_empty() {
+                let from = now.saturating_sub(epoch);
+                if let Some(cut) = end
+                    .checked_sub(epoch)
+                    .and_then(|to| self.spec.schedule.outage_within(from, to))
+                {
+                    // Cut before it was on its way: lost with the queue,
+                    // and nothing more is serialised before the cut.
+                    self.busy_until = self.busy_until.max(epoch + cut);
+                    c.outage_drop_pkts += 1;
+                    c.outage_drop_bytes += len as u64;
                     return None;
                 }
-                let tx_ns = (len as u128 * 8_000_000_000).div_ceil(rate as u128) as u64;
-                let start = self.busy_until.max(now);
-                self.queue_series.record(now, start - now);
-                let end = start + tx_ns;
-                self.busy_until = end;
-                self.queue.push_back((end, len));
-                self.queue_bytes += len as u64;
-                c.queue_hwm_pkts = c.queue_hwm_pkts.max(self.queue.len() as u64);
-                c.queue_hwm_bytes = c.queue_hwm_bytes.max(self.queue_bytes);
-                end
             }
+            self.queue_series.record(now, start - now);
+            self.busy_until = end;
+            self.queue.push_back((end, len));
+            self.queue_bytes += len as u64;
+            c.queue_hwm_pkts = c.queue_hwm_pkts.max(self.queue.len() as u64);
+            c.queue_hwm_bytes = c.queue_hwm_bytes.max(self.queue_bytes);
+            end
         };
 
         if self.loss.lose(&mut self.rng) {
@@ -608,6 +694,172 @@ mod tests {
         assert!(trains.iter().all(|t| t.first + t.count <= 40));
         let bytes: u64 = trains.iter().map(|t| s.wire_bytes(t.first, t.count)).sum();
         assert_eq!(bytes, c.delivered_bytes);
+    }
+
+    /// Offers a `len`-byte packet every `gap` ns over `[from, to)` and
+    /// delivers as it goes; returns (offered at, due) of every packet delivered.
+    fn stream(l: &mut DirLink<u64>, from: u64, to: u64, gap: u64, len: u32) -> Vec<(u64, u64)> {
+        let mut got = Vec::new();
+        let mut now = from;
+        while now < to {
+            while let Some((due, _, at)) = pop(l, now) {
+                got.push((at, due));
+            }
+            l.offer_packet(now, len, now);
+            now += gap;
+        }
+        while let Some((due, _, at)) = pop(l, u64::MAX) {
+            got.push((at, due));
+        }
+        got
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn an_outage_drops_exactly_what_is_offered_in_its_window() {
+        // Unlimited rate: a packet every ms for 5 s, the link down 2-3 s.
+        let mut l = DirLink::new(dir("delay=10ms outage=1s@2s"), 1);
+        let got = stream(&mut l, 0, 5 * S, MS, 100);
+        let offered: Vec<u64> = (0..5000).map(|i| i * MS).collect();
+        let want: Vec<u64> = offered
+            .iter()
+            .copied()
+            .filter(|&t| !(2 * S..3 * S).contains(&t))
+            .collect();
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), want);
+        assert!(got.iter().all(|&(at, due)| due == at + 10 * MS));
+        let c = &l.counters;
+        assert_eq!((c.outage_drop_pkts, c.outage_drop_bytes), (1000, 100_000));
+        assert_eq!((c.lost_pkts, c.queue_drop_pkts), (0, 0));
+        assert_eq!(c.delivered_pkts, 4000);
+    }
+
+    #[test]
+    fn a_repeating_outage_drops_each_window_and_nothing_between() {
+        let mut l = DirLink::new(dir("outage=100ms@1s/1s"), 1);
+        let got: Vec<u64> = stream(&mut l, 0, 5 * S, MS, 100)
+            .iter()
+            .map(|g| g.0)
+            .collect();
+        let down = |t: u64| t >= S && t % S < 100 * MS;
+        let want: Vec<u64> = (0..5000).map(|i| i * MS).filter(|&t| !down(t)).collect();
+        assert_eq!(got, want);
+        assert_eq!(l.counters.outage_drop_pkts, 4 * 100);
+    }
+
+    #[test]
+    fn a_cut_link_loses_its_queue_and_resumes_empty() {
+        // 10 Mbit/s: 1500 B take 1.2 ms. Offered at twice that (every 0.6
+        // ms) for 2 s, so the queue stands full; down 1 s to 1.5 s.
+        let tx = 1_200_000;
+        let mut l = DirLink::new(dir("rate=10M delay=5ms queue=50pkts outage=500ms@1s"), 1);
+        let got = stream(&mut l, 0, 2 * S, 600_000, 1500);
+        let ends: Vec<u64> = got.iter().map(|&(_, due)| due - 5 * MS).collect();
+        // Nothing finished its serialisation in the outage, nor at its start.
+        assert!(
+            ends.iter().all(|&e| !(S..=S + 500 * MS).contains(&e)),
+            "{ends:?}"
+        );
+        // The serialiser was busy up to the cut...
+        let last_before = *ends.iter().filter(|&&e| e < S).max().unwrap();
+        assert!(last_before > S - tx, "{last_before}");
+        // ...and what was queued then went with the link: the first packet
+        // after the outage found an empty queue.
+        let (at, due) = *got.iter().find(|g| g.0 >= S + 500 * MS).unwrap();
+        assert_eq!(at, S + 500 * MS);
+        assert_eq!(due, at + tx + 5 * MS);
+        let c = &l.counters;
+        let in_window = (500 * MS).div_ceil(600_000);
+        assert!(
+            c.outage_drop_pkts > in_window + 40,
+            "the queue's ~50 and the window's {in_window}: {c:?}"
+        );
+        assert_eq!(
+            c.offered_pkts,
+            c.delivered_pkts + c.queue_drop_pkts + c.outage_drop_pkts
+        );
+        // Before and after, the link carried its rate.
+        let rate = |from: u64, to: u64| {
+            let n = ends.iter().filter(|&&e| e >= from && e < to).count() as f64;
+            n * 1500.0 * 8.0 / ((to - from) as f64 / 1e9)
+        };
+        for r in [rate(100 * MS, 900 * MS), rate(1600 * MS, 1900 * MS)] {
+            assert!((r - 10e6).abs() / 10e6 < 0.01, "{r}");
+        }
+    }
+
+    /// Bit/s of the due times in `[from, to)` of 1000-byte packets.
+    fn rate_in(got: &[(u64, u64)], from: u64, to: u64) -> f64 {
+        let n = got.iter().filter(|g| g.1 >= from && g.1 < to).count() as f64;
+        n * 8000.0 / ((to - from) as f64 / 1e9)
+    }
+
+    #[test]
+    fn a_rate_step_holds_its_rate_for_its_window_then_the_base_rate() {
+        // Offered at 200 Mbit/s (1000 B every 40 us) for 3 s; 100 Mbit/s but
+        // 10 Mbit/s from 1 s for 1 s.
+        let mut l = DirLink::new(dir("rate=100M rate=10M@1s+1s queue=100pkts"), 1);
+        let got = stream(&mut l, 0, 3 * S, 40_000, 1000);
+        // Leave out the 100 ms after each change (a queue of 100 packets at
+        // 10 Mbit/s drains in 80 ms).
+        let (before, during, after) = (
+            rate_in(&got, 100 * MS, S),
+            rate_in(&got, 1100 * MS, 2 * S),
+            rate_in(&got, 2100 * MS, 3 * S),
+        );
+        for (r, want) in [(before, 100e6), (during, 10e6), (after, 100e6)] {
+            assert!((r - want).abs() / want < 0.01, "{r} vs {want}");
+        }
+        // The queue kept its limit throughout.
+        assert_eq!(l.counters.queue_hwm_pkts, 100);
+        assert_eq!(l.counters.outage_drop_pkts, 0);
+    }
+
+    #[test]
+    fn an_open_ended_step_on_an_unlimited_link_limits_it_from_its_start() {
+        let mut l = DirLink::new(dir("rate=10M@1s delay=1ms"), 1);
+        let got = stream(&mut l, 0, 3 * S, 40_000, 1000);
+        // Unlimited before: each packet due 1 ms after it was offered.
+        assert!(got
+            .iter()
+            .filter(|g| g.0 < S)
+            .all(|&(at, due)| due == at + MS));
+        assert_eq!(got.iter().filter(|g| g.0 < S).count(), 25_000);
+        let r = rate_in(&got, 1100 * MS, 3 * S);
+        assert!((r - 10e6).abs() / 10e6 < 0.01, "{r}");
+    }
+
+    #[test]
+    fn the_schedule_runs_from_its_epoch_and_not_while_held() {
+        let mut l = DirLink::new(dir("outage=1s@1s"), 1);
+        l.set_epoch(Some(10 * S));
+        // Before the epoch and in the first second of the clock: up.
+        assert!(l.offer_packet(S + 500 * MS, 100, 0));
+        assert!(l.offer_packet(10 * S + 500 * MS, 100, 1));
+        assert!(!l.offer_packet(11 * S + 500 * MS, 100, 2));
+        assert_eq!(l.state_at(11 * S + 500 * MS), (true, None));
+        assert_eq!(l.next_change_ms(11 * S + 500 * MS), Some(2000));
+        l.set_epoch(None);
+        assert!(l.offer_packet(11 * S + 600 * MS, 100, 3));
+        assert_eq!(l.state_at(11 * S + 600 * MS), (false, None));
+        assert_eq!(l.next_change_ms(11 * S + 600 * MS), None);
+        assert!(l.offer_packet(12 * S + 500 * MS, 100, 4));
+        assert_eq!(l.counters.outage_drop_pkts, 1);
+    }
+
+    #[test]
+    fn an_outage_splits_an_aggregate_at_the_cut() {
+        // 1 Gbit/s: the 45 segments of a TSO aggregate take 12 us each; the
+        // link goes down 100 us after the aggregate arrives.
+        let s = tso();
+        let mut l = DirLink::new(dir("rate=1G outage=1ms@100us"), 1);
+        assert_eq!(l.offer(0, &s, 0, 45, 0), 1);
+        let t = l.pop_due(u64::MAX).unwrap();
+        // Those fully out by 100 us pass: 8 segments of 11.9 us.
+        assert_eq!((t.first, t.count), (0, 8));
+        assert_eq!(l.counters.outage_drop_pkts, 37);
+        assert_eq!(l.busy_until, 100_000);
     }
 
     #[test]

@@ -726,7 +726,8 @@ mod tests {
         assert_eq!((plain.label.as_str(), plain.settings.len()), ("rsync", 0));
         let err = |s: &str| s.parse::<ToolSpec>().unwrap_err().to_string();
         assert!(err("gridftp:p=0").contains("p=0: a whole number from 1 to 64"));
-        assert!(err("gridftp:q=1").contains("no setting 'q' (it has p, cc, pp, fast, udt, tcp-bs)"));
+        assert!(err("gridftp:q=1")
+            .contains("no setting 'q' (it has p, cc, pp, fast, udt, tcp-bs, rst)"));
         assert!(err("rsync:p=1").contains("no setting 'p' (it has ssh)"));
         assert!(err("tarnc:p=1").contains("it has none"));
         assert!(err("gridftp:p=2,p=3").contains("given twice"));
@@ -743,6 +744,15 @@ mod tests {
             argv.contains("\"-fast\", \"-pp\", \"-cc\", \"4\", \"-p\", \"4\", \"-r\""),
             "{argv}"
         );
+        assert!(!argv.contains("-rst"), "{argv}");
+        // rst=yes: restarts what fails.
+        let rst: ToolSpec = "gridftp:rst=yes".parse().unwrap();
+        let argv = setup(&rst.settings);
+        assert!(
+            argv.contains("\"-p\", \"4\", \"-rst\", \"-rst-retries\", \"0\", \"-rst-interval\", \"2\", \"-rst-timeout\", \"900\", \"-r\""),
+            "{argv}"
+        );
+        assert!(err("gridftp:rst=maybe").contains("rst=maybe"));
     }
 
     #[test]
