@@ -102,3 +102,24 @@ impl Write for EscapingStderr {
         std::io::stderr().flush()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn quinn_udps_warnings_through_the_log_crate_are_counted_with_the_first_text() {
+        // (The only test of this binary that installs the global logger.)
+        super::init("warn", false);
+        assert_eq!(super::socket_errors(), None);
+        log::warn!(
+            target: "quinn_udp::imp",
+            "sendmsg error: Os {{ code: 1, message: \"Operation not permitted\" }}, Transmit: {{ len: 1200 }}"
+        );
+        log::warn!(target: "quinn_udp::imp", "sendmsg error: the second");
+        // Others' warnings are not counted.
+        log::warn!(target: "quinn_proto", "something else");
+        tracing::warn!("and not ours either");
+        let (n, first) = super::socket_errors().expect("counted");
+        assert_eq!(n, 2);
+        assert!(first.starts_with("sendmsg error: Os { code: 1"), "{first}");
+    }
+}
