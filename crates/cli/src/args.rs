@@ -349,10 +349,11 @@ pub struct TransferArgs {
     #[arg(long, value_name = "N")]
     pub connections: Option<usize>,
     /// When the connection is lost mid-transfer (a dead link, a route flap,
-    /// a server restarting), keep reconnecting for this long, then resume
-    /// where it stopped: placed files and journaled chunks do not cross
-    /// again. Counted from each loss (found after 15 s of silence); `0`
-    /// fails at once with exit 3. The first connection is not retried.
+    /// a server restarting), try to reconnect for up to this long and, once
+    /// back, resume where it stopped: placed files and journaled chunks do
+    /// not cross again. Counted from each loss (found after 15 to 20 s of
+    /// silence); `0` fails at once with exit 3. The first connection of a
+    /// run is not retried.
     #[arg(long, value_name = "DURATION", default_value = "10m",
           value_parser = crate::multicast::parse_duration)]
     pub retry_for: std::time::Duration,
