@@ -336,6 +336,17 @@ pub struct TransferArgs {
     /// put cannot ask (the server decides: `serve --exact-modes`).
     #[arg(long)]
     pub exact_modes: bool,
+    /// Make the FIFOs and Unix sockets' names of the tree at the
+    /// destination (rsync's --specials; a socket's name, not a listening
+    /// socket). Without it each is listed as not made (summary and
+    /// --json `not_made`), never dropped silently.
+    #[arg(long)]
+    pub specials: bool,
+    /// Make the character and block device nodes of the tree on a get
+    /// (rsync's --devices; as root: else each fails, exit 5). A put's
+    /// server never makes device nodes; they are listed as not made.
+    #[arg(long)]
+    pub devices: bool,
     /// Durable files are the default now: accepted so that older scripts
     /// still run.
     #[arg(long, hide = true, conflicts_with = "no_fsync")]

@@ -612,6 +612,8 @@ pub(crate) fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOp
         },
         durable: !a.no_fsync,
         exact_modes: a.exact_modes,
+        specials: a.specials,
+        devices: a.devices,
         interrupt: Default::default(),
         connect_timeout: None,
         retry_for: a.retry_for,
@@ -795,6 +797,25 @@ fn summary(r: &ClientReport) -> String {
             b as f64 / 1e3
         ),
     };
+    let not_made = match r.not_made.len() {
+        0 => String::new(),
+        n => {
+            let shown_ones: Vec<String> = r
+                .not_made
+                .iter()
+                .take(3)
+                .map(|m| format!("{} {} ({})", m.kind, shown(&m.path), m.why))
+                .collect();
+            let more = match n {
+                1..=3 => String::new(),
+                _ => format!(", and {} more (--json lists them)", n - 3),
+            };
+            format!(
+                "\n{n} special file(s) not made: {}{more}",
+                shown_ones.join(", ")
+            )
+        }
+    };
     let outages: String = r
         .outages
         .iter()
@@ -810,17 +831,20 @@ fn summary(r: &ClientReport) -> String {
         })
         .collect();
     format!(
-        "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {} symlink(s)\n\
+        "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {}\n\
          {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed, \
          {:.1} MB skipped; \
-         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}{}",
+         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}{}{}",
         r.op,
         t.files,
         t.verified,
         t.skipped,
         t.failed,
         t.dirs,
-        t.symlinks,
+        match t.specials {
+            0 => format!("{} symlink(s)", t.symlinks),
+            n => format!("{} symlink(s), {n} special file(s)", t.symlinks),
+        },
         t.bytes_transferred as f64 / 1e6,
         r.seconds,
         r.rate_mbps,
@@ -838,7 +862,8 @@ fn summary(r: &ClientReport) -> String {
         start,
         repair,
         behind,
-        outages
+        outages,
+        not_made
     )
 }
 

@@ -89,6 +89,18 @@ impl FileSet {
                         continue;
                     }
                 };
+                if it.kind.is_special() {
+                    // (A session carries files, directories and links.)
+                    let shown = start
+                        .join(&it.path)
+                        .map(|p| p.display())
+                        .unwrap_or_default();
+                    skipped.push(format!(
+                        "{shown}: a {} is not sent by multicast",
+                        it.kind.name()
+                    ));
+                    continue;
+                }
                 let rel = match &prefix {
                     Some(pre) if it.path.is_root() => pre.clone(),
                     Some(pre) => pre.join(&it.path).expect("joined path"),

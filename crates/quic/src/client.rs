@@ -59,6 +59,12 @@ pub struct ClientOpts {
     /// setgid, sticky and world-write bits included; else within
     /// [`longhaul_transfer::place::SAFE_MODE_BITS`].
     pub exact_modes: bool,
+    /// The receiving side makes the FIFOs and sockets sent (`--specials`);
+    /// else each is listed as not made.
+    pub specials: bool,
+    /// A get makes the device nodes sent (`--devices`, as root); a put's
+    /// server never does.
+    pub devices: bool,
     /// Closes the transfer's connection on Ctrl-C.
     pub interrupt: Interrupt,
     /// How long the handshake may go unanswered before the server is taken
@@ -140,6 +146,8 @@ impl ClientOpts {
             rates: None,
             durable: true,
             exact_modes: false,
+            specials: false,
+            devices: false,
             interrupt: Interrupt::default(),
         }
     }
@@ -249,6 +257,9 @@ pub struct ClientReport {
     pub reconnects: u32,
     /// The outages it rode out, or the one it gave up on.
     pub outages: Vec<crate::retry::Outage>,
+    /// FIFOs, sockets and device nodes not made at the destination, and
+    /// why (`--specials`, `--devices`); made ones are in `totals.specials`.
+    pub not_made: Vec<crate::report::NotMade>,
     /// Files under way when a failed transfer ended, as far as they got
     /// (not counted in `files` or `totals`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -286,6 +297,8 @@ pub struct Totals {
     pub dirs: u64,
     /// Symlink entries in the manifest.
     pub symlinks: u64,
+    /// FIFOs, sockets and device nodes made at the destination.
+    pub specials: u64,
     /// Sum of the files' sizes in bytes, whatever their status.
     pub bytes: u64,
     /// File payload bytes that crossed the network in this run.
@@ -927,6 +940,7 @@ fn build_report(
     let t = Totals {
         dirs: r.dirs,
         symlinks: r.symlinks,
+        specials: r.specials,
         ..crate::retry::totals(&r.files)
     };
     ClientReport {
@@ -974,6 +988,7 @@ fn build_report(
         reconnects: 0,
         outages: Vec::new(),
         unsettled: r.unsettled,
+        not_made: r.not_made,
     }
 }
 
@@ -1235,6 +1250,8 @@ async fn get_once<R: AsRef<[u8]>>(
             fresh,
             durable: opts.durable,
             exact_modes: opts.exact_modes,
+            specials: opts.specials,
+            devices: opts.devices,
         },
         progress.clone(),
     )
@@ -1349,6 +1366,7 @@ async fn put_once(
         roots,
         sync: opts.sync.into(),
         durable: opts.durable,
+        specials: opts.specials,
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
@@ -1364,6 +1382,7 @@ async fn put_once(
             max_rate: opts.net.max_rate,
             fresh: s.fresh,
             send_window: tuned.send_window.clone(),
+            peer_makes: (opts.specials, false),
         },
         progress.clone(),
     )

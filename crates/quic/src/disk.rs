@@ -233,6 +233,24 @@ impl RecvDisk {
                     .make_symlink(&target, &link, mtime_ns);
                 Done::Made { target, result }
             }
+            Job::Special {
+                target,
+                kind,
+                rdev,
+                mode,
+                mtime_ns,
+            } => {
+                let result = self
+                    .dest
+                    .lock()
+                    .unwrap()
+                    .make_special(&target, kind, rdev, mode, mtime_ns);
+                Done::MadeSpecial {
+                    target,
+                    kind,
+                    result,
+                }
+            }
             Job::Open {
                 id,
                 target,

@@ -44,6 +44,6 @@ pub use client::{
     Totals, ZeroRtt, DEFAULT_STREAMS,
 };
 pub use net::{NetOpts, SendBudget};
-pub use report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
+pub use report::{FileReport, Kind, NotMade, Problem, Progress, SessionReport, Status};
 pub use retry::{Outage, DEFAULT_RETRY_FOR};
 pub use server::{ServeOpts, Server, DEFAULT_MAX_SESSIONS, DEFAULT_PORT, DEFAULT_SEND_BUFFER};

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 /// [`REPAIRED_PRELUDE`], and RaptorQ symbols of each ([`Repair`]) follow as
 /// QUIC datagrams, from which the receiver rebuilds what the path lost
 /// instead of waiting a round trip for QUIC's retransmission.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 /// TLS ALPN both sides require; it names the protocol family and stays
 /// `longhaul/1` across versions ([`VERSION`] is in the `Hello`).
 pub const ALPN: &[u8] = b"longhaul/1";
@@ -106,6 +106,9 @@ pub enum Op {
         /// The server makes each file durable before naming it and syncs
         /// its file system before its `Done` (false: `--no-fsync`).
         durable: bool,
+        /// The server makes the FIFOs and sockets sent (`--specials`); it
+        /// never makes device nodes. Version 10.
+        specials: bool,
     },
 }
 
@@ -707,6 +710,7 @@ mod tests {
                     }],
                     sync: PutSync::Checksum,
                     durable: true,
+                    specials: true,
                 },
                 max_rate: 5,
                 cc: None,
@@ -807,6 +811,22 @@ mod tests {
             message: "x".into(),
         });
         assert_eq!(f, [0, 0, 0, 4, 2, 7, 1, b'x']);
+        // Variant 4 (Entry) of kind 5 (CharDevice, version 10): its device
+        // number (1, 3) = 259 in `size`, mode 0600.
+        let e = encode(&Frame::Entry(Entry {
+            id: 1,
+            root: 0,
+            path: b"n".to_vec(),
+            kind: longhaul_transfer::manifest::EntryKind::CharDevice,
+            size: 259,
+            mode: 0o600,
+            mtime_ns: 0,
+            link: vec![],
+        }));
+        assert_eq!(
+            e,
+            [0, 0, 0, 12, 4, 1, 0, 1, b'n', 5, 0x83, 0x02, 0x80, 0x03, 0, 0]
+        );
         let h = RecordHeader {
             id: 1,
             offset: 1 << 20,

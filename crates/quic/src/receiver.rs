@@ -53,6 +53,10 @@ pub(crate) struct RecvOpts {
     pub durable: bool,
     /// See [`RecvConfig::exact_modes`].
     pub exact_modes: bool,
+    /// See [`RecvConfig::specials`].
+    pub specials: bool,
+    /// See [`RecvConfig::devices`].
+    pub devices: bool,
     /// A server's record of unfinished parts, and the client this session
     /// is for: what it leaves unfinished is recorded there.
     pub keep: Option<(Arc<crate::kept::KeptParts>, String)>,
@@ -101,6 +105,8 @@ pub(crate) async fn run_receiver(
         fresh: opts.fresh,
         durable: opts.durable,
         exact_modes: opts.exact_modes,
+        specials: opts.specials,
+        devices: opts.devices,
         max_waiting: MAX_WAITING,
     };
     let mut core = RecvCore::new(cfg, dest.landing, progress.clone());

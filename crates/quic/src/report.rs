@@ -133,6 +133,18 @@ pub struct FileReport {
     pub error: Option<String>,
 }
 
+/// A FIFO, socket or device node the receiving side did not make, and why
+/// (not asked with `--specials` / `--devices`, or refused there).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct NotMade {
+    /// Where it would have landed (lossy UTF-8).
+    pub path: String,
+    /// `fifo`, `socket`, `char device` or `block device`.
+    pub kind: &'static str,
+    /// Why not.
+    pub why: String,
+}
+
 /// Outcome of one session on one side.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct SessionReport {
@@ -159,6 +171,11 @@ pub struct SessionReport {
     /// The receiver's seconds from the last new data on a protected stream
     /// until the last of them was whole (None: no protected stream).
     pub tail_s: Option<f64>,
+    /// FIFOs, sockets and device nodes made (a receiver), or made by the
+    /// receiver as this sender knows its rules (a put's client).
+    pub specials: u64,
+    /// Those not made, and why.
+    pub not_made: Vec<NotMade>,
     /// Files under way when the session failed, as far as they got (status
     /// `Failed`, not counted in `files`): what a transfer that reconnects
     /// adds to the next session's account of them.

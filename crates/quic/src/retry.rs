@@ -202,6 +202,7 @@ pub(crate) fn merge(mut reports: Vec<ClientReport>, seconds: f64) -> ClientRepor
     last.totals = Totals {
         dirs: last.totals.dirs,
         symlinks: last.totals.symlinks,
+        specials: last.totals.specials,
         ..totals(&last.files)
     };
     last.seconds = seconds;
@@ -393,6 +394,7 @@ mod tests {
             reconnects: 0,
             outages: vec![],
             unsettled: vec![],
+            not_made: vec![],
         }
     }
 

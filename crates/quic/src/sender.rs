@@ -62,6 +62,8 @@ pub(crate) struct SendOpts {
     /// ([`crate::net::Tuned::send_window`]): the lanes together hold at most
     /// a quarter of it in hand ([`crate::core::send::in_hand_limit`]).
     pub send_window: Arc<AtomicU64>,
+    /// See [`SendConfig::peer_makes`].
+    pub peer_makes: (bool, bool),
 }
 
 /// Chunks up to this size are read on the driver's own task: a page-cache
@@ -88,6 +90,7 @@ pub(crate) async fn run_sender(
     let cfg = SendConfig {
         fresh: opts.fresh,
         max_rate: opts.max_rate,
+        peer_makes: opts.peer_makes,
     };
     let conn = conns.first.clone();
     let slots = Slots::new(conns);

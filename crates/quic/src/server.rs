@@ -1155,6 +1155,8 @@ async fn session(
                     max_rate: rate,
                     fresh: h.fresh,
                     send_window: tuned.send_window,
+                    // (The client decides what it makes; its report says.)
+                    peer_makes: (true, true),
                 },
                 progress,
             )
@@ -1167,6 +1169,7 @@ async fn session(
             roots,
             sync,
             durable,
+            specials,
         } => {
             let prefix = match RelPath::from_request(&follow_dir_links(&ctx.opts, &dest)) {
                 Ok(p) => p,
@@ -1223,6 +1226,9 @@ async fn session(
                 fresh,
                 durable,
                 exact_modes: ctx.opts.exact_modes,
+                specials,
+                // (A client must not plant device nodes in a served tree.)
+                devices: false,
             };
             let (report, result) =
                 run_receiver(conns, ctl.clone(), &mut rx, spec, opts, progress).await;

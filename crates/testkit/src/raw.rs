@@ -155,6 +155,7 @@ impl Raw {
             }],
             sync: longhaul_quic::proto::PutSync::Always,
             durable: false,
+            specials: false,
         })
         .await;
     }

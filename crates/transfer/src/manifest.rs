@@ -1,9 +1,9 @@
-//! What a sender announces: one [`Entry`] per file, directory or symlink.
+//! What a sender announces: one [`Entry`] per file, directory, symlink,
+//! FIFO, socket or device node.
 
 use serde::{Deserialize, Serialize};
 
-/// What an [`Entry`] is. Other file types (sockets, fifos, devices) are not
-/// transferred.
+/// What an [`Entry`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EntryKind {
     /// A regular file: the only kind with data (`size` bytes, sent in chunks).
@@ -12,6 +12,42 @@ pub enum EntryKind {
     Dir,
     /// A symbolic link, never followed; its target is in [`Entry::link`].
     Symlink,
+    /// A named pipe (FIFO); no data.
+    Fifo,
+    /// A Unix domain socket's name; no data (a receiver makes the name, not
+    /// a listening socket).
+    Socket,
+    /// A character device node; its device number is in [`Entry::size`].
+    CharDevice,
+    /// A block device node; its device number is in [`Entry::size`].
+    BlockDevice,
+}
+
+impl EntryKind {
+    /// A FIFO, socket or device node: made by a receiver only when asked
+    /// (`--specials`, `--devices`), else listed as not made.
+    pub fn is_special(self) -> bool {
+        self.is_device() || matches!(self, EntryKind::Fifo | EntryKind::Socket)
+    }
+
+    /// A character or block device node.
+    pub fn is_device(self) -> bool {
+        matches!(self, EntryKind::CharDevice | EntryKind::BlockDevice)
+    }
+
+    /// The kind as reports name it: `file`, `dir`, `symlink`, `fifo`,
+    /// `socket`, `char device`, `block device`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EntryKind::File => "file",
+            EntryKind::Dir => "dir",
+            EntryKind::Symlink => "symlink",
+            EntryKind::Fifo => "fifo",
+            EntryKind::Socket => "socket",
+            EntryKind::CharDevice => "char device",
+            EntryKind::BlockDevice => "block device",
+        }
+    }
 }
 
 /// One item of a file set. `path` is relative to the request's root (empty = the
@@ -26,7 +62,8 @@ pub struct Entry {
     pub path: Vec<u8>,
     /// File, directory or symlink: says which of `size` and `link` mean anything.
     pub kind: EntryKind,
-    /// Bytes for files, 0 otherwise.
+    /// Bytes for files; a device node's device number (`st_rdev`); 0
+    /// otherwise.
     pub size: u64,
     /// Permission bits (the low 12 bits of st_mode).
     pub mode: u32,

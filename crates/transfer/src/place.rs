@@ -16,7 +16,7 @@
 
 use crate::chunk::{hex, ChunkPlan, Digest};
 use crate::journal::{self, JournalHeader};
-use crate::manifest::{ns_to_system_time, Entry};
+use crate::manifest::{ns_to_system_time, Entry, EntryKind};
 use crate::partlock::{Guard, Guarded, Locked, Seal, Writer};
 use crate::path::RelPath;
 use crate::sync::Existing;
@@ -256,6 +256,54 @@ impl DestDir {
             // (A directory of that name, say: no stray link is left.)
             let _ = dir.remove_file(os(&tmp));
         })
+    }
+
+    /// Place a FIFO, a socket's name or a device node of `kind` (`rdev`:
+    /// its device number), replacing a file, link or node already there,
+    /// with permission bits `mode` (not the umask's) and `mtime_ns`. A
+    /// device node needs CAP_MKNOD (root).
+    pub fn make_special(
+        &mut self,
+        path: &RelPath,
+        kind: EntryKind,
+        rdev: u64,
+        mode: u32,
+        mtime_ns: i64,
+    ) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let format = match kind {
+            EntryKind::Fifo => libc::S_IFIFO,
+            EntryKind::Socket => libc::S_IFSOCK,
+            EntryKind::CharDevice => libc::S_IFCHR,
+            EntryKind::BlockDevice => libc::S_IFBLK,
+            _ => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        };
+        let (dir, name) = self.parent_of(path)?;
+        let tmp = sibling_name(&name, LINK);
+        let _ = dir.remove_file(os(&tmp));
+        let c = std::ffi::CString::new(tmp.clone()).map_err(io::Error::other)?;
+        let fd = dir.as_raw_fd();
+        // SAFETY: mknodat and fchmodat read a NUL-terminated name relative to
+        // a directory descriptor this function holds open.
+        if unsafe { libc::mknodat(fd, c.as_ptr(), format | (mode & 0o777), rdev as libc::dev_t) }
+            != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        let placed = (|| {
+            // (mknod applied the umask; a FIFO is never opened here: that
+            // would block until a writer came.)
+            // SAFETY: as above.
+            if unsafe { libc::fchmodat(fd, c.as_ptr(), (mode & 0o7777) as libc::mode_t, 0) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            dir.set_symlink_times(os(&tmp), None, Some(times(mtime_ns)))?;
+            dir.rename(os(&tmp), &dir, os(&name))
+        })();
+        if placed.is_err() {
+            let _ = dir.remove_file(os(&tmp));
+        }
+        placed
     }
 
     /// Apply directory modes and mtimes, deepest first. Call once, at the end.

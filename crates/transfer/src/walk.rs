@@ -19,9 +19,10 @@ use std::os::unix::ffi::OsStrExt;
 pub struct WalkItem {
     /// Path relative to where the walk started (the root for the start itself).
     pub path: RelPath,
-    /// File, directory or symlink; other file types are left out of the walk.
+    /// File, directory, symlink, FIFO, socket or device node.
     pub kind: EntryKind,
-    /// Size in bytes for a regular file, 0 otherwise.
+    /// Size in bytes for a regular file, the device number of a device
+    /// node, 0 otherwise.
     pub size: u64,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
@@ -80,6 +81,7 @@ fn ident(d: &Dir) -> io::Result<(u64, u64)> {
 }
 
 fn kind_of(meta: &Metadata) -> Option<EntryKind> {
+    use cap_std::fs::FileTypeExt;
     let ft = meta.file_type();
     if ft.is_file() {
         Some(EntryKind::File)
@@ -87,6 +89,14 @@ fn kind_of(meta: &Metadata) -> Option<EntryKind> {
         Some(EntryKind::Dir)
     } else if ft.is_symlink() {
         Some(EntryKind::Symlink)
+    } else if ft.is_fifo() {
+        Some(EntryKind::Fifo)
+    } else if ft.is_socket() {
+        Some(EntryKind::Socket)
+    } else if ft.is_char_device() {
+        Some(EntryKind::CharDevice)
+    } else if ft.is_block_device() {
+        Some(EntryKind::BlockDevice)
     } else {
         None
     }
@@ -102,7 +112,7 @@ pub(crate) fn mtime_of(meta: &Metadata) -> i64 {
 fn item(dir: &Dir, name: &std::path::Path, path: RelPath) -> io::Result<Option<WalkItem>> {
     let meta = dir.symlink_metadata(name)?;
     let Some(kind) = kind_of(&meta) else {
-        return Ok(None); // sockets, fifos, devices are not transferred
+        return Ok(None); // (no other kind exists on Linux)
     };
     let link = if kind == EntryKind::Symlink {
         dir.read_link_contents(name)?
@@ -115,10 +125,10 @@ fn item(dir: &Dir, name: &std::path::Path, path: RelPath) -> io::Result<Option<W
     Ok(Some(WalkItem {
         path,
         kind,
-        size: if kind == EntryKind::File {
-            meta.len()
-        } else {
-            0
+        size: match kind {
+            EntryKind::File => meta.len(),
+            k if k.is_device() => meta.rdev(),
+            _ => 0,
         },
         mode: meta.mode() & 0o7777,
         mtime_ns: mtime_of(&meta),

@@ -73,6 +73,7 @@ fn the_server_closes_a_finished_session_itself() {
             }],
             sync: PutSync::SizeMtime,
             durable: true,
+            specials: false,
         })
         .await;
         r.welcome().await;

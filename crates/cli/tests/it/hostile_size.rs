@@ -20,6 +20,7 @@ async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(Er
         }],
         sync: PutSync::Always,
         durable: false,
+        specials: false,
     })
     .await;
     r.frame(&Frame::Entry(Entry {

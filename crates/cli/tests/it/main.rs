@@ -23,6 +23,7 @@ mod put_fresh;
 mod rate;
 mod resume;
 mod slow_receiver;
+mod specials;
 mod ssh;
 mod sync;
 mod tree;

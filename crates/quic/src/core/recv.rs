@@ -47,6 +47,11 @@ pub(crate) struct RecvConfig {
     /// [`longhaul_transfer::place::SAFE_MODE_BITS`] (no setuid, setgid,
     /// sticky or world-write bit).
     pub exact_modes: bool,
+    /// Make the FIFOs and sockets' names sent (`--specials`); else each is
+    /// listed as not made.
+    pub specials: bool,
+    /// Make the device nodes sent (`--devices`; needs root).
+    pub devices: bool,
 }
 
 /// The most record bytes a fresh session holds for entries not yet seen. A
@@ -106,6 +111,14 @@ pub(crate) enum Job {
         link: Vec<u8>,
         mtime_ns: i64,
     },
+    /// Make FIFO, socket or device node `target` (`rdev`: a device's number).
+    Special {
+        target: RelPath,
+        kind: EntryKind,
+        rdev: u64,
+        mode: u32,
+        mtime_ns: i64,
+    },
     /// Decide what to want of file `id` (sync mode, resume journal) and, unless
     /// it is skipped, open its part.
     Open {
@@ -158,6 +171,7 @@ impl Job {
             self,
             Job::Dir { .. }
                 | Job::Symlink { .. }
+                | Job::Special { .. }
                 | Job::Open { .. }
                 | Job::FinishDirs
                 | Job::SyncFs
@@ -190,6 +204,13 @@ pub(crate) enum Done {
     /// Of [`Job::Dir`] or [`Job::Symlink`].
     Made {
         target: RelPath,
+        result: std::io::Result<()>,
+    },
+    /// Of [`Job::Special`]: a node that could not be made is reported, and
+    /// the session goes on.
+    MadeSpecial {
+        target: RelPath,
+        kind: EntryKind,
         result: std::io::Result<()>,
     },
     Opened {
@@ -540,6 +561,31 @@ impl RecvCore {
                     mtime_ns: e.mtime_ns,
                 });
             }
+            k @ (EntryKind::Fifo
+            | EntryKind::Socket
+            | EntryKind::CharDevice
+            | EntryKind::BlockDevice) => {
+                let asked = match k.is_device() {
+                    true => self.cfg.devices,
+                    false => self.cfg.specials,
+                };
+                if asked {
+                    self.report.specials += 1;
+                    self.jobs.push_back(Job::Special {
+                        target,
+                        kind: k,
+                        rdev: e.size,
+                        mode: longhaul_transfer::place::received_mode(e.mode, self.cfg.exact_modes),
+                        mtime_ns: e.mtime_ns,
+                    });
+                } else {
+                    self.report.not_made.push(crate::report::NotMade {
+                        path: display,
+                        kind: k.name(),
+                        why: not_asked(k).into(),
+                    });
+                }
+            }
             EntryKind::File => {
                 if e.size > MAX_FILE_SIZE {
                     return Err(protocol(format!(
@@ -717,6 +763,33 @@ impl RecvCore {
     fn on_done(&mut self, now: Instant, done: Done) -> Result<(), Problem> {
         match done {
             Done::Made { target, result } => result.map_err(|e| io_problem(&target.display(), e)),
+            Done::MadeSpecial {
+                target,
+                kind,
+                result,
+            } => {
+                if let Err(e) = result {
+                    let why = match e.raw_os_error() {
+                        Some(libc::EPERM) if kind.is_device() => {
+                            format!("{e} (device nodes need root)")
+                        }
+                        _ => e.to_string(),
+                    };
+                    let path = target.display();
+                    self.report.specials -= 1;
+                    self.report.not_made.push(crate::report::NotMade {
+                        path: path.clone(),
+                        kind: kind.name(),
+                        why: why.clone(),
+                    });
+                    self.report.problems.push(Problem::at(
+                        Kind::LocalIo,
+                        path,
+                        format!("making a {}: {why}", kind.name()),
+                    ));
+                }
+                Ok(())
+            }
             Done::Opened { id, result } => self.on_opened(now, id, result),
             Done::Written {
                 id,
@@ -1161,5 +1234,13 @@ pub(crate) fn unsettled(display: &str, size: u64, moved: u64, resumed: u64) -> F
         bytes_resumed: resumed,
         blake3: None,
         error: Some("the session ended before it did".into()),
+    }
+}
+
+/// Why a special file of `kind` was not made when not asked for.
+pub(crate) fn not_asked(kind: EntryKind) -> &'static str {
+    match kind.is_device() {
+        true => "not asked for (--devices makes device nodes, as root)",
+        false => "not asked for (--specials makes FIFOs and sockets)",
     }
 }

@@ -46,6 +46,8 @@ fn cfg(fresh: bool) -> RecvConfig {
         durable: false,
         max_waiting: 4 * CHUNK_SIZE,
         exact_modes: false,
+        specials: false,
+        devices: false,
     }
 }
 
@@ -313,6 +315,61 @@ fn a_tree_arrives_whole_and_verified() {
         .filter(|n| n.to_string_lossy().contains(".lh-"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn specials_are_made_only_when_asked_and_a_device_that_cannot_be_made_fails_alone() {
+    use std::os::unix::fs::FileTypeExt;
+    // A FIFO and a char device (1, 3) sent; the session run to its end.
+    let session = |cfg: RecvConfig| {
+        let mut s = Sim::new(cfg);
+        s.frame(entry(1, "", EntryKind::Dir, 0));
+        s.frame(entry(2, "pipe", EntryKind::Fifo, 0));
+        s.frame(entry(3, "null", EntryKind::CharDevice, 259));
+        s.frame(Frame::ManifestEnd);
+        s.run_all();
+        assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
+        s
+    };
+    // Not asked: listed, not made; the session ends well.
+    let mut s = session(cfg(false));
+    let r = s.core.take_report();
+    let listed: Vec<_> = r
+        .not_made
+        .iter()
+        .map(|m| (m.path.as_str(), m.kind))
+        .collect();
+    assert_eq!(
+        listed,
+        [("dest/run/pipe", "fifo"), ("dest/run/null", "char device")]
+    );
+    assert_eq!(r.specials, 0);
+    assert!(r.problems.is_empty() && s.results().is_empty());
+    assert!(std::fs::symlink_metadata(s.path("pipe")).is_err());
+    // Asked: the FIFO is made with its mode; the device node is made as
+    // root, and where it cannot be, that one is a problem of its own.
+    let mut s = session(RecvConfig {
+        specials: true,
+        devices: true,
+        ..cfg(false)
+    });
+    let m = std::fs::symlink_metadata(s.path("pipe")).unwrap();
+    assert!(m.file_type().is_fifo());
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
+        0o640
+    );
+    let r = s.core.take_report();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let m = std::fs::symlink_metadata(s.path("null")).unwrap();
+        assert!(m.file_type().is_char_device());
+        assert_eq!(std::os::unix::fs::MetadataExt::rdev(&m), 259);
+        assert_eq!((r.specials, r.not_made.len()), (2, 0));
+    } else {
+        assert_eq!((r.specials, r.not_made.len(), r.problems.len()), (1, 1, 1));
+        assert!(r.not_made[0].why.contains("need root"), "{:?}", r.not_made);
+    }
 }
 
 #[test]

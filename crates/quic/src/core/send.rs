@@ -104,6 +104,11 @@ pub(crate) struct SendConfig {
     /// Cap on the sending rate (bits/s), 0 = none: each record gets a
     /// departure time, so the average holds at any RTT.
     pub max_rate: u64,
+    /// What the receiver makes of the FIFOs and sockets (true: it was
+    /// asked to, `--specials`) and of the device nodes sent: each is
+    /// counted as made or listed as not made in this side's report (a
+    /// put's server never makes device nodes).
+    pub peer_makes: (bool, bool),
 }
 
 /// One thing the walk of a requested root found.
@@ -418,6 +423,24 @@ impl<S: Clone> SendCore<S> {
                     EntryKind::Dir => self.report.dirs += 1,
                     EntryKind::Symlink => self.report.symlinks += 1,
                     EntryKind::File => {}
+                    k => {
+                        let made = match k.is_device() {
+                            true => self.cfg.peer_makes.1,
+                            false => self.cfg.peer_makes.0,
+                        };
+                        if made {
+                            self.report.specials += 1;
+                        } else {
+                            self.report.not_made.push(crate::report::NotMade {
+                                path: display.clone(),
+                                kind: k.name(),
+                                why: match k.is_device() {
+                                    true => "a server does not make device nodes".into(),
+                                    false => super::recv::not_asked(k).into(),
+                                },
+                            });
+                        }
+                    }
                 }
                 let file = (entry.kind == EntryKind::File).then_some(()).and(src);
                 if let Some(src) = &file {

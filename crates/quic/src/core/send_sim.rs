@@ -30,7 +30,11 @@ struct Sim {
 
 impl Sim {
     fn new(fresh: bool, lanes: usize, max_rate: u64) -> Sim {
-        let cfg = SendConfig { fresh, max_rate };
+        let cfg = SendConfig {
+            fresh,
+            max_rate,
+            peer_makes: (false, false),
+        };
         let mut s = Sim {
             core: SendCore::new(cfg, lanes, Arc::new(Progress::default())),
             now: Instant::now(),

@@ -64,6 +64,7 @@ async fn put_to(s: &Srv, dest: &[u8], root: &[u8]) -> Raw {
         }],
         sync: PutSync::Always,
         durable: false,
+        specials: false,
     })
     .await;
     r
@@ -792,6 +793,7 @@ async fn put_over(s: &Srv, connections: u32, key: &[u8]) -> Raw {
             }],
             sync: PutSync::Always,
             durable: false,
+            specials: false,
         },
         max_rate: 0,
         cc: None,
