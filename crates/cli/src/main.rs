@@ -816,6 +816,18 @@ fn summary(r: &ClientReport) -> String {
             )
         }
     };
+    let names = format!(
+        "{} symlink(s){}{}",
+        t.symlinks,
+        match t.hardlinks {
+            0 => String::new(),
+            n => format!(", {n} hard link(s)"),
+        },
+        match t.specials {
+            0 => String::new(),
+            n => format!(", {n} special file(s)"),
+        }
+    );
     let outages: String = r
         .outages
         .iter()
@@ -841,10 +853,7 @@ fn summary(r: &ClientReport) -> String {
         t.skipped,
         t.failed,
         t.dirs,
-        match t.specials {
-            0 => format!("{} symlink(s)", t.symlinks),
-            n => format!("{} symlink(s), {n} special file(s)", t.symlinks),
-        },
+        names,
         t.bytes_transferred as f64 / 1e6,
         r.seconds,
         r.rate_mbps,

@@ -299,6 +299,9 @@ pub struct Totals {
     pub symlinks: u64,
     /// FIFOs, sockets and device nodes made at the destination.
     pub specials: u64,
+    /// Hard links: names of a file sent once and linked to it at the
+    /// destination (made on a get, sent on a put).
+    pub hardlinks: u64,
     /// Sum of the files' sizes in bytes, whatever their status.
     pub bytes: u64,
     /// File payload bytes that crossed the network in this run.
@@ -941,6 +944,7 @@ fn build_report(
         dirs: r.dirs,
         symlinks: r.symlinks,
         specials: r.specials,
+        hardlinks: r.hardlinks,
         ..crate::retry::totals(&r.files)
     };
     ClientReport {

@@ -326,7 +326,20 @@ impl RecvDisk {
                 }
                 Done::Closed
             }
-            Job::FinishDirs => Done::DirsFinished(self.dest.lock().unwrap().finish_dirs()),
+            Job::FinishDirs { links } => {
+                let mut dest = self.dest.lock().unwrap();
+                let links = links
+                    .into_iter()
+                    .map(|(name, first)| {
+                        let made = dest.make_hardlink(&name, &first);
+                        (name, made)
+                    })
+                    .collect();
+                Done::DirsFinished {
+                    links,
+                    dirs: dest.finish_dirs(),
+                }
+            }
             Job::SyncFs => {
                 // One syncfs: the names of the files placed, directory
                 // metadata, the journals.

@@ -171,6 +171,9 @@ pub struct SessionReport {
     /// The receiver's seconds from the last new data on a protected stream
     /// until the last of them was whole (None: no protected stream).
     pub tail_s: Option<f64>,
+    /// Hard links made (a receiver) or sent (a sender): names of a file
+    /// sent under another name, linked to it.
+    pub hardlinks: u64,
     /// FIFOs, sockets and device nodes made (a receiver), or made by the
     /// receiver as this sender knows its rules (a put's client).
     pub specials: u64,

@@ -203,6 +203,7 @@ pub(crate) fn merge(mut reports: Vec<ClientReport>, seconds: f64) -> ClientRepor
         dirs: last.totals.dirs,
         symlinks: last.totals.symlinks,
         specials: last.totals.specials,
+        hardlinks: last.totals.hardlinks,
         ..totals(&last.files)
     };
     last.seconds = seconds;

@@ -509,6 +509,9 @@ fn walk_all(sources: Vec<SendRootResult>, tx: &mpsc::Sender<Input>) {
     let send = |w: Walked<Src>| tx.blocking_send(Input::Walked(w)).is_ok();
     for (root, src) in sources.into_iter().enumerate() {
         let root = root as u32;
+        // A root's files of several links, by device and inode: the path
+        // each was first sent under (its other names go as `HardLink`).
+        let mut linked: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
         let (src, walker) = match src.and_then(open_root) {
             Ok(x) => x,
             Err((code, message)) => {
@@ -538,7 +541,20 @@ fn walk_all(sources: Vec<SendRootResult>, tx: &mpsc::Sender<Input>) {
                             return;
                         }
                     };
-                    let file = (it.kind == EntryKind::File).then(|| {
+                    let mut kind = it.kind;
+                    let mut link = it.link;
+                    if kind == EntryKind::File && it.nlink > 1 {
+                        match linked.get(&it.dev_ino) {
+                            Some(first) => {
+                                kind = EntryKind::HardLink;
+                                link = first.clone();
+                            }
+                            None => {
+                                linked.insert(it.dev_ino, it.path.as_bytes().to_vec());
+                            }
+                        }
+                    }
+                    let file = (kind == EntryKind::File).then(|| {
                         Arc::new(SrcFile {
                             dir: src.dir.clone(),
                             path: path.clone(),
@@ -551,11 +567,11 @@ fn walk_all(sources: Vec<SendRootResult>, tx: &mpsc::Sender<Input>) {
                             id: 0,
                             root,
                             path: it.path.as_bytes().to_vec(),
-                            kind: it.kind,
+                            kind,
                             size: it.size,
                             mode: it.mode,
                             mtime_ns: it.mtime_ns,
-                            link: it.link,
+                            link,
                         },
                         src: file,
                     }

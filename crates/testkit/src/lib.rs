@@ -826,3 +826,21 @@ impl Relay {
         flight.len()
     }
 }
+
+/// What `rsync -n FLAGS --numeric-ids SRC/ DST/` would change to make `dst`
+/// like `src` (its itemized lines with `-i` among FLAGS; empty: the same
+/// tree as rsync sees it).
+pub fn rsync_changes(flags: &str, src: &Path, dst: &Path) -> String {
+    let out = Command::new("rsync")
+        .args([flags, "--numeric-ids"])
+        .arg(format!("{}/", src.display()))
+        .arg(format!("{}/", dst.display()))
+        .output()
+        .expect("rsync runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -21,6 +21,10 @@ pub enum EntryKind {
     CharDevice,
     /// A block device node; its device number is in [`Entry::size`].
     BlockDevice,
+    /// Another name of a file sent earlier in the session under the same
+    /// root (a hard link): [`Entry::link`] is that entry's path, `size` its
+    /// size; no data crosses, the receiver links the name to that file.
+    HardLink,
 }
 
 impl EntryKind {
@@ -46,6 +50,7 @@ impl EntryKind {
             EntryKind::Socket => "socket",
             EntryKind::CharDevice => "char device",
             EntryKind::BlockDevice => "block device",
+            EntryKind::HardLink => "hard link",
         }
     }
 }

@@ -306,6 +306,26 @@ impl DestDir {
         placed
     }
 
+    /// Make `path` another name of the file at `existing` (a hard link),
+    /// replacing a file or link already there; neither is followed if it is
+    /// a symbolic link.
+    pub fn make_hardlink(&mut self, path: &RelPath, existing: &RelPath) -> io::Result<()> {
+        let (edir, ename) = self.parent(existing, false)?;
+        let (dir, name) = self.parent_of(path)?;
+        // Linked already (a rerun): rename would keep both names, so the
+        // temporary one would stay.
+        let ident = |d: &Dir, n: &[u8]| d.symlink_metadata(os(n)).map(|m| (m.dev(), m.ino()));
+        if ident(&dir, &name).ok() == Some(ident(&edir, &ename)?) {
+            return Ok(());
+        }
+        let tmp = sibling_name(&name, LINK);
+        let _ = dir.remove_file(os(&tmp));
+        edir.hard_link(os(&ename), &dir, os(&tmp))?;
+        dir.rename(os(&tmp), &dir, os(&name)).inspect_err(|_| {
+            let _ = dir.remove_file(os(&tmp));
+        })
+    }
+
     /// Apply directory modes and mtimes, deepest first. Call once, at the end.
     /// Each directory is reached from the base one component at a time
     /// through no link and changed through its own handle

@@ -31,6 +31,11 @@ pub struct WalkItem {
     pub mtime_ns: i64,
     /// A symlink's target as raw bytes; empty otherwise.
     pub link: Vec<u8>,
+    /// Device and inode: the same pair under two names is one file with
+    /// two hard links.
+    pub dev_ino: (u64, u64),
+    /// Its link count (`st_nlink`).
+    pub nlink: u64,
 }
 
 /// A failure to read part of the tree; the walk goes on with the rest.
@@ -133,6 +138,8 @@ fn item(dir: &Dir, name: &std::path::Path, path: RelPath) -> io::Result<Option<W
         mode: meta.mode() & 0o7777,
         mtime_ns: mtime_of(&meta),
         link,
+        dev_ino: (meta.dev(), meta.ino()),
+        nlink: meta.nlink(),
     }))
 }
 

@@ -115,27 +115,6 @@ fn same_node(a: &Path, b: &Path) {
     );
 }
 
-/// What `rsync -n` would change to make `dst` like `src` (its itemized
-/// lines; none: the same tree as rsync sees it).
-fn rsync_changes(src: &Path, dst: &Path) -> String {
-    let out = std::process::Command::new("rsync")
-        .args(["-naiD", "--numeric-ids"])
-        .arg(format!("{}/", src.display()))
-        .arg(format!("{}/", dst.display()))
-        .output()
-        .expect("rsync runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| format!("{l}\n"))
-        .collect()
-}
-
 #[test]
 fn specials_are_listed_as_not_made_unless_asked_and_made_as_they_were_when_asked() {
     let t = Tmp::new("specials");
@@ -183,7 +162,7 @@ fn specials_are_listed_as_not_made_unless_asked_and_made_as_they_were_when_asked
     for name in kinds.keys() {
         same_node(&root.join("tree").join(name), &asked.join(name));
     }
-    assert_eq!(rsync_changes(&root.join("tree"), &asked), "");
+    assert_eq!(rsync_changes("-naiD", &root.join("tree"), &asked), "");
 
     // A put: the server makes the FIFO and the socket's name it is asked
     // for, and no device node.

@@ -156,8 +156,10 @@ pub(crate) enum Job {
     /// meanwhile wait for the next, so a slow sync makes batches larger, not
     /// more numerous.
     Commit { ids: Vec<u64> },
-    /// Every file is settled: apply directory modes and mtimes.
-    FinishDirs,
+    /// Every file is settled: make the hard links (each name `.0` another
+    /// name of the file placed at `.1`), then apply directory modes and
+    /// mtimes.
+    FinishDirs { links: Vec<(RelPath, RelPath)> },
     /// Sync the destination's file system (durable sessions): the names and
     /// directory metadata of the files placed.
     SyncFs,
@@ -173,7 +175,7 @@ impl Job {
                 | Job::Symlink { .. }
                 | Job::Special { .. }
                 | Job::Open { .. }
-                | Job::FinishDirs
+                | Job::FinishDirs { .. }
                 | Job::SyncFs
         )
     }
@@ -241,7 +243,12 @@ pub(crate) enum Done {
         id: u64,
     },
     Closed,
-    DirsFinished(std::io::Result<()>),
+    /// Of [`Job::FinishDirs`]: each hard link's name and outcome, and the
+    /// directories'.
+    DirsFinished {
+        links: Vec<(RelPath, std::io::Result<()>)>,
+        dirs: std::io::Result<()>,
+    },
     Synced(std::io::Result<()>),
 }
 
@@ -309,6 +316,9 @@ pub(crate) struct RecvCore {
     landing: Landing,
     progress: Arc<Progress>,
     root_kinds: HashMap<u32, EntryKind>,
+    /// Hard links to make once every file is placed: the new name, and
+    /// where the file it names was placed.
+    links: Vec<(RelPath, RelPath)>,
     /// The highest entry id seen (ids must rise).
     last_entry: u64,
     manifest_done: bool,
@@ -356,6 +366,7 @@ impl RecvCore {
             landing,
             progress,
             root_kinds: HashMap::new(),
+            links: Vec::new(),
             last_entry: 0,
             manifest_done: false,
             files: HashMap::new(),
@@ -585,6 +596,20 @@ impl RecvCore {
                         why: not_asked(k).into(),
                     });
                 }
+            }
+            EntryKind::HardLink => {
+                // (Pre-order and sorted: the first name came before.)
+                let first = RelPath::from_wire(&e.link).map_err(|err| protocol(err.to_string()))?;
+                let first = self
+                    .landing
+                    .target(e.root, kind, &first)
+                    .map_err(protocol)?;
+                if first == target || is_reserved_name(first.file_name()) {
+                    return Err(protocol(format!(
+                        "{display}: a hard link to itself or to a reserved name"
+                    )));
+                }
+                self.links.push((target, first));
             }
             EntryKind::File => {
                 if e.size > MAX_FILE_SIZE {
@@ -844,7 +869,17 @@ impl RecvCore {
                 Ok(())
             }
             Done::Closed => Ok(()),
-            Done::DirsFinished(r) => {
+            Done::DirsFinished { links, dirs: r } => {
+                for (name, made) in links {
+                    match made {
+                        Ok(()) => self.report.hardlinks += 1,
+                        Err(e) => self.report.problems.push(Problem::at(
+                            Kind::LocalIo,
+                            name.display(),
+                            format!("making a hard link: {e}"),
+                        )),
+                    }
+                }
                 if let Err(e) = r {
                     self.report
                         .problems
@@ -1182,7 +1217,8 @@ impl RecvCore {
             && self.jobs.is_empty()
         {
             self.ending = true;
-            self.jobs.push_back(Job::FinishDirs);
+            let links = std::mem::take(&mut self.links);
+            self.jobs.push_back(Job::FinishDirs { links });
         }
     }
 

@@ -423,6 +423,7 @@ impl<S: Clone> SendCore<S> {
                     EntryKind::Dir => self.report.dirs += 1,
                     EntryKind::Symlink => self.report.symlinks += 1,
                     EntryKind::File => {}
+                    EntryKind::HardLink => self.report.hardlinks += 1,
                     k => {
                         let made = match k.is_device() {
                             true => self.cfg.peer_makes.1,
