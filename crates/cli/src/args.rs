@@ -336,6 +336,26 @@ pub struct TransferArgs {
     /// put cannot ask (the server decides: `serve --exact-modes`).
     #[arg(long)]
     pub exact_modes: bool,
+    /// Leave out what matches PATTERN (rsync's rules: `*.tmp` at any depth,
+    /// `/top` anchored at the transfer's root, `cache/` directories only,
+    /// `**` across directories, `dir/***` a directory and all beneath); a
+    /// directory left out is not walked. Repeatable; with --include and
+    /// --exclude-from, the first rule that matches decides, in the order
+    /// given.
+    #[arg(long, value_name = "PATTERN", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub exclude: Vec<std::ffi::OsString>,
+    /// Send what matches PATTERN even if a later --exclude would leave it
+    /// out (rsync's --include).
+    #[arg(long, value_name = "PATTERN", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub include: Vec<std::ffi::OsString>,
+    /// Exclude rules from FILE, one pattern a line (`+ PATTERN` includes,
+    /// `- PATTERN` excludes; blank lines and lines starting with `#` or `;`
+    /// are skipped), as rsync's --exclude-from.
+    #[arg(long, value_name = "FILE")]
+    pub exclude_from: Vec<PathBuf>,
+    /// The rules above, in the order given (filled in after parsing).
+    #[arg(skip)]
+    pub filters: Vec<longhaul_transfer::filter::Rule>,
     /// Make the FIFOs and Unix sockets' names of the tree at the
     /// destination (rsync's --specials; a socket's name, not a listening
     /// socket). Without it each is listed as not made (summary and
@@ -456,6 +476,41 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Ok(0) => Err(format!("{s:?}: a size must be more than 0")),
         r => r.map_err(|e| e.to_string()),
     }
+}
+
+/// The `--exclude`, `--include` and `--exclude-from` rules of a get or a
+/// put, in the order they were given (clap keeps each flag's values apart;
+/// their positions give the order).
+pub fn ordered_filters(
+    m: &clap::ArgMatches,
+) -> anyhow::Result<Vec<longhaul_transfer::filter::Rule>> {
+    use longhaul_transfer::filter::{parse_exclude_from, Action, Rule};
+    use std::os::unix::ffi::OsStrExt;
+    let mut at: Vec<(usize, usize, Rule)> = Vec::new();
+    for (id, action) in [("exclude", Action::Exclude), ("include", Action::Include)] {
+        if let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_many::<std::ffi::OsString>(id)) {
+            for (i, v) in idx.zip(vals) {
+                let pattern = v.as_bytes().to_vec();
+                at.push((i, 0, Rule { action, pattern }));
+            }
+        }
+    }
+    if let (Some(idx), Some(files)) = (
+        m.indices_of("exclude_from"),
+        m.get_many::<PathBuf>("exclude_from"),
+    ) {
+        for (i, f) in idx.zip(files) {
+            let text = std::fs::read(f)
+                .map_err(|e| crate::usage(format!("--exclude-from {}: {e}", f.display())))?;
+            for (k, r) in parse_exclude_from(&text).into_iter().enumerate() {
+                at.push((i, k, r));
+            }
+        }
+    }
+    at.sort_by_key(|(i, k, _)| (*i, *k));
+    let rules: Vec<Rule> = at.into_iter().map(|(_, _, r)| r).collect();
+    longhaul_transfer::filter::Filter::new(&rules).map_err(|e| crate::usage(e.to_string()))?;
+    Ok(rules)
 }
 
 #[cfg(test)]

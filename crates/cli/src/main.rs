@@ -12,7 +12,6 @@ mod ssh;
 
 use anyhow::{Context, Result};
 use args::{Cli, Command, TransferArgs};
-use clap::Parser;
 use longhaul_quic::identity::{
     check_fingerprint_syntax, default_known_hosts, default_rates, default_state_dir, Identity,
     TrustPolicy,
@@ -47,7 +46,20 @@ fn main() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let mut cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // (The filter rules' order is the command line's, across three flags.)
+    if let (
+        Some((_, m)),
+        Command::Get(args::GetArgs { t, .. }) | Command::Put(args::PutArgs { t, .. }),
+    ) = (matches.subcommand(), &mut cli.command)
+    {
+        match args::ordered_filters(m) {
+            Ok(rules) => t.filters = rules,
+            Err(e) => std::process::exit(finish(Err(e))),
+        }
+    }
     // The lab needs no async runtime (and its daemons must not start threads
     // before they block signals).
     let cli = match cli.command {
@@ -614,6 +626,7 @@ pub(crate) fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOp
         exact_modes: a.exact_modes,
         specials: a.specials,
         devices: a.devices,
+        filters: a.filters.clone(),
         interrupt: Default::default(),
         connect_timeout: None,
         retry_for: a.retry_for,

@@ -234,6 +234,7 @@ fn seed_frames() -> Vec<Vec<u8>> {
         token: b"t".to_vec(),
         op: Op::Get {
             paths: vec![b"run42".to_vec()],
+            filters: vec![],
         },
         max_rate: 0,
         cc: None,

@@ -65,6 +65,9 @@ pub struct ClientOpts {
     /// A get makes the device nodes sent (`--devices`, as root); a put's
     /// server never does.
     pub devices: bool,
+    /// What the sending side leaves out (`--exclude`, `--include`): a get
+    /// sends them to the server (`Op::Get.filters`), a put applies them.
+    pub filters: Vec<longhaul_transfer::filter::Rule>,
     /// Closes the transfer's connection on Ctrl-C.
     pub interrupt: Interrupt,
     /// How long the handshake may go unanswered before the server is taken
@@ -148,6 +151,7 @@ impl ClientOpts {
             exact_modes: false,
             specials: false,
             devices: false,
+            filters: Vec::new(),
             interrupt: Interrupt::default(),
         }
     }
@@ -1229,6 +1233,7 @@ async fn get_once<R: AsRef<[u8]>>(
     };
     let op = Op::Get {
         paths: remote.iter().map(|p| p.as_ref().to_vec()).collect(),
+        filters: opts.filters.clone(),
     };
     let (opts, remembered) = &recall_rate(opts, "get");
     let fresh = spec.is_fresh();
@@ -1304,6 +1309,7 @@ fn local_source(p: &Path, name: &[u8]) -> Result<(SendRoot, RootSpec), Problem> 
             dir: Arc::new(open(p)?),
             start: RelPath::root(),
             must_be_dir: false,
+            name: name.to_vec(),
         };
         let name = name.to_vec();
         return Ok((src, RootSpec { name }));
@@ -1322,6 +1328,7 @@ fn local_source(p: &Path, name: &[u8]) -> Result<(SendRoot, RootSpec), Problem> 
         dir: Arc::new(open(&parent)?),
         start,
         must_be_dir: false,
+        name: name.to_vec(),
     };
     Ok((
         src,
@@ -1387,6 +1394,10 @@ async fn put_once(
             fresh: s.fresh,
             send_window: tuned.send_window.clone(),
             peer_makes: (opts.specials, false),
+            filter: Arc::new(
+                longhaul_transfer::filter::Filter::new(&opts.filters)
+                    .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?,
+            ),
         },
         progress.clone(),
     )

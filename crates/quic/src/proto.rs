@@ -88,6 +88,9 @@ pub enum Op {
         /// one ending in `/` must be a directory); the server sends their
         /// trees, and an entry's `root` is the index of its path here.
         paths: Vec<Vec<u8>>,
+        /// What the server leaves out of the trees it sends (`--exclude`,
+        /// `--include`; rsync's rules, in order). Version 10.
+        filters: Vec<longhaul_transfer::filter::Rule>,
     },
     /// Send `roots` into `dest` (root-relative) on the server.
     Put {
@@ -691,6 +694,10 @@ mod tests {
                 token: b"t".to_vec(),
                 op: Op::Get {
                     paths: vec![b"a/b".to_vec(), b"-x\n".to_vec()],
+                    filters: vec![longhaul_transfer::filter::Rule {
+                        action: longhaul_transfer::filter::Action::Exclude,
+                        pattern: b"*.tmp".to_vec(),
+                    }],
                 },
                 max_rate: 0,
                 cc: Some("bbr".into()),

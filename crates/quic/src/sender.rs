@@ -34,6 +34,9 @@ pub(crate) struct SendRoot {
     pub start: RelPath,
     /// The request ended in `/`: only a directory will do.
     pub must_be_dir: bool,
+    /// The name it lands under at the destination (empty: its contents
+    /// land there): what `filter` rules are matched beneath.
+    pub name: Vec<u8>,
 }
 
 /// A root that could not even be named (bad path): sent as a `RootError`.
@@ -62,6 +65,8 @@ pub(crate) struct SendOpts {
     /// ([`crate::net::Tuned::send_window`]): the lanes together hold at most
     /// a quarter of it in hand ([`crate::core::send::in_hand_limit`]).
     pub send_window: Arc<AtomicU64>,
+    /// What the walk leaves out (`--exclude`, `--include`).
+    pub filter: Arc<longhaul_transfer::filter::Filter>,
     /// See [`SendConfig::peer_makes`].
     pub peer_makes: (bool, bool),
 }
@@ -100,7 +105,8 @@ pub(crate) async fn run_sender(
     let (tx, mut inputs) = mpsc::channel::<Input>(1024);
     let walker = {
         let tx = tx.clone();
-        tokio::task::spawn_blocking(move || walk_all(sources, &tx))
+        let filter = opts.filter.clone();
+        tokio::task::spawn_blocking(move || walk_all(sources, &filter, &tx))
     };
     let mut lane_txs = Vec::new();
     let mut lane_tasks = Vec::new();
@@ -505,14 +511,18 @@ async fn run_lane(
 }
 
 /// Walk every requested root, handing what is found to the core.
-fn walk_all(sources: Vec<SendRootResult>, tx: &mpsc::Sender<Input>) {
+fn walk_all(
+    sources: Vec<SendRootResult>,
+    filter: &Arc<longhaul_transfer::filter::Filter>,
+    tx: &mpsc::Sender<Input>,
+) {
     let send = |w: Walked<Src>| tx.blocking_send(Input::Walked(w)).is_ok();
     for (root, src) in sources.into_iter().enumerate() {
         let root = root as u32;
         // A root's files of several links, by device and inode: the path
         // each was first sent under (its other names go as `HardLink`).
         let mut linked: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
-        let (src, walker) = match src.and_then(open_root) {
+        let (src, walker) = match src.and_then(|s| open_root(s, filter)) {
             Ok(x) => x,
             Err((code, message)) => {
                 if !send(Walked::RootError {
@@ -588,9 +598,10 @@ fn walk_all(sources: Vec<SendRootResult>, tx: &mpsc::Sender<Input>) {
 /// Start walking a requested root, or say why it cannot be served.
 fn open_root(
     src: SendRoot,
+    filter: &Arc<longhaul_transfer::filter::Filter>,
 ) -> Result<(SendRoot, std::iter::Peekable<Walker>), (ErrorCode, String)> {
-    let mut walker = match Walker::new(&src.dir, &src.start) {
-        Ok(w) => w.peekable(),
+    let walker = match Walker::new(&src.dir, &src.start) {
+        Ok(w) => w,
         Err(e) => {
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 ErrorCode::NotFound
@@ -600,15 +611,14 @@ fn open_root(
             return Err((code, format!("{}: {e}", src.start.display())));
         }
     };
-    let root_is_dir = walker
-        .peek()
-        .is_some_and(|f| f.as_ref().is_ok_and(|f| f.kind == EntryKind::Dir));
-    if src.must_be_dir && !root_is_dir {
+    if src.must_be_dir && walker.start_kind() != Some(EntryKind::Dir) {
         return Err((
             ErrorCode::NotFound,
             format!("{}/: not a directory", src.start.display()),
         ));
     }
+    // (A root the rules leave out sends nothing, as rsync does.)
+    let walker = walker.filtered(filter.clone(), src.name.clone()).peekable();
     Ok((src, walker))
 }
 

@@ -1115,16 +1115,24 @@ async fn session(
         Conns::one(conn.clone())
     };
     let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
-        Op::Get { paths } => {
+        Op::Get { paths, filters } => {
+            let filter = match longhaul_transfer::filter::Filter::new(&filters) {
+                Ok(f) => Arc::new(f),
+                Err(e) => {
+                    return fatal(&ctl, &conn, &handshake, ErrorCode::BadPath, e.to_string()).await
+                }
+            };
             let sources: Vec<SendRootResult> = paths
                 .iter()
                 .map(|p| {
+                    let name = longhaul_transfer::landing::root_name(p);
                     let p = &follow_dir_links(&ctx.opts, p);
                     RelPath::from_request(p)
                         .map(|start| SendRoot {
                             dir: ctx.root.clone(),
                             start,
                             must_be_dir: p.ends_with(b"/"),
+                            name,
                         })
                         .map_err(|e| (ErrorCode::BadPath, e.to_string()))
                 })
@@ -1157,6 +1165,7 @@ async fn session(
                     send_window: tuned.send_window,
                     // (The client decides what it makes; its report says.)
                     peer_makes: (true, true),
+                    filter,
                 },
                 progress,
             )

@@ -827,14 +827,14 @@ impl Relay {
     }
 }
 
-/// What `rsync -n FLAGS --numeric-ids SRC/ DST/` would change to make `dst`
-/// like `src` (its itemized lines with `-i` among FLAGS; empty: the same
-/// tree as rsync sees it).
-pub fn rsync_changes(flags: &str, src: &Path, dst: &Path) -> String {
+/// Runs rsync with `args`; its standard output (it must succeed).
+pub fn rsync<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
     let out = Command::new("rsync")
-        .args([flags, "--numeric-ids"])
-        .arg(format!("{}/", src.display()))
-        .arg(format!("{}/", dst.display()))
+        .args(args)
         .output()
         .expect("rsync runs");
     assert!(
@@ -843,4 +843,16 @@ pub fn rsync_changes(flags: &str, src: &Path, dst: &Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What `rsync -n FLAGS --numeric-ids SRC/ DST/` would change to make `dst`
+/// like `src` (its itemized lines with `-i` among FLAGS; empty: the same
+/// tree as rsync sees it).
+pub fn rsync_changes(flags: &str, src: &Path, dst: &Path) -> String {
+    rsync([
+        OsString::from(flags),
+        "--numeric-ids".into(),
+        format!("{}/", src.display()).into(),
+        format!("{}/", dst.display()).into(),
+    ])
 }

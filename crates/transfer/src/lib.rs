@@ -7,6 +7,7 @@
 //!   file's ordinary BLAKE3 hash.
 //! - [`journal`]: the resume journal of verified chunks beside a partial file.
 //! - [`walk`]: a streaming, non-following walk of a tree confined to a root (cap-std).
+//! - [`filter`]: `--exclude` / `--include` rules, rsync's patterns, applied by a sender.
 //! - [`landing`]: where received entries land (rsync's rules), for every receiver.
 //! - [`place`]: the receiver's crash-safe placement: hidden temp file, verify, rename.
 //! - [`partlock`]: a part file's lock against other processes, held while its data moves.
@@ -20,6 +21,7 @@
 
 pub mod chunk;
 pub mod fec;
+pub mod filter;
 pub mod journal;
 pub mod landing;
 pub mod manifest;

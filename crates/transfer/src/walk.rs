@@ -77,6 +77,9 @@ pub struct Walker {
     root: Dir,
     start: RelPath,
     stack: Vec<Level>,
+    /// Rules that leave items out, and the name the start lands under
+    /// (empty: its contents land at the destination).
+    filter: Option<(std::sync::Arc<crate::filter::Filter>, Vec<u8>)>,
 }
 
 /// A directory's device and inode.
@@ -158,6 +161,24 @@ fn list(dir: &Dir) -> io::Result<Vec<Vec<u8>>> {
     Ok(names)
 }
 
+/// Whether `filter` (and the name the start lands under) leaves `it` out.
+fn left_out(
+    filter: &Option<(std::sync::Arc<crate::filter::Filter>, Vec<u8>)>,
+    it: &WalkItem,
+) -> bool {
+    let Some((filter, name)) = filter else {
+        return false;
+    };
+    let mut landed = name.clone();
+    if !it.path.is_root() {
+        if !landed.is_empty() {
+            landed.push(b'/');
+        }
+        landed.extend_from_slice(it.path.as_bytes());
+    }
+    filter.excludes(&landed, it.kind == EntryKind::Dir)
+}
+
 impl Walker {
     /// Start at `start` (relative to `root`; the root itself when empty). Fails if
     /// `start` does not exist or is not reachable inside the root.
@@ -177,6 +198,7 @@ impl Walker {
             root: root.try_clone()?,
             start: start.clone(),
             stack: Vec::new(),
+            filter: None,
         };
         if is_dir {
             let dir = w.open_start()?;
@@ -184,6 +206,40 @@ impl Walker {
             w.push(dir, Vec::new(), RelPath::root(), names)?;
         }
         Ok(w)
+    }
+
+    /// The start's kind, before any item is taken.
+    pub fn start_kind(&self) -> Option<EntryKind> {
+        match &self.first {
+            Some(Ok(it)) => Some(it.kind),
+            _ => None,
+        }
+    }
+
+    /// Leaves out what `filter` excludes, matched against each item's path
+    /// as it lands (`name`, the start's name there, then the item's path
+    /// beneath the start); a directory left out is not walked.
+    pub fn filtered(
+        mut self,
+        filter: std::sync::Arc<crate::filter::Filter>,
+        name: Vec<u8>,
+    ) -> Walker {
+        if filter.is_empty() {
+            return self;
+        }
+        self.filter = Some((filter, name));
+        if let Some(Ok(first)) = &self.first {
+            if self.left_out(first) {
+                self.first = None;
+                self.stack.clear();
+            }
+        }
+        self
+    }
+
+    /// The filter leaves `it` out.
+    fn left_out(&self, it: &WalkItem) -> bool {
+        left_out(&self.filter, it)
     }
 
     fn open_start(&self) -> io::Result<Dir> {
@@ -294,6 +350,9 @@ impl Iterator for Walker {
                 Ok(None) => continue,
                 Err(error) => return Some(Err(WalkError { path, error })),
             };
+            if left_out(&self.filter, &it) {
+                continue;
+            }
             if it.kind == EntryKind::Dir {
                 let opened = dir
                     .open_dir_nofollow(os)

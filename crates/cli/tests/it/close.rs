@@ -48,6 +48,7 @@ fn the_server_closes_a_finished_session_itself() {
         let mut r = Raw::connect(addr, t.join("kh")).await;
         r.hello(Op::Get {
             paths: vec![b"empty".to_vec()],
+            filters: vec![],
         })
         .await;
         r.welcome().await;

@@ -11,6 +11,7 @@ mod bulk;
 mod close;
 mod connections;
 mod diskfull;
+mod filters;
 mod hardlinks;
 mod holes;
 mod hostile_size;

@@ -47,6 +47,7 @@ async fn get_session(s: &Srv) -> Raw {
     let mut r = connect(s).await;
     r.hello(Op::Get {
         paths: vec![b"data.bin".to_vec()],
+        filters: vec![],
     })
     .await;
     r.welcome().await;
@@ -225,7 +226,10 @@ async fn garbage_on_the_control_stream() {
     r.frame(&Frame::Hello(Hello {
         version: 99,
         token: vec![],
-        op: Op::Get { paths: vec![] },
+        op: Op::Get {
+            paths: vec![],
+            filters: vec![],
+        },
         max_rate: 0,
         cc: None,
         fresh: false,
@@ -247,6 +251,7 @@ async fn garbage_on_the_control_stream() {
         token: vec![],
         op: Op::Get {
             paths: vec![b"data.bin".to_vec()],
+            filters: vec![],
         },
         max_rate: 0,
         cc: None,
@@ -592,6 +597,7 @@ async fn get_session_with_hostile_wants() {
     let mut r = connect(&s).await;
     r.hello(Op::Get {
         paths: vec![b"data.bin".to_vec()],
+        filters: vec![],
     })
     .await;
     r.welcome().await;
@@ -618,6 +624,7 @@ async fn get_session_with_hostile_wants() {
     let mut r = connect(&s).await;
     r.hello(Op::Get {
         paths: vec![b"../outside".to_vec(), b"/etc/passwd".to_vec()],
+        filters: vec![],
     })
     .await;
     r.welcome().await;
