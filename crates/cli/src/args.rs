@@ -109,7 +109,8 @@ Over ssh (--ssh, --ssh-command CMD):
     longhaul get --ssh-command 'ssh -p 2222 -i ~/.ssh/lab' ann@srv:/data/run42 .
 
 Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O,
-6 verification, 1 other, 130 interrupted.";
+6 verification, 24 only source files vanished meanwhile, 1 other,
+130 interrupted.";
 
 const PUT_HELP: &str = "\
 Examples:
@@ -132,7 +133,8 @@ server holds with the same size and mtime (--checksum: the same BLAKE3) and
 sends only the chunks it lacks of the others; --overwrite sends every file again.
 
 Exit status: 0 ok, 2 usage, 3 connection/trust, 4 remote error, 5 local I/O,
-6 verification, 1 other, 130 interrupted.";
+6 verification, 24 only source files vanished meanwhile, 1 other,
+130 interrupted.";
 
 const SERVE_HELP: &str = "\
 Access:

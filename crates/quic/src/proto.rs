@@ -77,6 +77,9 @@ pub enum ErrorCode {
     Version,
     /// The received file's BLAKE3 did not match the sender's.
     Verify,
+    /// The file vanished on the sending side between its entry and its
+    /// data (version 10).
+    Vanished,
 }
 
 /// What a session does: the client's whole request, carried in its `Hello`.
@@ -310,6 +313,9 @@ pub enum Frame {
         /// Why, naming the sender's path (a read error, or the file changed
         /// while it was sent).
         message: String,
+        /// The file was gone when the sender came to read it: the receiver
+        /// keeps nothing of it (version 10).
+        vanished: bool,
     },
     /// receiver → sender.
     FileResult {

@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
+    /// A source file vanished between its entry and its data (as rsync's
+    /// exit 24): the least of the kinds.
+    Vanished,
     /// Could not connect, trust refused, access refused, connection lost.
     Connection,
     /// The other side could not do what was asked (missing path, its I/O error).
@@ -25,6 +28,7 @@ impl Kind {
         match code {
             ErrorCode::Auth | ErrorCode::Version => Kind::Connection,
             ErrorCode::Verify => Kind::Verify,
+            ErrorCode::Vanished => Kind::Vanished,
             _ => Kind::Remote,
         }
     }
@@ -32,6 +36,7 @@ impl Kind {
     /// Exit status (documented in the README and `--help`).
     pub fn exit_code(self) -> i32 {
         match self {
+            Kind::Vanished => 24,
             Kind::Connection => 3,
             Kind::Remote => 4,
             Kind::LocalIo => 5,

@@ -31,4 +31,5 @@ mod sync;
 mod tree;
 mod trust;
 mod two_writers;
+mod vanished;
 mod zero_rtt;

@@ -316,6 +316,9 @@ pub(crate) struct RecvCore {
     landing: Landing,
     progress: Arc<Progress>,
     root_kinds: HashMap<u32, EntryKind>,
+    /// Files that vanished on the sending side: what was opened of them is
+    /// removed, not kept.
+    vanished: std::collections::HashSet<u64>,
     /// Hard links to make once every file is placed: the new name, and
     /// where the file it names was placed.
     links: Vec<(RelPath, RelPath)>,
@@ -367,6 +370,7 @@ impl RecvCore {
             progress,
             root_kinds: HashMap::new(),
             links: Vec::new(),
+            vanished: Default::default(),
             last_entry: 0,
             manifest_done: false,
             files: HashMap::new(),
@@ -504,7 +508,11 @@ impl RecvCore {
                 }
                 Ok(())
             }
-            Frame::FileFailed { id, message } => {
+            Frame::FileFailed {
+                id,
+                message,
+                vanished,
+            } => {
                 self.failed.insert(id);
                 let f = self
                     .files
@@ -517,8 +525,18 @@ impl RecvCore {
                 let display = f.display.clone();
                 let (size, received) = (f.plan.size, f.received);
                 self.files.remove(&id);
-                self.jobs.push_back(Job::Close { id });
-                let p = Problem::at(Kind::Remote, display.clone(), message);
+                // A file that vanished leaves no part or journal to resume.
+                let p = match vanished {
+                    true => {
+                        self.vanished.insert(id);
+                        self.jobs.push_back(Job::Discard { id });
+                        Problem::at(Kind::Vanished, display.clone(), message)
+                    }
+                    false => {
+                        self.jobs.push_back(Job::Close { id });
+                        Problem::at(Kind::Remote, display.clone(), message)
+                    }
+                };
                 self.settle(id, display, size, received, Status::Failed, Some(p));
                 Ok(())
             }
@@ -988,9 +1006,13 @@ impl RecvCore {
         result: std::io::Result<Opened>,
     ) -> Result<(), Problem> {
         let Some(f) = self.files.get_mut(&id) else {
-            // The sender gave it up meanwhile: close what was opened.
+            // The sender gave it up meanwhile: close what was opened (or,
+            // for a file that vanished there, remove it).
             if matches!(result, Ok(Opened::Open { .. })) {
-                self.jobs.push_back(Job::Close { id });
+                match self.vanished.contains(&id) {
+                    true => self.jobs.push_back(Job::Discard { id }),
+                    false => self.jobs.push_back(Job::Close { id }),
+                }
             }
             return Ok(());
         };
@@ -1181,6 +1203,7 @@ impl RecvCore {
             (Status::Failed, p) => Outcome::Failed {
                 code: match p.as_ref().map(|p| p.kind) {
                     Some(Kind::Verify) => ErrorCode::Verify,
+                    Some(Kind::Vanished) => ErrorCode::Vanished,
                     _ => ErrorCode::Io,
                 },
                 message: p.as_ref().map(|p| p.message.clone()).unwrap_or_default(),

@@ -812,6 +812,39 @@ fn a_file_that_does_not_verify_is_reported_and_removed() {
 }
 
 #[test]
+fn a_file_that_vanished_on_the_sending_side_leaves_no_part_or_journal() {
+    let mut s = Sim::new(cfg(false));
+    let big = bytes(3 * MIB, 11);
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "big", &big));
+    s.frame(Frame::ManifestEnd);
+    s.record(1, 2, 0, &big[..MIB], None);
+    s.frame(Frame::FileFailed {
+        id: 2,
+        message: "big: vanished before it was read".into(),
+        vanished: true,
+    });
+    s.run_all();
+    assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
+    assert!(matches!(
+        s.results()[..],
+        [(
+            2,
+            Outcome::Failed {
+                code: ErrorCode::Vanished,
+                ..
+            }
+        )]
+    ));
+    let left: Vec<_> = std::fs::read_dir(s.path(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(s.core.take_report().problems[0].kind, Kind::Vanished);
+}
+
+#[test]
 fn a_file_the_sender_gives_up_fails_alone() {
     let mut s = Sim::new(cfg(false));
     s.auto = false;
@@ -826,6 +859,7 @@ fn a_file_the_sender_gives_up_fails_alone() {
     s.frame(Frame::FileFailed {
         id: 2,
         message: "the file shrank".into(),
+        vanished: false,
     });
     s.record(2, 2, 1, &big[MIB..], None);
     assert_eq!(s.ready, [2], "the late record is dropped at once");

@@ -748,8 +748,7 @@ impl<S: Clone> SendCore<S> {
                         return Ok(());
                     }
                     Err(e) => {
-                        let message = format!("{}: {e}", f.display);
-                        self.file_failed(id, message);
+                        self.file_failed(id, &e);
                         self.release(lane, len);
                         return Ok(());
                     }
@@ -813,10 +812,7 @@ impl<S: Clone> SendCore<S> {
                         });
                     }
                     Ok(()) => {}
-                    Err(e) => {
-                        let message = format!("{}: {e}", f.display);
-                        self.file_failed(id, message);
-                    }
+                    Err(e) => self.file_failed(id, &e),
                 }
                 Ok(())
             }
@@ -838,10 +834,7 @@ impl<S: Clone> SendCore<S> {
                         });
                     }
                     Ok(_) => self.start(id, None),
-                    Err(e) => {
-                        let message = format!("{}: {e}", f.display);
-                        self.file_failed(id, message);
-                    }
+                    Err(e) => self.file_failed(id, &e),
                 }
                 Ok(())
             }
@@ -849,14 +842,24 @@ impl<S: Clone> SendCore<S> {
     }
 
     /// The file could not be read: tell the receiver, read no more of it.
-    fn file_failed(&mut self, id: u64, message: String) {
+    /// One that is not found was deleted after the walk saw it (vanished).
+    fn file_failed(&mut self, id: u64, e: &std::io::Error) {
         if let Some(f) = self.files.get_mut(&id) {
             if f.failed {
                 return;
             }
             f.failed = true;
+            let vanished = e.kind() == std::io::ErrorKind::NotFound;
+            let message = match vanished {
+                true => format!("{}: vanished before it was read ({e})", f.display),
+                false => format!("{}: {e}", f.display),
+            };
             self.jobs.push_back(Job::Close { id });
-            self.frames.push_back(Frame::FileFailed { id, message });
+            self.frames.push_back(Frame::FileFailed {
+                id,
+                message,
+                vanished,
+            });
         }
     }
 

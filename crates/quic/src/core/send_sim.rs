@@ -357,7 +357,7 @@ fn an_unreadable_file_fails_alone_and_is_read_no_more() {
         .collect();
     assert_eq!(failed.len(), 1, "one FileFailed: {failed:?}");
     assert!(
-        matches!(failed[0], Frame::FileFailed { id: 2, message } if message.contains("bad: unreadable"))
+        matches!(failed[0], Frame::FileFailed { id: 2, message, vanished: false } if message.contains("bad: unreadable"))
     );
     assert!(s.chunks_of(2).is_empty());
     assert_eq!(s.chunks_of(3), [0]);

@@ -544,6 +544,7 @@ async fn broken_data_streams() {
     r.frame(&Frame::FileFailed {
         id: 2,
         message: "changed while being sent".into(),
+        vanished: false,
     })
     .await;
     // (The session may be over before the record is all sent: the server
