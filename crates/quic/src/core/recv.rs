@@ -316,6 +316,9 @@ pub(crate) struct RecvCore {
     landing: Landing,
     progress: Arc<Progress>,
     root_kinds: HashMap<u32, EntryKind>,
+    /// The files this session announced, by a hash of where they land: what
+    /// a hard link may name (8 bytes a file).
+    file_targets: std::collections::HashSet<u64>,
     /// Files that vanished on the sending side: what was opened of them is
     /// removed, not kept.
     vanished: std::collections::HashSet<u64>,
@@ -371,6 +374,7 @@ impl RecvCore {
             root_kinds: HashMap::new(),
             links: Vec::new(),
             vanished: Default::default(),
+            file_targets: Default::default(),
             last_entry: 0,
             manifest_done: false,
             files: HashMap::new(),
@@ -622,14 +626,17 @@ impl RecvCore {
                     .landing
                     .target(e.root, kind, &first)
                     .map_err(protocol)?;
-                if first == target || is_reserved_name(first.file_name()) {
+                // Only to a file this session announced: not to whatever
+                // else the destination holds.
+                if first == target || !self.file_targets.contains(&path_key(&first)) {
                     return Err(protocol(format!(
-                        "{display}: a hard link to itself or to a reserved name"
+                        "{display}: a hard link to a name that is not a file of this session"
                     )));
                 }
                 self.links.push((target, first));
             }
             EntryKind::File => {
+                self.file_targets.insert(path_key(&target));
                 if e.size > MAX_FILE_SIZE {
                     return Err(protocol(format!(
                         "{display}: a file of {} bytes is larger than the {MAX_FILE_SIZE} bytes accepted",
@@ -1302,4 +1309,15 @@ pub(crate) fn not_asked(kind: EntryKind) -> &'static str {
         true => "not asked for (--devices makes device nodes, as root)",
         false => "not asked for (--specials makes FIFOs and sockets)",
     }
+}
+
+/// A path's key in [`RecvCore::file_targets`] (SipHash, keyed per process:
+/// a sender cannot aim collisions at it).
+fn path_key(p: &RelPath) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let mut h = KEYS.get_or_init(Default::default).build_hasher();
+    h.write(p.as_bytes());
+    h.finish()
 }

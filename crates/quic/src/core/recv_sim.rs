@@ -845,6 +845,38 @@ fn a_file_that_vanished_on_the_sending_side_leaves_no_part_or_journal() {
 }
 
 #[test]
+fn a_hard_link_may_name_only_a_file_of_the_session() {
+    let link = |to: &str| {
+        let mut s = Sim::new(cfg(false));
+        s.frame(entry(1, "", EntryKind::Dir, 0));
+        s.frame(file(2, "a", b"data"));
+        s.frame(Frame::Entry(Entry {
+            link: to.as_bytes().to_vec(),
+            ..match entry(3, "b", EntryKind::HardLink, 4) {
+                Frame::Entry(e) => e,
+                _ => unreachable!(),
+            }
+        }));
+        s
+    };
+    // A name of the destination this session did not send (or the link
+    // itself): refused.
+    for to in ["elsewhere", "b"] {
+        let mut s = link(to);
+        s.run_all();
+        s.fails_with(Kind::Connection, "not a file of this session");
+    }
+    // The file it sent: linked at the end.
+    let mut s = link("a");
+    s.frame(Frame::ManifestEnd);
+    s.send_file(2, b"data");
+    s.run_all();
+    assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
+    assert_eq!(read(&s.path("b")), b"data");
+    assert_eq!(s.core.take_report().hardlinks, 1);
+}
+
+#[test]
 fn a_file_the_sender_gives_up_fails_alone() {
     let mut s = Sim::new(cfg(false));
     s.auto = false;
