@@ -1034,7 +1034,7 @@ pub async fn get<R: AsRef<[u8]>>(
     opts: &ClientOpts,
     progress: Arc<Progress>,
 ) -> Result<ClientReport, Problem> {
-    ride_out(opts, &progress.clone(), |o| {
+    ride_out(opts, &progress, |o| {
         let progress = progress.clone();
         async move { get_once(host, port, remote, local, &o, progress).await }
     })
@@ -1051,7 +1051,7 @@ pub async fn put(
     opts: &ClientOpts,
     progress: Arc<Progress>,
 ) -> Result<ClientReport, Problem> {
-    ride_out(opts, &progress.clone(), |o| {
+    ride_out(opts, &progress, |o| {
         let progress = progress.clone();
         async move { put_once(local, host, port, remote_dest, &o, progress).await }
     })
@@ -1105,8 +1105,8 @@ where
             opts.retry_for
         );
         reports.push(report);
+        *progress.retrying.lock().unwrap() = Some((lost_at, 0));
         let next = loop {
-            *progress.retrying.lock().unwrap() = Some((lost_at, backoff.attempts()));
             if opts.gone.load(Ordering::Relaxed) {
                 break Err(Some(
                     "the ssh session that started the server has ended: not reconnecting"

@@ -229,17 +229,12 @@ impl Walker {
         }
         self.filter = Some((filter, name));
         if let Some(Ok(first)) = &self.first {
-            if self.left_out(first) {
+            if left_out(&self.filter, first) {
                 self.first = None;
                 self.stack.clear();
             }
         }
         self
-    }
-
-    /// The filter leaves `it` out.
-    fn left_out(&self, it: &WalkItem) -> bool {
-        left_out(&self.filter, it)
     }
 
     fn open_start(&self) -> io::Result<Dir> {

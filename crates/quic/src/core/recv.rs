@@ -603,7 +603,6 @@ impl RecvCore {
                     false => self.cfg.specials,
                 };
                 if asked {
-                    self.report.specials += 1;
                     self.jobs.push_back(Job::Special {
                         target,
                         kind: k,
@@ -818,25 +817,27 @@ impl RecvCore {
                 kind,
                 result,
             } => {
-                if let Err(e) = result {
-                    let why = match e.raw_os_error() {
-                        Some(libc::EPERM) if kind.is_device() => {
-                            format!("{e} (device nodes need root)")
-                        }
-                        _ => e.to_string(),
-                    };
-                    let path = target.display();
-                    self.report.specials -= 1;
-                    self.report.not_made.push(crate::report::NotMade {
-                        path: path.clone(),
-                        kind: kind.name(),
-                        why: why.clone(),
-                    });
-                    self.report.problems.push(Problem::at(
-                        Kind::LocalIo,
-                        path,
-                        format!("making a {}: {why}", kind.name()),
-                    ));
+                match result {
+                    Ok(()) => self.report.specials += 1,
+                    Err(e) => {
+                        let why = match e.raw_os_error() {
+                            Some(libc::EPERM) if kind.is_device() => {
+                                format!("{e} (device nodes need root)")
+                            }
+                            _ => e.to_string(),
+                        };
+                        let path = target.display();
+                        self.report.not_made.push(crate::report::NotMade {
+                            path: path.clone(),
+                            kind: kind.name(),
+                            why: why.clone(),
+                        });
+                        self.report.problems.push(Problem::at(
+                            Kind::LocalIo,
+                            path,
+                            format!("making a {}: {why}", kind.name()),
+                        ));
+                    }
                 }
                 Ok(())
             }
