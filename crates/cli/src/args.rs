@@ -358,6 +358,21 @@ pub struct TransferArgs {
     /// The rules above, in the order given (filled in after parsing).
     #[arg(skip)]
     pub filters: Vec<longhaul_transfer::filter::Rule>,
+    /// Remove what the destination's directories hold that the source's do
+    /// not (a mirror, as rsync's --delete): within the directories
+    /// transferred, never above them, and nothing that --exclude leaves
+    /// out (those stay, as in rsync). Nothing is removed when part of the
+    /// source could not be read. Each path removed is listed (`deleting
+    /// PATH`; --json `changes`).
+    #[arg(long)]
+    pub delete: bool,
+    /// Write nothing anywhere: list what the transfer would do, one line a
+    /// change as `rsync -n -i` does (`>f+++++++++ new`, `>f.st...... changed`,
+    /// `cd+++++++++ dir/`, `*deleting gone`; `<` on a put), and exit 0.
+    /// Files are compared as a real run would (size and mtime, or
+    /// --checksum, which reads both sides; --overwrite lists them all).
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
     /// Make the FIFOs and Unix sockets' names of the tree at the
     /// destination (rsync's --specials; a socket's name, not a listening
     /// socket). Without it each is listed as not made (summary and

@@ -627,6 +627,8 @@ pub(crate) fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOp
         specials: a.specials,
         devices: a.devices,
         filters: a.filters.clone(),
+        delete: a.delete,
+        dry_run: a.dry_run,
         interrupt: Default::default(),
         connect_timeout: None,
         retry_for: a.retry_for,
@@ -748,6 +750,7 @@ fn conclude(r: Result<ClientReport, Problem>, op: &str, t: &TransferArgs) -> i32
                     serde_json::to_string_pretty(&rep).expect("report serializes")
                 );
             } else if !t.quiet {
+                print!("{}", changes(&rep));
                 println!("{}", summary(&rep));
             }
             rep.exit_code()
@@ -780,7 +783,33 @@ fn print_failure(op: &str, problems: &[Problem], interrupted: bool) {
     );
 }
 
+/// The changes a dry run would make, one line each as `rsync -i` writes
+/// them; or the paths a real run deleted, as `rsync -v` says them.
+fn changes(r: &ClientReport) -> String {
+    r.changes
+        .iter()
+        .map(|c| match r.dry_run {
+            true => format!("{:<11} {}\n", c.item, shown(&c.path)),
+            false => format!("deleting {}\n", shown(&c.path)),
+        })
+        .collect()
+}
+
 fn summary(r: &ClientReport) -> String {
+    if r.dry_run {
+        let t = &r.totals;
+        return format!(
+            "{} --dry-run: {} file(s) would be sent ({:.1} MB), {} skipped, {} failed; \
+             {} change(s) listed, {} deletion(s); nothing was written",
+            r.op,
+            t.would_send,
+            t.bytes_would_send as f64 / 1e6,
+            t.skipped,
+            t.failed,
+            r.changes.len(),
+            t.deleted
+        );
+    }
     let t = &r.totals;
     // Say so when the destination, not the network, set the pace for a
     // tenth of the run or more.
@@ -855,11 +884,15 @@ fn summary(r: &ClientReport) -> String {
             })
         })
         .collect();
+    let deleted = match t.deleted {
+        0 => String::new(),
+        n => format!("\n{n} path(s) deleted at the destination (--delete)"),
+    };
     format!(
         "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {}\n\
          {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed, \
          {:.1} MB skipped; \
-         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}{}{}",
+         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}{}{}{}",
         r.op,
         t.files,
         t.verified,
@@ -885,7 +918,8 @@ fn summary(r: &ClientReport) -> String {
         repair,
         behind,
         outages,
-        not_made
+        not_made,
+        deleted
     )
 }
 

@@ -68,6 +68,13 @@ pub struct ClientOpts {
     /// What the sending side leaves out (`--exclude`, `--include`): a get
     /// sends them to the server (`Op::Get.filters`), a put applies them.
     pub filters: Vec<longhaul_transfer::filter::Rule>,
+    /// The receiving side removes what the destination's directories hold
+    /// that the transfer does not send, except what `filters` leave out
+    /// (`--delete`).
+    pub delete: bool,
+    /// Nothing is written at the destination: the transfer lists what it
+    /// would change (`--dry-run`).
+    pub dry_run: bool,
     /// Closes the transfer's connection on Ctrl-C.
     pub interrupt: Interrupt,
     /// How long the handshake may go unanswered before the server is taken
@@ -152,6 +159,8 @@ impl ClientOpts {
             specials: false,
             devices: false,
             filters: Vec::new(),
+            delete: false,
+            dry_run: false,
             interrupt: Interrupt::default(),
         }
     }
@@ -264,6 +273,12 @@ pub struct ClientReport {
     /// FIFOs, sockets and device nodes not made at the destination, and
     /// why (`--specials`, `--devices`); made ones are in `totals.specials`.
     pub not_made: Vec<crate::report::NotMade>,
+    /// A dry run (`--dry-run`): nothing was written; `changes` is what a
+    /// real run would do.
+    pub dry_run: bool,
+    /// What the transfer removed at the destination (`--delete`), or in a
+    /// dry run every change it would make, in the order made.
+    pub changes: Vec<crate::report::ChangeReport>,
     /// Files under way when a failed transfer ended, as far as they got
     /// (not counted in `files` or `totals`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -314,6 +329,13 @@ pub struct Totals {
     pub bytes_resumed: u64,
     /// Bytes of the files skipped as already at the destination.
     pub bytes_skipped: u64,
+    /// A dry run: files that would be sent.
+    pub would_send: u64,
+    /// A dry run: the bytes of those files.
+    pub bytes_would_send: u64,
+    /// Paths removed at the destination (`--delete`), or that would be in a
+    /// dry run.
+    pub deleted: u64,
 }
 
 impl ClientReport {
@@ -949,6 +971,11 @@ fn build_report(
         symlinks: r.symlinks,
         specials: r.specials,
         hardlinks: r.hardlinks,
+        deleted: r
+            .changes
+            .iter()
+            .filter(|c| matches!(c.what, crate::proto::What::Deleted { .. }))
+            .count() as u64,
         ..crate::retry::totals(&r.files)
     };
     ClientReport {
@@ -997,6 +1024,12 @@ fn build_report(
         outages: Vec::new(),
         unsettled: r.unsettled,
         not_made: r.not_made,
+        dry_run: opts.dry_run,
+        changes: r
+            .changes
+            .iter()
+            .map(|c| crate::report::ChangeReport::of(c, op == "get"))
+            .collect(),
     }
 }
 
@@ -1212,7 +1245,15 @@ async fn get_once<R: AsRef<[u8]>>(
                 format!("{}: not a usable destination", local.display()),
             )
         })?;
-        std::fs::create_dir_all(&parent).map_err(local_err)?;
+        // A dry run creates nothing: it lands beneath the nearest
+        // directory there, and finds the rest absent.
+        let (parent, name) = match opts.dry_run {
+            true => nearest_dir(&parent, name),
+            false => {
+                std::fs::create_dir_all(&parent).map_err(local_err)?;
+                (parent, name.to_os_string())
+            }
+        };
         let base =
             Dir::open_ambient_dir(&parent, cap_std::ambient_authority()).map_err(local_err)?;
         let prefix = RelPath::from_wire(name.as_bytes())
@@ -1236,7 +1277,8 @@ async fn get_once<R: AsRef<[u8]>>(
         filters: opts.filters.clone(),
     };
     let (opts, remembered) = &recall_rate(opts, "get");
-    let fresh = spec.is_fresh();
+    // (A dry run asks for each file: the server sends none unasked.)
+    let fresh = !opts.dry_run && spec.is_fresh();
     let mut s = connect(host, port, opts, op, fresh).await?;
     progress.welcomed();
     if s.fresh != fresh {
@@ -1261,6 +1303,14 @@ async fn get_once<R: AsRef<[u8]>>(
             exact_modes: opts.exact_modes,
             specials: opts.specials,
             devices: opts.devices,
+            delete: match opts.delete {
+                true => Some(Arc::new(
+                    longhaul_transfer::filter::Filter::new(&opts.filters)
+                        .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?,
+                )),
+                false => None,
+            },
+            dry_run: opts.dry_run,
         },
         progress.clone(),
     )
@@ -1273,6 +1323,26 @@ async fn get_once<R: AsRef<[u8]>>(
         tuned.peak.load(Ordering::Relaxed),
         report,
     )
+}
+
+/// The nearest directory there at or above `parent`, and the path of `name`
+/// beneath it (a dry run's destination whose parents are missing).
+fn nearest_dir(parent: &Path, name: &std::ffi::OsStr) -> (PathBuf, std::ffi::OsString) {
+    let mut dir = parent.to_path_buf();
+    let mut below = PathBuf::from(name);
+    while !dir.is_dir() {
+        match (dir.parent(), dir.file_name()) {
+            (Some(up), Some(last)) => {
+                below = Path::new(last).join(below);
+                dir = match up.as_os_str().is_empty() {
+                    true => PathBuf::from("."),
+                    false => up.to_path_buf(),
+                };
+            }
+            _ => break,
+        }
+    }
+    (dir, below.into_os_string())
 }
 
 /// The report's start-up figures: when the first data moved, and how long
@@ -1378,6 +1448,12 @@ async fn put_once(
         sync: opts.sync.into(),
         durable: opts.durable,
         specials: opts.specials,
+        delete: opts.delete,
+        filters: match opts.delete {
+            true => opts.filters.clone(),
+            false => Vec::new(),
+        },
+        dry_run: opts.dry_run,
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;

@@ -4,7 +4,7 @@
 //! about what a file is and when it is done is the core's.
 
 use crate::core::recv::{Done, Job, Opened, Wrote};
-use crate::proto::Want;
+use crate::proto::{Want, What};
 use cap_std::fs::Dir;
 use longhaul_transfer::place::{DestDir, FinishError, Heard, Incoming, Settled};
 use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
@@ -257,10 +257,21 @@ impl RecvDisk {
                 entry,
                 sync,
                 fresh,
+                dry,
             } => Done::Opened {
                 id,
-                result: self.open(id, &target, &entry, sync, fresh),
+                result: match dry {
+                    true => self.open_dry(&target, &entry, sync),
+                    false => self.open(id, &target, &entry, sync, fresh),
+                },
             },
+            Job::Probe { target, entry } => {
+                let found = self.dest.lock().unwrap().found(&target);
+                Done::Probed {
+                    result: found.map(|f| would_change(&entry, f.as_ref())),
+                    target,
+                }
+            }
             Job::Write {
                 id,
                 index,
@@ -326,18 +337,31 @@ impl RecvDisk {
                 }
                 Done::Closed
             }
-            Job::FinishDirs { links } => {
+            Job::FinishDirs { links, mirror, dry } => {
                 let mut dest = self.dest.lock().unwrap();
                 let links = links
                     .into_iter()
                     .map(|(name, first)| {
-                        let made = dest.make_hardlink(&name, &first);
+                        let made = match dry {
+                            // (The first name may not be there yet either.)
+                            true => dest.same_file(&name, &first).map(|same| !same),
+                            false => dest.make_hardlink(&name, &first).map(|()| true),
+                        };
                         (name, made)
                     })
                     .collect();
+                // Before the directories' mtimes: removing changes them.
+                let deleted = match &mirror {
+                    Some(m) => dest.delete_extras(&m.dirs, &|p, d| m.keeps(p, d), dry),
+                    None => Vec::new(),
+                };
                 Done::DirsFinished {
                     links,
-                    dirs: dest.finish_dirs(),
+                    deleted,
+                    dirs: match dry {
+                        true => Ok(()),
+                        false => dest.finish_dirs(),
+                    },
                 }
             }
             Job::SyncFs => {
@@ -351,6 +375,49 @@ impl RecvDisk {
                 }
                 Done::Synced(r)
             }
+        }
+    }
+
+    /// A dry run's [`Job::Open`]: what a real one would want, opening and
+    /// changing nothing.
+    fn open_dry(
+        &self,
+        target: &longhaul_transfer::RelPath,
+        e: &longhaul_transfer::Entry,
+        sync: SyncMode,
+    ) -> io::Result<Opened> {
+        let dest = self.dest.lock().unwrap();
+        let Some(found) = dest.found(target)? else {
+            return Ok(Opened::Would(What::File {
+                new: true,
+                size: false,
+                mtime: false,
+                checksum: false,
+            }));
+        };
+        let size = found.size != e.size;
+        let mtime = !longhaul_transfer::sync::same_mtime(found.mtime_ns, e.mtime_ns);
+        if found.kind != Some(EntryKind::File) {
+            // (Replaced by the file.)
+            return Ok(Opened::Would(What::File {
+                new: true,
+                size: false,
+                mtime: false,
+                checksum: false,
+            }));
+        }
+        match sync {
+            SyncMode::SizeMtime if !size && !mtime => Ok(Opened::Skip),
+            SyncMode::Checksum if !size => Ok(Opened::Compare {
+                local: dest.hash_file(target)?,
+                mtime,
+            }),
+            _ => Ok(Opened::Would(What::File {
+                new: false,
+                size,
+                mtime,
+                checksum: false,
+            })),
         }
     }
 
@@ -571,5 +638,28 @@ fn test_write_delay() {
     });
     if let Some(d) = d {
         std::thread::sleep(*d);
+    }
+}
+
+/// What making `e` (a directory, symlink or special file) changes where
+/// `found` is (None: nothing is there); None when it is there already as
+/// `e` would make it.
+fn would_change(
+    e: &longhaul_transfer::Entry,
+    found: Option<&longhaul_transfer::place::Found>,
+) -> Option<What> {
+    let same_kind = found.is_some_and(|f| f.kind == Some(e.kind));
+    match e.kind {
+        EntryKind::Dir => (!same_kind).then_some(What::Dir),
+        EntryKind::Symlink => match found {
+            Some(f) if same_kind && f.link == e.link => None,
+            _ => Some(What::Symlink { new: !same_kind }),
+        },
+        k => match found {
+            Some(f) if same_kind && (!k.is_device() || f.rdev == e.size) => None,
+            _ => Some(What::Special {
+                device: k.is_device(),
+            }),
+        },
     }
 }

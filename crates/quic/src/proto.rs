@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 /// [`REPAIRED_PRELUDE`], and RaptorQ symbols of each ([`Repair`]) follow as
 /// QUIC datagrams, from which the receiver rebuilds what the path lost
 /// instead of waiting a round trip for QUIC's retransmission.
-pub const VERSION: u32 = 10;
+pub const VERSION: u32 = 11;
 /// TLS ALPN both sides require; it names the protocol family and stays
 /// `longhaul/1` across versions ([`VERSION`] is in the `Hello`).
 pub const ALPN: &[u8] = b"longhaul/1";
@@ -115,6 +115,63 @@ pub enum Op {
         /// The server makes the FIFOs and sockets sent (`--specials`); it
         /// never makes device nodes. Version 10.
         specials: bool,
+        /// The server removes what the destination's directories hold that
+        /// the put does not send (`--delete`), except what `filters`
+        /// protect, and says so in [`Frame::Changes`]. Version 11.
+        delete: bool,
+        /// The client's `--exclude` / `--include` rules: with `delete`, what
+        /// they leave out is kept at the destination. Version 11.
+        filters: Vec<longhaul_transfer::filter::Rule>,
+        /// Nothing is written on the server: it works out what the put
+        /// would change and says so in [`Frame::Changes`] (`--dry-run`).
+        /// Version 11.
+        dry_run: bool,
+    },
+}
+
+/// What a receiver changed, or would change in a dry run, at one path
+/// ([`Frame::Changes`]). Version 11.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// Where, beneath the receiver's base (raw bytes).
+    pub path: Vec<u8>,
+    /// What.
+    pub what: What,
+}
+
+/// The kinds of [`Change`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum What {
+    /// A file would be sent: `new` (nothing of it at the destination), or
+    /// what differs there (size, mtime, contents under `--checksum`).
+    File {
+        /// Not at the destination.
+        new: bool,
+        /// Its size differs.
+        size: bool,
+        /// Its mtime differs.
+        mtime: bool,
+        /// Its BLAKE3 differs (`--checksum`).
+        checksum: bool,
+    },
+    /// A directory would be created.
+    Dir,
+    /// A symbolic link would be made (`new`) or pointed elsewhere.
+    Symlink {
+        /// Not at the destination.
+        new: bool,
+    },
+    /// A hard link would be made.
+    HardLink,
+    /// A FIFO, socket or device node would be made.
+    Special {
+        /// A device node.
+        device: bool,
+    },
+    /// Removed (`--delete`), or would be in a dry run.
+    Deleted {
+        /// A directory.
+        dir: bool,
     },
 }
 
@@ -213,6 +270,9 @@ pub enum Want {
     Chunks(Vec<(u64, u64)>),
     /// Everything, unless the sender's BLAKE3 equals this.
     UnlessHash([u8; 32]),
+    /// No data: only the file's BLAKE3, in a `FileDone` that says
+    /// `unchanged: false` (a dry run's `--checksum`). Version 11.
+    HashOnly,
 }
 
 /// Final word of the receiver on one file.
@@ -231,6 +291,8 @@ pub enum Outcome {
         /// What went wrong, naming the file, for the sender's report.
         message: String,
     },
+    /// A dry run: it would have been sent. Version 11.
+    WouldSend,
 }
 
 /// One control-stream message. The order of the variants is their number on
@@ -350,7 +412,15 @@ pub enum Frame {
         /// `Hello.connections` − 1 (the `Hello`'s is 0).
         index: u32,
     },
+    /// receiver → sender, before `Done` (since version 11): what the
+    /// receiver removed (`--delete`), or in a dry run what it would change,
+    /// in batches of at most [`CHANGES_PER_FRAME`].
+    Changes(Vec<Change>),
 }
+
+/// Most [`Change`]s in one [`Frame::Changes`] (paths of up to 4 KiB keep a
+/// frame under [`MAX_FRAME`]).
+pub const CHANGES_PER_FRAME: usize = 64;
 
 /// Why bytes from the peer are not a valid control frame or data record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -724,6 +794,12 @@ mod tests {
                     sync: PutSync::Checksum,
                     durable: true,
                     specials: true,
+                    delete: true,
+                    filters: vec![longhaul_transfer::filter::Rule {
+                        action: longhaul_transfer::filter::Action::Include,
+                        pattern: b"/keep/***".to_vec(),
+                    }],
+                    dry_run: true,
                 },
                 max_rate: 5,
                 cc: None,
@@ -775,6 +851,29 @@ mod tests {
                 session: vec![5; SESSION_KEY_LEN],
                 index: 2,
             },
+            Frame::Want {
+                id: 10,
+                want: Want::HashOnly,
+            },
+            Frame::FileResult {
+                id: 10,
+                outcome: Outcome::WouldSend,
+            },
+            Frame::Changes(vec![
+                Change {
+                    path: b"a/\xfeb".to_vec(),
+                    what: What::File {
+                        new: false,
+                        size: true,
+                        mtime: false,
+                        checksum: true,
+                    },
+                },
+                Change {
+                    path: b"gone".to_vec(),
+                    what: What::Deleted { dir: true },
+                },
+            ]),
         ]
     }
 

@@ -57,6 +57,10 @@ pub(crate) struct RecvOpts {
     pub specials: bool,
     /// See [`RecvConfig::devices`].
     pub devices: bool,
+    /// See [`RecvConfig::delete`].
+    pub delete: Option<Arc<longhaul_transfer::filter::Filter>>,
+    /// See [`RecvConfig::dry_run`].
+    pub dry_run: bool,
     /// A server's record of unfinished parts, and the client this session
     /// is for: what it leaves unfinished is recorded there.
     pub keep: Option<(Arc<crate::kept::KeptParts>, String)>,
@@ -108,6 +112,8 @@ pub(crate) async fn run_receiver(
         specials: opts.specials,
         devices: opts.devices,
         max_waiting: MAX_WAITING,
+        delete: opts.delete.clone(),
+        dry_run: opts.dry_run,
     };
     let mut core = RecvCore::new(cfg, dest.landing, progress.clone());
     // A destination in memory only (tmpfs) has no disk to wait for.

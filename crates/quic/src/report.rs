@@ -112,6 +112,8 @@ pub enum Status {
     Skipped,
     /// Not received: [`FileReport::error`] says why.
     Failed,
+    /// A dry run (`--dry-run`): it would have been sent.
+    WouldSend,
 }
 
 /// What became of one file in a session, as one side saw it.
@@ -136,6 +138,70 @@ pub struct FileReport {
     /// Why it failed; None unless the status is `Failed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// One path a transfer changed at the destination (a removal, `--delete`), or
+/// would change (`--dry-run`), as the client reports it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ChangeReport {
+    /// The path beneath the destination's base (lossy UTF-8; a directory's
+    /// ends in `/`).
+    pub path: String,
+    /// `send`, `mkdir`, `symlink`, `hardlink`, `special` or `delete`.
+    pub action: &'static str,
+    /// The change as `rsync --itemize-changes` writes it, e.g. `>f+++++++++`
+    /// (a new file received), `<f.st......` (a changed one sent), `cd+++++++++`,
+    /// `*deleting`.
+    pub item: String,
+}
+
+impl ChangeReport {
+    /// `c` as the client reports it; `received`: the client is the
+    /// receiver (a get), else the sender (a put).
+    pub fn of(c: &crate::proto::Change, received: bool) -> ChangeReport {
+        use crate::proto::What;
+        let dir = match received {
+            true => '>',
+            false => '<',
+        };
+        let mut path = String::from_utf8_lossy(&c.path).into_owned();
+        let (action, item) = match c.what {
+            What::File { new: true, .. } => ("send", format!("{dir}f+++++++++")),
+            What::File {
+                size,
+                mtime,
+                checksum,
+                ..
+            } => {
+                let flag = |on: bool, ch: char| if on { ch } else { '.' };
+                (
+                    "send",
+                    format!(
+                        "{dir}f{}{}{}......",
+                        flag(checksum, 'c'),
+                        flag(size, 's'),
+                        flag(mtime, 't')
+                    ),
+                )
+            }
+            What::Dir => {
+                path.push('/');
+                ("mkdir", "cd+++++++++".into())
+            }
+            What::Symlink { new: true } => ("symlink", "cL+++++++++".into()),
+            What::Symlink { new: false } => ("symlink", "cL.c.......".into()),
+            What::HardLink => ("hardlink", "hf+++++++++".into()),
+            What::Special { device: true } => ("special", "cD+++++++++".into()),
+            What::Special { device: false } => ("special", "cS+++++++++".into()),
+            What::Deleted { dir } => {
+                if dir {
+                    path.push('/');
+                }
+                ("delete", "*deleting".into())
+            }
+        };
+        ChangeReport { path, action, item }
+    }
 }
 
 /// A FIFO, socket or device node the receiving side did not make, and why
@@ -184,6 +250,10 @@ pub struct SessionReport {
     pub specials: u64,
     /// Those not made, and why.
     pub not_made: Vec<NotMade>,
+    /// What the receiver removed (`--delete`), or in a dry run what it would
+    /// change: the receiver's own, or those its `Changes` frames listed (a
+    /// put's client). Paths beneath the receiver's base.
+    pub changes: Vec<crate::proto::Change>,
     /// Files under way when the session failed, as far as they got (status
     /// `Failed`, not counted in `files`): what a transfer that reconnects
     /// adds to the next session's account of them.

@@ -242,6 +242,10 @@ pub(crate) fn totals(files: &[FileReport]) -> Totals {
                 t.bytes_skipped += f.size;
             }
             Status::Failed => t.failed += 1,
+            Status::WouldSend => {
+                t.would_send += 1;
+                t.bytes_would_send += f.size;
+            }
         }
     }
     t
@@ -396,6 +400,8 @@ mod tests {
             outages: vec![],
             unsettled: vec![],
             not_made: vec![],
+            dry_run: false,
+            changes: vec![],
         }
     }
 

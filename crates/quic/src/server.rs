@@ -1179,7 +1179,20 @@ async fn session(
             sync,
             durable,
             specials,
+            delete,
+            filters,
+            dry_run,
         } => {
+            let protect = match delete {
+                true => match longhaul_transfer::filter::Filter::new(&filters) {
+                    Ok(f) => Some(Arc::new(f)),
+                    Err(e) => {
+                        return fatal(&ctl, &conn, &handshake, ErrorCode::BadPath, e.to_string())
+                            .await
+                    }
+                },
+                false => None,
+            };
             let prefix = match RelPath::from_request(&follow_dir_links(&ctx.opts, &dest)) {
                 Ok(p) => p,
                 Err(e) => {
@@ -1208,7 +1221,8 @@ async fn session(
             };
             // None of the put's targets here, nor parts of them: the client
             // sends each file at once, and nothing is looked up or resumed.
-            let fresh = spec.is_fresh();
+            // (A dry run's client waits for a Want for each file.)
+            let fresh = !dry_run && spec.is_fresh();
             let _ = ctl
                 .send(Frame::Welcome {
                     version: VERSION,
@@ -1228,7 +1242,12 @@ async fn session(
                 tracing::debug!("{remote}: no handshake: the put's data is dropped unread");
                 return;
             }
-            let what = if fresh { "fresh put" } else { "put" }.to_string();
+            let what = match (dry_run, fresh) {
+                (true, _) => "dry-run put",
+                (false, true) => "fresh put",
+                (false, false) => "put",
+            }
+            .to_string();
             let opts = RecvOpts {
                 keep: Some((ctx.kept.clone(), crate::kept::client_of(remote.ip()))),
                 sync: sync.into(),
@@ -1238,6 +1257,8 @@ async fn session(
                 specials,
                 // (A client must not plant device nodes in a served tree.)
                 devices: false,
+                delete: protect,
+                dry_run,
             };
             let (report, result) =
                 run_receiver(conns, ctl.clone(), &mut rx, spec, opts, progress).await;

@@ -156,6 +156,9 @@ impl Raw {
             sync: longhaul_quic::proto::PutSync::Always,
             durable: false,
             specials: false,
+            delete: false,
+            filters: vec![],
+            dry_run: false,
         })
         .await;
     }

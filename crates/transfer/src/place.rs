@@ -326,6 +326,84 @@ impl DestDir {
         })
     }
 
+    /// What is at `path` (no link followed, on the way or at the end):
+    /// None when nothing is, or a directory on the way is missing (a dry
+    /// run's destination, not created).
+    pub fn found(&self, path: &RelPath) -> io::Result<Option<Found>> {
+        let m = if path.is_root() {
+            self.base.dir_metadata()
+        } else {
+            let Some((dir, name)) = self.lookup(path)? else {
+                return Ok(None);
+            };
+            match dir.symlink_metadata(os(name)) {
+                Ok(m) => Ok(m),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => Err(e),
+            }
+        }?;
+        let kind = crate::walk::kind_of(&m);
+        let link = match (kind, self.lookup(path)?) {
+            (Some(EntryKind::Symlink), Some((dir, name))) => dir
+                .read_link_contents(os(name))?
+                .as_os_str()
+                .as_bytes()
+                .to_vec(),
+            _ => Vec::new(),
+        };
+        Ok(Some(Found {
+            kind,
+            size: m.len(),
+            rdev: m.rdev(),
+            mtime_ns: crate::walk::mtime_of(&m),
+            link,
+            ident: (m.dev(), m.ino()),
+        }))
+    }
+
+    /// Remove what `dirs` (directories beneath the base) hold that `keeps`
+    /// does not keep (`--delete`): called with each entry's path beneath
+    /// the base and whether it is a directory (a link to one is not). A
+    /// directory not kept goes with everything in it that is not kept; one
+    /// that still holds something kept stays, unreported. With `dry`,
+    /// nothing is removed: the list is what would be. Each path removed
+    /// comes once (deepest first within a directory), with whether it is a
+    /// directory and how its removal went. A directory of `dirs` that is
+    /// not there (a dry run's) is passed over.
+    pub fn delete_extras(
+        &mut self,
+        dirs: &[RelPath],
+        keeps: &dyn Fn(&RelPath, bool) -> bool,
+        dry: bool,
+    ) -> Vec<(RelPath, bool, io::Result<()>)> {
+        self.cached = None;
+        let mut out = Vec::new();
+        let mut dirs: Vec<&RelPath> = dirs.iter().collect();
+        dirs.sort();
+        dirs.dedup();
+        for d in dirs {
+            let dir = match open_dirs(&self.base, d, false) {
+                Ok((dir, _)) => dir,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    out.push((d.clone(), true, Err(e)));
+                    continue;
+                }
+            };
+            remove_unkept(&dir, d, keeps, dry, &mut out);
+        }
+        out
+    }
+
+    /// Whether `a` and `b` are names of one file (neither followed if a
+    /// link); false when either is missing.
+    pub fn same_file(&self, a: &RelPath, b: &RelPath) -> io::Result<bool> {
+        match (self.found(a)?, self.found(b)?) {
+            (Some(x), Some(y)) => Ok(x.ident == y.ident),
+            _ => Ok(false),
+        }
+    }
+
     /// Apply directory modes and mtimes, deepest first. Call once, at the end.
     /// Each directory is reached from the base one component at a time
     /// through no link and changed through its own handle
@@ -359,6 +437,88 @@ impl DestDir {
         own.set_times(".", None, Some(times(mtime_ns)))?;
         own.set_permissions(".", perms(mode))
     }
+}
+
+/// What the destination holds at a path ([`DestDir::found`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// None for a kind Linux does not have.
+    pub kind: Option<EntryKind>,
+    /// Bytes (a regular file's).
+    pub size: u64,
+    /// A device node's number.
+    pub rdev: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// A symlink's target.
+    pub link: Vec<u8>,
+    /// Device and inode.
+    pub ident: (u64, u64),
+}
+
+/// The entries of `dir` (at `at` beneath the base) that `keeps` does not
+/// keep, removed (or with `dry` listed) into `out`; a directory with what
+/// it holds, depth first. Returns whether everything in `dir` went.
+fn remove_unkept(
+    dir: &Dir,
+    at: &RelPath,
+    keeps: &dyn Fn(&RelPath, bool) -> bool,
+    dry: bool,
+    out: &mut Vec<(RelPath, bool, io::Result<()>)>,
+) -> bool {
+    let mut names: Vec<(Vec<u8>, bool)> = Vec::new();
+    let listed = dir.entries().and_then(|entries| {
+        for e in entries {
+            let e = e?;
+            let is_dir = e.file_type()?.is_dir();
+            names.push((e.file_name().as_bytes().to_vec(), is_dir));
+        }
+        Ok(())
+    });
+    if let Err(e) = listed {
+        out.push((at.clone(), true, Err(e)));
+        return false;
+    }
+    names.sort();
+    let mut all = true;
+    for (name, is_dir) in names {
+        let Ok(path) = at.join_name(&name) else {
+            all = false;
+            continue;
+        };
+        if keeps(&path, is_dir) {
+            all = false;
+            continue;
+        }
+        if !is_dir {
+            let r = match dry {
+                true => Ok(()),
+                false => dir.remove_file(os(&name)),
+            };
+            all &= r.is_ok();
+            out.push((path, false, r));
+            continue;
+        }
+        let emptied = match dir.open_dir_nofollow(os(&name)) {
+            Ok(sub) => remove_unkept(&sub, &path, keeps, dry, out),
+            Err(e) => {
+                out.push((path, true, Err(e)));
+                all = false;
+                continue;
+            }
+        };
+        if !emptied {
+            all = false; // (something in it is kept: so is it)
+            continue;
+        }
+        let r = match dry {
+            true => Ok(()),
+            false => dir.remove_dir(os(&name)),
+        };
+        all &= r.is_ok();
+        out.push((path, true, r));
+    }
+    all
 }
 
 /// The directory `path` beneath `base`, reached one component at a time

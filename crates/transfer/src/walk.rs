@@ -88,7 +88,7 @@ fn ident(d: &Dir) -> io::Result<(u64, u64)> {
     Ok((m.dev(), m.ino()))
 }
 
-fn kind_of(meta: &Metadata) -> Option<EntryKind> {
+pub(crate) fn kind_of(meta: &Metadata) -> Option<EntryKind> {
     use cap_std::fs::FileTypeExt;
     let ft = meta.file_type();
     if ft.is_file() {

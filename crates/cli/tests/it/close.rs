@@ -75,6 +75,9 @@ fn the_server_closes_a_finished_session_itself() {
             sync: PutSync::SizeMtime,
             durable: true,
             specials: false,
+            delete: false,
+            filters: vec![],
+            dry_run: false,
         })
         .await;
         r.welcome().await;

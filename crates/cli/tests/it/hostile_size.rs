@@ -21,6 +21,9 @@ async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(Er
         sync: PutSync::Always,
         durable: false,
         specials: false,
+        delete: false,
+        filters: vec![],
+        dry_run: false,
     })
     .await;
     r.frame(&Frame::Entry(Entry {

@@ -16,6 +16,7 @@ mod hardlinks;
 mod holes;
 mod hostile_size;
 mod interrupt;
+mod mirror;
 mod modes;
 mod multicast;
 mod names;

@@ -18,7 +18,9 @@
 //! ([`Job::is_manifest`]) run one at a time in the order given.
 
 use super::{Role, State};
-use crate::proto::{ErrorCode, Frame, Outcome, RecordHeader, Want};
+use crate::proto::{
+    Change, ErrorCode, Frame, Outcome, RecordHeader, Want, What, CHANGES_PER_FRAME,
+};
 use crate::report::{FileReport, Kind, Problem, Progress, SessionReport, Status};
 use longhaul_transfer::landing::Landing;
 use longhaul_transfer::place::{is_reserved_name, Settled, MAX_FILE_SIZE};
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How a receiving session runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct RecvConfig {
     pub sync: SyncMode,
     /// The sender sends every file whole without waiting for a `Want` (a
@@ -52,6 +54,14 @@ pub(crate) struct RecvConfig {
     pub specials: bool,
     /// Make the device nodes sent (`--devices`; needs root).
     pub devices: bool,
+    /// Remove what the destination's directories hold that the manifest
+    /// does not name (`--delete`), except what this filter leaves out
+    /// (matched as the sender matched it, against the path beneath the
+    /// landing's prefix).
+    pub delete: Option<Arc<longhaul_transfer::filter::Filter>>,
+    /// Write nothing: work out what the session would change, list it in
+    /// the report and in `Changes` frames, and want no data (`--dry-run`).
+    pub dry_run: bool,
 }
 
 /// The most record bytes a fresh session holds for entries not yet seen. A
@@ -120,14 +130,18 @@ pub(crate) enum Job {
         mtime_ns: i64,
     },
     /// Decide what to want of file `id` (sync mode, resume journal) and, unless
-    /// it is skipped, open its part.
+    /// it is skipped, open its part; in a dry run open nothing.
     Open {
         id: u64,
         target: RelPath,
         entry: Entry,
         sync: SyncMode,
         fresh: bool,
+        dry: bool,
     },
+    /// A dry run: what making directory, link or node `target` as `entry`
+    /// says would change there (nothing, when it is there already).
+    Probe { target: RelPath, entry: Entry },
     /// Write chunk `index` of file `id`. For a file of one chunk the writer
     /// also settles it (verifies and places it when `expected` is known).
     Write {
@@ -157,9 +171,14 @@ pub(crate) enum Job {
     /// more numerous.
     Commit { ids: Vec<u64> },
     /// Every file is settled: make the hard links (each name `.0` another
-    /// name of the file placed at `.1`), then apply directory modes and
-    /// mtimes.
-    FinishDirs { links: Vec<(RelPath, RelPath)> },
+    /// name of the file placed at `.1`), remove what `mirror` says
+    /// (`--delete`), then apply directory modes and mtimes. With `dry`,
+    /// only find which links would be made and what would be removed.
+    FinishDirs {
+        links: Vec<(RelPath, RelPath)>,
+        mirror: Option<Mirror>,
+        dry: bool,
+    },
     /// Sync the destination's file system (durable sessions): the names and
     /// directory metadata of the files placed.
     SyncFs,
@@ -175,9 +194,43 @@ impl Job {
                 | Job::Symlink { .. }
                 | Job::Special { .. }
                 | Job::Open { .. }
+                | Job::Probe { .. }
                 | Job::FinishDirs { .. }
                 | Job::SyncFs
         )
+    }
+}
+
+/// What `--delete` removes: beneath each of `dirs` (the manifest's
+/// directories, targets beneath the base), whatever the manifest does not
+/// name and `protect` does not leave out.
+#[derive(Debug)]
+pub(crate) struct Mirror {
+    pub dirs: Vec<RelPath>,
+    /// Keys ([`path_key`]) of every target the manifest names.
+    named: HashSet<u64>,
+    protect: Arc<longhaul_transfer::filter::Filter>,
+    /// The landing's prefix: a target's path beneath it is what the
+    /// filter matches.
+    prefix: RelPath,
+}
+
+impl Mirror {
+    /// Whether `target` (a directory: `is_dir`) stays: the manifest names
+    /// it, or the filter leaves it out (rsync's protection of excluded
+    /// files), or it is longhaul's own (a part, a journal).
+    pub(crate) fn keeps(&self, target: &RelPath, is_dir: bool) -> bool {
+        if self.named.contains(&path_key(target)) || is_reserved_name(target.file_name()) {
+            return true;
+        }
+        let rel = match self.prefix.is_root() {
+            true => target.as_bytes(),
+            false => match target.as_bytes().strip_prefix(self.prefix.as_bytes()) {
+                Some(r) => r.strip_prefix(b"/").unwrap_or(r),
+                None => return true, // (not beneath the landing: never)
+            },
+        };
+        self.protect.excludes(rel, is_dir)
     }
 }
 
@@ -186,6 +239,15 @@ impl Job {
 pub(crate) enum Opened {
     /// Already there (`--sync`): not wanted.
     Skip,
+    /// A dry run: it would be sent, for this reason.
+    Would(What),
+    /// A dry run under `--checksum`: same size; it would be sent unless the
+    /// sender's BLAKE3 is this one's.
+    Compare {
+        local: [u8; 32],
+        /// The mtime differs (shown with the change, if any).
+        mtime: bool,
+    },
     /// The part is open. `want`: what to ask the sender for (`All`,
     /// `Chunks` of a resume, `UnlessHash` of `--checksum`).
     Open { want: Want, resumed_bytes: u64 },
@@ -243,10 +305,18 @@ pub(crate) enum Done {
         id: u64,
     },
     Closed,
-    /// Of [`Job::FinishDirs`]: each hard link's name and outcome, and the
+    /// Of [`Job::Probe`]: what would change (None: nothing).
+    Probed {
+        target: RelPath,
+        result: std::io::Result<Option<What>>,
+    },
+    /// Of [`Job::FinishDirs`]: each hard link's name and outcome (in a dry
+    /// run, whether it would be made), each path removed (or that would
+    /// be) with whether it is a directory and the outcome, and the
     /// directories'.
     DirsFinished {
-        links: Vec<(RelPath, std::io::Result<()>)>,
+        links: Vec<(RelPath, std::io::Result<bool>)>,
+        deleted: Vec<(RelPath, bool, std::io::Result<()>)>,
         dirs: std::io::Result<()>,
     },
     Synced(std::io::Result<()>),
@@ -272,6 +342,8 @@ enum Phase {
 #[derive(Debug)]
 struct InFile {
     display: String,
+    /// Where it lands beneath the base.
+    target: RelPath,
     plan: ChunkPlan,
     phase: Phase,
     /// Chunk ranges wanted (`None`: all). Chunks outside were resumed.
@@ -292,6 +364,9 @@ struct InFile {
     checkpointing: bool,
     /// A finishing job (`Finish`, `Discard`, `Close`, or a settling write) is out.
     settling: bool,
+    /// A dry run's `--checksum`: the local BLAKE3 the sender's is compared
+    /// with, and whether the mtimes differ.
+    compare: Option<([u8; 32], bool)>,
 }
 
 impl InFile {
@@ -325,6 +400,14 @@ pub(crate) struct RecvCore {
     /// Hard links to make once every file is placed: the new name, and
     /// where the file it names was placed.
     links: Vec<(RelPath, RelPath)>,
+    /// `--delete`: the keys of every target the manifest names, and its
+    /// directories.
+    named: HashSet<u64>,
+    mirror_dirs: Vec<RelPath>,
+    /// The sender could not read part of its trees (`RootError`,
+    /// `EntryError`): `--delete` removes nothing, as what it left out may
+    /// still be there.
+    unread: bool,
     /// The highest entry id seen (ids must rise).
     last_entry: u64,
     manifest_done: bool,
@@ -373,6 +456,9 @@ impl RecvCore {
             progress,
             root_kinds: HashMap::new(),
             links: Vec::new(),
+            named: HashSet::new(),
+            mirror_dirs: Vec::new(),
+            unread: false,
             vanished: Default::default(),
             file_targets: Default::default(),
             last_entry: 0,
@@ -467,6 +553,7 @@ impl RecvCore {
                 if self.landing.roots.get(root as usize).is_none() {
                     return Err(protocol(format!("RootError for unknown root {root}")));
                 }
+                self.unread = true;
                 self.report.problems.push(Problem::new(
                     Kind::of_peer(code),
                     format!("at the source: {message}"),
@@ -474,6 +561,7 @@ impl RecvCore {
                 Ok(())
             }
             Frame::EntryError { path, message, .. } => {
+                self.unread = true;
                 self.report.problems.push(Problem::at(
                     Kind::Remote,
                     String::from_utf8_lossy(&path),
@@ -504,6 +592,22 @@ impl RecvCore {
                     )));
                 }
                 f.expected = Some(hash);
+                if let Some((local, mtime)) = f.compare {
+                    // A dry run's --checksum: no data follows.
+                    let f = self.files.remove(&id).expect("looked up above");
+                    let same = local == hash && !unchanged;
+                    self.would(
+                        id,
+                        f,
+                        (!same).then_some(What::File {
+                            new: false,
+                            size: false,
+                            mtime,
+                            checksum: true,
+                        }),
+                    );
+                    return Ok(());
+                }
                 if unchanged {
                     f.settling = true;
                     self.jobs.push_back(Job::Discard { id });
@@ -577,6 +681,26 @@ impl RecvCore {
                 "a name longhaul keeps for its own part, journal and link files; not received",
             ));
         }
+        if self.cfg.delete.is_some() {
+            self.named.insert(path_key(&target));
+            if e.kind == EntryKind::Dir {
+                self.mirror_dirs.push(target.clone());
+            }
+        }
+        let asked = match e.kind {
+            k if k.is_device() => self.cfg.devices,
+            EntryKind::Fifo | EntryKind::Socket => self.cfg.specials,
+            _ => true,
+        };
+        if self.cfg.dry_run && asked && !matches!(e.kind, EntryKind::File | EntryKind::HardLink) {
+            match e.kind {
+                EntryKind::Dir => self.report.dirs += 1,
+                EntryKind::Symlink => self.report.symlinks += 1,
+                _ => {}
+            }
+            self.jobs.push_back(Job::Probe { target, entry: e });
+            return Ok(());
+        }
         match e.kind {
             EntryKind::Dir => {
                 self.report.dirs += 1;
@@ -648,6 +772,7 @@ impl RecvCore {
                     e.id,
                     InFile {
                         display,
+                        target: target.clone(),
                         plan: ChunkPlan::new(e.size),
                         phase: Phase::Opening(Vec::new()),
                         wanted: None,
@@ -661,6 +786,7 @@ impl RecvCore {
                         synced_at: now,
                         checkpointing: false,
                         settling: false,
+                        compare: None,
                     },
                 );
                 self.jobs.push_back(Job::Open {
@@ -669,6 +795,7 @@ impl RecvCore {
                     entry: e.clone(),
                     sync: self.cfg.sync,
                     fresh: self.cfg.fresh,
+                    dry: self.cfg.dry_run,
                 });
             }
         }
@@ -895,14 +1022,38 @@ impl RecvCore {
                 Ok(())
             }
             Done::Closed => Ok(()),
-            Done::DirsFinished { links, dirs: r } => {
+            Done::Probed { target, result } => {
+                match result {
+                    Ok(Some(what)) => self.changed(&target, what),
+                    Ok(None) => {}
+                    Err(e) => self.report.problems.push(io_problem(&target.display(), e)),
+                }
+                Ok(())
+            }
+            Done::DirsFinished {
+                links,
+                deleted,
+                dirs: r,
+            } => {
                 for (name, made) in links {
                     match made {
-                        Ok(()) => self.report.hardlinks += 1,
+                        Ok(true) if self.cfg.dry_run => self.changed(&name, What::HardLink),
+                        Ok(true) => self.report.hardlinks += 1,
+                        Ok(false) => {}
                         Err(e) => self.report.problems.push(Problem::at(
                             Kind::LocalIo,
                             name.display(),
                             format!("making a hard link: {e}"),
+                        )),
+                    }
+                }
+                for (path, dir, result) in deleted {
+                    match result {
+                        Ok(()) => self.changed(&path, What::Deleted { dir }),
+                        Err(e) => self.report.problems.push(Problem::at(
+                            Kind::LocalIo,
+                            path.display(),
+                            format!("deleting: {e}"),
                         )),
                     }
                 }
@@ -911,7 +1062,10 @@ impl RecvCore {
                         .problems
                         .push(Problem::new(Kind::LocalIo, e.to_string()));
                 }
-                if self.cfg.durable && self.report.problems.is_empty() {
+                for batch in self.report.changes.chunks(CHANGES_PER_FRAME) {
+                    self.frames.push_back(Frame::Changes(batch.to_vec()));
+                }
+                if self.cfg.durable && !self.cfg.dry_run && self.report.problems.is_empty() {
                     self.jobs.push_back(Job::SyncFs);
                 } else {
                     self.end();
@@ -1030,6 +1184,22 @@ impl RecvCore {
             Phase::Open => return Err(protocol(format!("file {id} opened twice"))),
         };
         match opened {
+            Opened::Would(what) => {
+                let f = self.files.remove(&id).expect("looked up above");
+                self.frames.push_back(Frame::Want {
+                    id,
+                    want: Want::Skip,
+                });
+                self.would(id, f, Some(what));
+            }
+            Opened::Compare { local, mtime } => {
+                f.compare = Some((local, mtime));
+                f.wanted = Some(Vec::new());
+                self.frames.push_back(Frame::Want {
+                    id,
+                    want: Want::HashOnly,
+                });
+            }
             Opened::Skip => {
                 let f = self.files.remove(&id).expect("looked up above");
                 let size = f.plan.size;
@@ -1208,6 +1378,7 @@ impl RecvCore {
         let outcome = match (&status, &problem) {
             (Status::Verified, _) => Outcome::Verified,
             (Status::Skipped, _) => Outcome::Skipped,
+            (Status::WouldSend, _) => Outcome::WouldSend,
             (Status::Failed, p) => Outcome::Failed {
                 code: match p.as_ref().map(|p| p.kind) {
                     Some(Kind::Verify) => ErrorCode::Verify,
@@ -1236,6 +1407,28 @@ impl RecvCore {
         self.frames.push_back(Frame::FileResult { id, outcome });
     }
 
+    /// A dry run's file settled: it would be sent for `what`'s reason, or
+    /// (None) it would be skipped.
+    fn would(&mut self, id: u64, f: InFile, what: Option<What>) {
+        let target = f.target.clone();
+        let status = match what {
+            Some(w) => {
+                self.changed(&target, w);
+                Status::WouldSend
+            }
+            None => Status::Skipped,
+        };
+        self.settle(id, f.display, f.plan.size, 0, status, None);
+    }
+
+    /// One change made, or in a dry run one that would be.
+    fn changed(&mut self, target: &RelPath, what: What) {
+        self.report.changes.push(Change {
+            path: target.as_bytes().to_vec(),
+            what,
+        });
+    }
+
     /// After every entry is settled: directory metadata, the sync, `Done`.
     fn check_end(&mut self) {
         if self.running()
@@ -1249,7 +1442,27 @@ impl RecvCore {
         {
             self.ending = true;
             let links = std::mem::take(&mut self.links);
-            self.jobs.push_back(Job::FinishDirs { links });
+            let mirror = match (&self.cfg.delete, self.unread) {
+                (Some(_), true) => {
+                    self.report.problems.push(Problem::new(
+                        Kind::Remote,
+                        "nothing deleted (--delete): the source could not be read whole",
+                    ));
+                    None
+                }
+                (Some(protect), false) => Some(Mirror {
+                    dirs: std::mem::take(&mut self.mirror_dirs),
+                    named: std::mem::take(&mut self.named),
+                    protect: protect.clone(),
+                    prefix: self.landing.prefix.clone(),
+                }),
+                (None, _) => None,
+            };
+            self.jobs.push_back(Job::FinishDirs {
+                links,
+                mirror,
+                dry: self.cfg.dry_run,
+            });
         }
     }
 

@@ -7,7 +7,7 @@
 use super::recv::*;
 use super::{Role, State};
 use crate::disk::RecvDisk;
-use crate::proto::{ErrorCode, Frame, Outcome, RecordHeader, Want};
+use crate::proto::{Change, ErrorCode, Frame, Outcome, RecordHeader, Want, What};
 use crate::report::{Kind, Progress, Status};
 use cap_std::fs::Dir;
 use longhaul_transfer::landing::Landing;
@@ -48,6 +48,8 @@ fn cfg(fresh: bool) -> RecvConfig {
         exact_modes: false,
         specials: false,
         devices: false,
+        delete: None,
+        dry_run: false,
     }
 }
 
@@ -86,9 +88,10 @@ impl Sim {
     /// A session receiving into `root` (which the caller keeps).
     fn at(root: &Path, cfg: RecvConfig) -> Sim {
         let base = Dir::open_ambient_dir(root, cap_std::ambient_authority()).unwrap();
+        let durable = cfg.durable;
         Sim {
             core: RecvCore::new(cfg, landing(), Arc::new(Progress::default())),
-            disk: RecvDisk::new(base, cfg.durable),
+            disk: RecvDisk::new(base, durable),
             root: root.to_path_buf(),
             _tmp: None,
             now: Instant::now(),
@@ -370,6 +373,159 @@ fn specials_are_made_only_when_asked_and_a_device_that_cannot_be_made_fails_alon
         assert_eq!((r.specials, r.not_made.len(), r.problems.len()), (1, 1, 1));
         assert!(r.not_made[0].why.contains("need root"), "{:?}", r.not_made);
     }
+}
+
+#[test]
+fn delete_removes_what_the_manifest_does_not_name_unless_the_source_was_not_read_whole() {
+    let protect = longhaul_transfer::filter::Filter::new(&[longhaul_transfer::filter::Rule {
+        action: longhaul_transfer::filter::Action::Exclude,
+        pattern: b"*.keep".to_vec(),
+    }])
+    .unwrap();
+    let mirror = RecvConfig {
+        delete: Some(Arc::new(protect)),
+        ..cfg(false)
+    };
+    // The destination holds, beside what is sent: a file, a directory
+    // tree, a protected file, and a part file of longhaul's own.
+    let session = |unread: bool| {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path().join("dest/run");
+        std::fs::create_dir_all(run.join("old/deeper")).unwrap();
+        for f in ["extra", "old/deeper/f", "x.keep", "sub/.z.lh-part"] {
+            std::fs::create_dir_all(run.join(f).parent().unwrap()).unwrap();
+            std::fs::write(run.join(f), b"x").unwrap();
+        }
+        let mut s = Sim::at(tmp.path(), mirror.clone());
+        s._tmp = Some(tmp);
+        s.frame(entry(1, "", EntryKind::Dir, 0));
+        s.frame(entry(2, "sub", EntryKind::Dir, 0));
+        s.frame(file(3, "sub/a", b"abc"));
+        if unread {
+            s.frame(Frame::EntryError {
+                root: 0,
+                path: b"unreadable".to_vec(),
+                message: "Permission denied".into(),
+            });
+        }
+        s.frame(Frame::ManifestEnd);
+        s.send_file(3, b"abc");
+        assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
+        s
+    };
+    let mut s = session(false);
+    let gone = |p: &str| Change {
+        path: format!("dest/run/{p}").into_bytes(),
+        what: What::Deleted {
+            dir: p.ends_with('/'),
+        },
+    };
+    let gone_list = [
+        gone("extra"),
+        gone("old/deeper/f"),
+        gone("old/deeper/"),
+        gone("old/"),
+    ];
+    let changes: Vec<Change> = gone_list
+        .iter()
+        .map(|c| Change {
+            path: c.path.strip_suffix(b"/").unwrap_or(&c.path).to_vec(),
+            what: c.what,
+        })
+        .collect();
+    assert_eq!(s.core.take_report().changes, changes);
+    // The receiver says so before its Done.
+    assert!(
+        s.sent.contains(&Frame::Changes(changes.clone())),
+        "{:?}",
+        s.sent
+    );
+    assert!(!s.path("extra").exists() && !s.path("old").exists());
+    assert!(s.path("x.keep").exists() && s.path("sub/.z.lh-part").exists());
+    assert_eq!(read(&s.path("sub/a")), b"abc");
+    // A sender that could not read part of its tree: nothing is removed,
+    // and the report says why.
+    let mut s = session(true);
+    let r = s.core.take_report();
+    assert!(r.changes.is_empty());
+    assert!(s.path("extra").exists() && s.path("old/deeper/f").exists());
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.message.contains("nothing deleted")),
+        "{:?}",
+        r.problems
+    );
+}
+
+#[test]
+fn a_dry_run_wants_no_data_writes_nothing_and_compares_checksums_by_hash_alone() {
+    let dry = |sync| RecvConfig {
+        dry_run: true,
+        sync,
+        ..cfg(false)
+    };
+    // Nothing there: everything would be made or sent; nothing is.
+    let mut s = Sim::new(dry(SyncMode::SizeMtime));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(entry(2, "sub", EntryKind::Dir, 0));
+    s.frame(file(3, "sub/a", b"abc"));
+    s.frame(entry(4, "link", EntryKind::Symlink, 0));
+    s.frame(Frame::ManifestEnd);
+    assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
+    assert_eq!(s.wants(), [(3, Want::Skip)]);
+    assert_eq!(s.results(), [(3, Outcome::WouldSend)]);
+    let whats: Vec<(String, What)> = s
+        .core
+        .take_report()
+        .changes
+        .into_iter()
+        .map(|c| (String::from_utf8(c.path).unwrap(), c.what))
+        .collect();
+    let new_file = What::File {
+        new: true,
+        size: false,
+        mtime: false,
+        checksum: false,
+    };
+    assert_eq!(
+        whats,
+        [
+            ("dest/run".into(), What::Dir),
+            ("dest/run/sub".into(), What::Dir),
+            ("dest/run/sub/a".into(), new_file),
+            ("dest/run/link".into(), What::Symlink { new: true }),
+        ]
+    );
+    assert!(!s.root.join("dest").exists());
+    // --checksum: a file of the same size is hashed on both sides, and
+    // no data is wanted; one that matches is skipped, one that does not
+    // would be sent. Data sent anyway is refused.
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("dest/run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("same"), b"abc").unwrap();
+    std::fs::write(run.join("other"), b"xyz").unwrap();
+    let mut s = Sim::at(tmp.path(), dry(SyncMode::Checksum));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "same", b"abc"));
+    s.frame(file(3, "other", b"abc"));
+    s.frame(Frame::ManifestEnd);
+    assert_eq!(s.wants(), [(2, Want::HashOnly), (3, Want::HashOnly)]);
+    s.frame(done(2, b"abc"));
+    s.frame(done(3, b"abc"));
+    assert_eq!(
+        s.results(),
+        [(2, Outcome::Skipped), (3, Outcome::WouldSend)]
+    );
+    assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
+    assert_eq!(read(&run.join("other")), b"xyz");
+    let mut s = Sim::at(tmp.path(), dry(SyncMode::Checksum));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "same", b"abc"));
+    s.record(2, 2, 0, b"abc", Some(*blake3::hash(b"abc").as_bytes()));
+    s.fails_with(Kind::Connection, "protocol error");
+    assert_eq!(read(&run.join("same")), b"abc");
 }
 
 #[test]

@@ -208,6 +208,15 @@ pub(crate) struct Transmit {
     pub protect: bool,
 }
 
+/// What the receiver asked the sender to hash a file for.
+#[derive(Debug, Clone, Copy)]
+enum Compare {
+    /// Send it unless its BLAKE3 is this (`Want::UnlessHash`).
+    Unless(Digest),
+    /// Only say its BLAKE3 (`Want::HashOnly`).
+    Only,
+}
+
 #[derive(Debug)]
 struct OutFile<S> {
     src: S,
@@ -224,8 +233,9 @@ struct OutFile<S> {
     /// Bytes the receiver already held (a resumed file's chunks not wanted).
     resumed: u64,
     failed: bool,
-    /// The receiver's hash of its copy (`UnlessHash`), until compared.
-    compare: Option<Digest>,
+    /// What the receiver asked to compare (`UnlessHash`, `HashOnly`),
+    /// until the file is hashed.
+    compare: Option<Compare>,
 }
 
 /// A wanted file in the queue: its chunks `next..`, handed out one at a
@@ -526,7 +536,14 @@ impl<S: Clone> SendCore<S> {
                     Want::UnlessHash(hash) => {
                         let f = self.files.get_mut(&id).expect("looked up");
                         f.started = true;
-                        f.compare = Some(hash);
+                        f.compare = Some(Compare::Unless(hash));
+                        self.queue.push_back(Work::Compare { id });
+                        Ok(())
+                    }
+                    Want::HashOnly => {
+                        let f = self.files.get_mut(&id).expect("looked up");
+                        f.started = true;
+                        f.compare = Some(Compare::Only);
                         self.queue.push_back(Work::Compare { id });
                         Ok(())
                     }
@@ -554,6 +571,7 @@ impl<S: Clone> SendCore<S> {
                 let (status, error) = match outcome {
                     Outcome::Verified => (Status::Verified, None),
                     Outcome::Skipped => (Status::Skipped, None),
+                    Outcome::WouldSend => (Status::WouldSend, None),
                     Outcome::Failed { code, message } => {
                         self.report.problems.push(Problem::at(
                             Kind::of_peer(code),
@@ -597,6 +615,10 @@ impl<S: Clone> SendCore<S> {
                     ));
                 }
                 self.state = State::Finished;
+                Ok(())
+            }
+            Frame::Changes(changes) => {
+                self.report.changes.extend(changes);
                 Ok(())
             }
             Frame::Fatal { code, message } => Err(Problem::new(Kind::of_peer(code), message)),
@@ -821,11 +843,19 @@ impl<S: Clone> SendCore<S> {
                 let Some(f) = self.files.get_mut(&id) else {
                     return Ok(());
                 };
-                let Some(hash) = f.compare.take() else {
+                let Some(compare) = f.compare.take() else {
                     return Ok(());
                 };
-                match result {
-                    Ok(h) if h == hash => {
+                match (result, compare) {
+                    (Ok(hash), Compare::Only) => {
+                        self.jobs.push_back(Job::Close { id });
+                        self.frames.push_back(Frame::FileDone {
+                            id,
+                            hash,
+                            unchanged: false,
+                        });
+                    }
+                    (Ok(h), Compare::Unless(hash)) if h == hash => {
                         self.jobs.push_back(Job::Close { id });
                         self.frames.push_back(Frame::FileDone {
                             id,
@@ -833,8 +863,8 @@ impl<S: Clone> SendCore<S> {
                             unchanged: true,
                         });
                     }
-                    Ok(_) => self.start(id, None),
-                    Err(e) => self.file_failed(id, &e),
+                    (Ok(_), Compare::Unless(_)) => self.start(id, None),
+                    (Err(e), _) => self.file_failed(id, &e),
                 }
                 Ok(())
             }

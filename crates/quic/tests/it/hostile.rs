@@ -66,6 +66,9 @@ async fn put_to(s: &Srv, dest: &[u8], root: &[u8]) -> Raw {
         sync: PutSync::Always,
         durable: false,
         specials: false,
+        delete: false,
+        filters: vec![],
+        dry_run: false,
     })
     .await;
     r
@@ -802,6 +805,9 @@ async fn put_over(s: &Srv, connections: u32, key: &[u8]) -> Raw {
             sync: PutSync::Always,
             durable: false,
             specials: false,
+            delete: false,
+            filters: vec![],
+            dry_run: false,
         },
         max_rate: 0,
         cc: None,
