@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-fn root_user() -> bool {
+pub(crate) fn root_user() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
@@ -31,7 +31,7 @@ fn mknod(p: &Path, kind: libc::mode_t, mode: u32, dev: libc::dev_t) {
 
 /// A tree with a file, a FIFO, a socket's name and, as root, a character
 /// and a block device; the specials' kinds by name.
-fn tree(src: &Path) -> BTreeMap<&'static str, &'static str> {
+pub(crate) fn tree(src: &Path) -> BTreeMap<&'static str, &'static str> {
     std::fs::create_dir_all(src.join("sub")).unwrap();
     gen_file(&src.join("f.bin"), 1, 5000);
     mknod(&src.join("sub/pipe"), libc::S_IFIFO, 0o640, 0);

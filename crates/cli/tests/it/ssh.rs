@@ -378,3 +378,102 @@ fn a_one_shot_server_stopped_by_a_signal_leaves_no_key_behind() {
         );
     }
 }
+
+#[test]
+fn over_ssh_hard_links_specials_filters_delete_and_dry_run_hold_as_rsync_sees_them() {
+    let Some((_turn, t, sshd)) = setup("ssh-semantics") else {
+        return;
+    };
+    let home = t.join("home");
+    let src = t.join("src");
+    crate::specials::tree(&src);
+    std::fs::create_dir_all(src.join("other")).unwrap();
+    std::fs::hard_link(src.join("f.bin"), src.join("other/f-link")).unwrap();
+    gen_file(&src.join("scratch.tmp"), 7, 100);
+    for op in ["get", "put"] {
+        let into = t.join(format!("into-{op}"));
+        let dest = into.join("src");
+        std::fs::create_dir_all(dest.join("sub")).unwrap();
+        gen_file(&dest.join("stale"), 8, 10);
+        gen_file(&dest.join("sub/keep.tmp"), 9, 10);
+        let mut remote = OsString::from("127.0.0.1:");
+        let mut args: Vec<OsString> = ["--json", "--specials", "--delete", "--exclude", "*.tmp"]
+            .map(OsString::from)
+            .to_vec();
+        // (A put's server never makes device nodes.)
+        let rsync_flags = match op {
+            "get" => {
+                args.push("--devices".into());
+                remote.push(&src);
+                vec!["-naiHD"]
+            }
+            _ => {
+                remote.push(&into);
+                remote.push("/");
+                vec!["-naiH", "--specials", "--no-devices"]
+            }
+        };
+        let (from, to) = match op {
+            "get" => (remote, into.clone().into()),
+            _ => (src.clone().into(), remote),
+        };
+        let run = |dry: bool| {
+            let mut a = args.clone();
+            if dry {
+                a.push("--dry-run".into());
+            }
+            a.extend([from.clone(), to.clone()]);
+            let out = run_timeout(over_ssh(&sshd, &home, op, &a), Duration::from_secs(120));
+            out.expect_code(0);
+            assert_no_server_left();
+            out.json()
+        };
+        // A dry run: listed, nothing written.
+        let j = run(true);
+        let items: Vec<String> = j["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {}",
+                    c["item"].as_str().unwrap(),
+                    c["path"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert!(
+            items
+                .iter()
+                .any(|i| i.ends_with("src/stale") && i.starts_with("*deleting")),
+            "{op}: {items:?}"
+        );
+        assert!(
+            items
+                .iter()
+                .any(|i| i.ends_with("src/other/f-link") && i.starts_with("hf")),
+            "{op}: {items:?}"
+        );
+        assert!(dest.join("stale").exists() && !dest.join("f.bin").exists());
+        // The real run: rsync finds nothing to change, the excluded file
+        // stayed, the stale one went.
+        let j = run(false);
+        assert_eq!(j["totals"]["deleted"], 1, "{j:#}");
+        let mut a: Vec<OsString> = rsync_flags.iter().map(OsString::from).collect();
+        a.extend([
+            "--numeric-ids".into(),
+            "--delete".into(),
+            "--exclude=*.tmp".into(),
+            format!("{}/", src.display()).into(),
+            format!("{}/", dest.display()).into(),
+        ]);
+        // (rsync says which device nodes it leaves out too.)
+        let changes: Vec<String> = rsync(a)
+            .lines()
+            .filter(|l| !l.starts_with("skipping non-regular file"))
+            .map(String::from)
+            .collect();
+        assert!(changes.is_empty(), "{op}: {changes:?}");
+        assert!(dest.join("sub/keep.tmp").exists() && !dest.join("stale").exists());
+    }
+}
