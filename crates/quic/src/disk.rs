@@ -190,6 +190,7 @@ impl RecvDisk {
     /// Whether `job` is cheap enough for the driver's own task.
     pub(crate) fn is_light(&self, job: &Job) -> bool {
         match job {
+            // (A chunk of zeros is a hole punched, its digest the sender's.)
             Job::Write { data, .. } => data.len() as u64 <= LIGHT_BYTES,
             Job::Finish { size, .. } => *size <= LIGHT_BYTES,
             // A small file needs no file-system call yet (its part is created
@@ -276,10 +277,12 @@ impl RecvDisk {
                 id,
                 index,
                 data,
+                shape,
+                zero_digest,
                 expected,
                 stream,
             } => {
-                let result = self.write(id, index, &data, expected);
+                let result = self.write(id, index, &data, (shape, zero_digest), expected);
                 Done::Written {
                     id,
                     stream,
@@ -501,6 +504,7 @@ impl RecvDisk {
         id: u64,
         index: u64,
         data: &[u8],
+        (shape, zero_digest): (crate::core::recv::Shape, Option<[u8; 32]>),
         expected: Option<[u8; 32]>,
     ) -> io::Result<Wrote> {
         let (file, plan, placer) = {
@@ -523,8 +527,8 @@ impl RecvDisk {
         };
         #[cfg(debug_assertions)]
         test_write_delay();
-        let digest = Incoming::write_chunk(&file, &plan, index, &[data])?;
-        if self.durable && placer.is_none() {
+        let digest = Incoming::write_shaped(&file, &plan, index, data, shape, zero_digest)?;
+        if self.durable && placer.is_none() && !data.is_empty() {
             longhaul_transfer::place::start_writeback(&file, plan.offset(index), data.len() as u64);
         }
         let settled = placer

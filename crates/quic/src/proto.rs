@@ -55,6 +55,10 @@ pub const REPAIRED_PRELUDE: &[u8; 4] = b"LHR1";
 pub const RECORD_HEADER_LEN: usize = 20;
 /// The bit of a record's `len` field that says the file's hash follows the data.
 const HASH_FLAG: u32 = 1 << 31;
+/// Bit 30 of a record's `len`: [`RecordHeader::zeros`] (version 11).
+const ZEROS_FLAG: u32 = 1 << 30;
+/// Bit 29 of a record's `len`: [`RecordHeader::sparse`] (version 11).
+const SPARSE_FLAG: u32 = 1 << 29;
 /// Bytes of the hash that follows such a record.
 pub const RECORD_HASH_LEN: usize = 32;
 
@@ -567,6 +571,16 @@ pub struct RecordHeader {
     /// file's BLAKE3 ([`RECORD_HASH_LEN`] bytes); the sender sends no
     /// `FileDone` for it. On the wire: bit 31 of `len`.
     pub hash: bool,
+    /// The chunk is `len` zero bytes, a hole at the sender: no data
+    /// follows, but the chunk's digest does ([`RECORD_HASH_LEN`] bytes: its
+    /// BLAKE3 chaining value, or the file's BLAKE3 for a file's only chunk,
+    /// which then has `hash` too). The receiver leaves it a hole and takes
+    /// the digest as the chunk's. On the wire: bit 30 of `len` (version 11).
+    pub zeros: bool,
+    /// The chunk is of a sparse file: the receiver leaves each 4 KiB
+    /// block of it that is all zeros a hole instead of writing it. On the
+    /// wire: bit 29 of `len` (version 11).
+    pub sparse: bool,
 }
 
 impl RecordHeader {
@@ -576,7 +590,11 @@ impl RecordHeader {
         let mut b = [0u8; RECORD_HEADER_LEN];
         b[..8].copy_from_slice(&self.id.to_le_bytes());
         b[8..16].copy_from_slice(&self.offset.to_le_bytes());
-        let len = self.len | if self.hash { HASH_FLAG } else { 0 };
+        let flag = |on: bool, f: u32| if on { f } else { 0 };
+        let len = self.len
+            | flag(self.hash, HASH_FLAG)
+            | flag(self.zeros, ZEROS_FLAG)
+            | flag(self.sparse, SPARSE_FLAG);
         b[16..].copy_from_slice(&len.to_le_bytes());
         b
     }
@@ -589,8 +607,10 @@ impl RecordHeader {
         let h = RecordHeader {
             id: u64::from_le_bytes(b[..8].try_into().unwrap()),
             offset: u64::from_le_bytes(b[8..16].try_into().unwrap()),
-            len: len & !HASH_FLAG,
+            len: len & !(HASH_FLAG | ZEROS_FLAG | SPARSE_FLAG),
             hash: len & HASH_FLAG != 0,
+            zeros: len & ZEROS_FLAG != 0,
+            sparse: len & SPARSE_FLAG != 0,
         };
         if h.len as u64 > CHUNK_SIZE {
             return Err(ProtoError::RecordTooLarge(h.len));
@@ -604,6 +624,22 @@ impl RecordHeader {
     /// Index of the record's chunk in its file (`offset / CHUNK_SIZE`).
     pub fn chunk(&self) -> u64 {
         self.offset / CHUNK_SIZE
+    }
+
+    /// Whether [`RECORD_HASH_LEN`] bytes follow the data: the file's hash
+    /// (`hash`) or a chunk of zeros' digest (`zeros`), one trailer for both.
+    pub fn has_trailer(&self) -> bool {
+        self.hash || self.zeros
+    }
+
+    /// Bytes of data that follow the header: `len`, or none for a chunk
+    /// of zeros.
+    pub fn data_len(&self) -> u32 {
+        if self.zeros {
+            0
+        } else {
+            self.len
+        }
     }
 }
 
@@ -944,6 +980,8 @@ mod tests {
             offset: 1 << 20,
             len: 2,
             hash: false,
+            zeros: false,
+            sparse: false,
         }
         .encode();
         assert_eq!(
@@ -955,6 +993,8 @@ mod tests {
             offset: 0,
             len: 2,
             hash: true,
+            zeros: false,
+            sparse: false,
         }
         .encode();
         assert_eq!(
@@ -999,6 +1039,8 @@ mod tests {
             offset: 5 * CHUNK_SIZE,
             len: 77,
             hash: false,
+            zeros: false,
+            sparse: false,
         };
         assert_eq!(RecordHeader::decode(&h.encode()), Ok(h));
         assert_eq!(h.chunk(), 5);
@@ -1009,6 +1051,8 @@ mod tests {
             offset: 5,
             len: 1,
             hash: false,
+            zeros: false,
+            sparse: false,
         }
         .encode();
         assert_eq!(RecordHeader::decode(&bad), Err(ProtoError::Unaligned(5)));
@@ -1017,6 +1061,8 @@ mod tests {
             offset: 0,
             len: CHUNK_SIZE as u32 + 1,
             hash: true,
+            zeros: false,
+            sparse: false,
         }
         .encode();
         assert!(matches!(

@@ -710,11 +710,12 @@ async fn read_stream(
         // Room in the session's hands first: a receiver slower than the
         // network (its disk, or a manifest behind the data) stops reading,
         // and QUIC's flow control holds the sender.
-        let room = match behind.gate.try_acquire_many(header.len.max(1)) {
+        let carried = header.data_len();
+        let room = match behind.gate.try_acquire_many(carried.max(1)) {
             Ok(p) => Ok(p),
             Err(_) => {
                 let _waiting = HeldBack::start(behind.held);
-                behind.gate.acquire_many(header.len.max(1)).await
+                behind.gate.acquire_many(carried.max(1)).await
             }
         };
         match room {
@@ -726,17 +727,14 @@ async fn read_stream(
         // The buffer is reused record after record: no allocation or page faults.
         let mut data = spares.pop().unwrap_or_default();
         data.clear();
-        data.reserve(header.len as usize);
-        while data.len() < header.len as usize {
-            match rs
-                .read_chunk(header.len as usize - data.len(), heard)
-                .await?
-            {
+        data.reserve(carried as usize);
+        while data.len() < carried as usize {
+            match rs.read_chunk(carried as usize - data.len(), heard).await? {
                 Some(c) => data.extend_from_slice(&c),
                 None => return Err(protocol(ProtoError::Truncated.to_string())),
             }
         }
-        let hash = if header.hash {
+        let trailer = if header.has_trailer() {
             let mut hash = [0u8; RECORD_HASH_LEN];
             if !rs.read_exact_or_eof(&mut hash, heard).await? {
                 return Err(protocol(ProtoError::Truncated.to_string()));
@@ -749,7 +747,8 @@ async fn read_stream(
             stream: id,
             header,
             data,
-            hash,
+            hash: trailer.filter(|_| header.hash),
+            zero_digest: trailer.filter(|_| header.zeros),
         };
         let len = (record.data.len() as u64).max(1);
         if tx.send(Input::Record(record)).await.is_err() {

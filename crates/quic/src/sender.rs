@@ -19,6 +19,7 @@ use bytes::Bytes;
 use cap_std::fs::Dir;
 use longhaul_transfer::chunk::Digest;
 use longhaul_transfer::place::open_read;
+use longhaul_transfer::place::Shape;
 use longhaul_transfer::walk::Walker;
 use longhaul_transfer::{ChunkPlan, Entry, EntryKind, RelPath};
 use std::collections::HashMap;
@@ -626,7 +627,8 @@ fn open_root(
 /// chunks are read, by id.
 #[derive(Default)]
 pub(crate) struct SendDisk {
-    open: Mutex<HashMap<u64, Arc<File>>>,
+    /// Each with whether it is sparse (fewer blocks than its size needs).
+    open: Mutex<HashMap<u64, (Arc<File>, bool)>>,
 }
 
 impl SendDisk {
@@ -639,12 +641,19 @@ impl SendDisk {
     }
 
     fn file(&self, id: u64, src: &SrcFile) -> std::io::Result<Arc<File>> {
+        Ok(self.opened(id, src)?.0)
+    }
+
+    /// The file, and whether it is sparse.
+    fn opened(&self, id: u64, src: &SrcFile) -> std::io::Result<(Arc<File>, bool)> {
         if let Some(f) = self.open.lock().unwrap().get(&id) {
             return Ok(f.clone());
         }
         let f = Arc::new(open_read(&src.dir, src.path.as_path())?);
-        self.open.lock().unwrap().insert(id, f.clone());
-        Ok(f)
+        let m = f.metadata()?;
+        let sparse = std::os::unix::fs::MetadataExt::blocks(&m).saturating_mul(512) < m.len();
+        self.open.lock().unwrap().insert(id, (f.clone(), sparse));
+        Ok((f, sparse))
     }
 
     fn close(&self, id: u64) {
@@ -661,6 +670,7 @@ impl SendDisk {
                 plan,
                 check,
                 send,
+                charged,
             } => {
                 let result = self.read_chunk(id, &src, &plan, index).and_then(|r| {
                     if let Some(mtime_ns) = check {
@@ -675,7 +685,7 @@ impl SendDisk {
                     id,
                     index,
                     send,
-                    len: plan.len(index).unwrap_or(0),
+                    charged,
                     result,
                 }
             }
@@ -712,9 +722,18 @@ impl SendDisk {
         src: &SrcFile,
         plan: &ChunkPlan,
         index: u64,
-    ) -> std::io::Result<(Bytes, Digest)> {
-        let file = self.file(id, src)?;
+    ) -> std::io::Result<(Bytes, Digest, Shape)> {
+        let (file, sparse) = self.opened(id, src)?;
         let len = plan.len(index).expect("planned chunk") as usize;
+        // A sparse file's chunks that lie in a hole are not read: they go
+        // as zeros, without data.
+        if sparse && in_hole(&file, plan.offset(index), len as u64)? {
+            let shape = Shape {
+                zeros: true,
+                sparse,
+            };
+            return Ok((Bytes::new(), plan.zero_digest(index), shape));
+        }
         let buf =
             longhaul_transfer::chunk::read_at(&file, len, plan.offset(index)).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -725,8 +744,31 @@ impl SendDisk {
             })?;
         let mut h = plan.hasher(index);
         h.update(&buf);
-        Ok((Bytes::from(buf), h.finish()))
+        let shape = Shape {
+            zeros: false,
+            sparse,
+        };
+        Ok((Bytes::from(buf), h.finish(), shape))
     }
+}
+
+/// Whether `len` bytes of `file` at `off` lie in a hole (SEEK_DATA finds no
+/// data before their end). A file system without SEEK_DATA says there is
+/// data everywhere.
+fn in_hole(file: &File, off: u64, len: u64) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: lseek on a descriptor this function borrows (the reads use
+    // pread: the offset it moves is not theirs).
+    let data = unsafe { libc::lseek(file.as_raw_fd(), off as libc::off_t, libc::SEEK_DATA) };
+    if data < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENXIO) => Ok(true), // no data after `off`
+            Some(libc::EINVAL) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    Ok(data as u64 >= off + len)
 }
 
 /// After the last chunk: the source must still be the file the manifest described.

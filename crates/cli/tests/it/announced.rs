@@ -165,6 +165,8 @@ async fn first_chunk(r: &Raw, id: u64, fill: u8) {
         offset: 0,
         len: 1 << 20,
         hash: false,
+        zeros: false,
+        sparse: false,
     };
     v.extend_from_slice(&h.encode());
     v.extend_from_slice(&vec![fill; 1 << 20]);

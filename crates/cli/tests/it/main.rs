@@ -26,6 +26,7 @@ mod put_fresh;
 mod rate;
 mod resume;
 mod slow_receiver;
+mod sparse;
 mod specials;
 mod ssh;
 mod sync;

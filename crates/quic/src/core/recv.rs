@@ -103,6 +103,8 @@ pub(crate) struct Record {
     pub data: Vec<u8>,
     /// The file's BLAKE3, after the data of a file's only chunk.
     pub hash: Option<[u8; 32]>,
+    /// A chunk of zeros' digest, from the sender (`header.zeros`).
+    pub zero_digest: Option<[u8; 32]>,
 }
 
 /// File-system work for the driver. Each job's result comes back as the
@@ -148,6 +150,10 @@ pub(crate) enum Job {
         id: u64,
         index: u64,
         data: Vec<u8>,
+        /// A chunk of zeros (`data` empty), or one of a sparse file.
+        shape: Shape,
+        /// A chunk of zeros' digest, as the sender gave it.
+        zero_digest: Option<[u8; 32]>,
         expected: Option<[u8; 32]>,
         stream: u64,
     },
@@ -233,6 +239,8 @@ impl Mirror {
         self.protect.excludes(rel, is_dir)
     }
 }
+
+pub(crate) use longhaul_transfer::place::Shape;
 
 /// What [`Job::Open`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -845,7 +853,7 @@ impl RecvCore {
                     h.id
                 )));
             }
-            let held = self.waiting_bytes + h.len as u64;
+            let held = self.waiting_bytes + r.data.len() as u64;
             if held > self.cfg.max_waiting {
                 return Err(protocol(format!(
                     "more than {} MiB of data waits for manifest entries (file {} not announced)",
@@ -868,7 +876,7 @@ impl RecvCore {
             .get_mut(&h.id)
             .ok_or_else(|| protocol(format!("data for unknown or settled file {}", h.id)))?;
         if let Phase::Opening(held) = &mut f.phase {
-            self.waiting_bytes += h.len as u64;
+            self.waiting_bytes += r.data.len() as u64;
             held.push(r);
             return Ok(());
         }
@@ -889,7 +897,18 @@ impl RecvCore {
             Some(_) if f.got.contains(&index) || !f.wanted(index) => {
                 return Err(protocol(format!("chunk {index} sent twice")))
             }
+            Some(_)
+                if r.data.len() != h.data_len() as usize || r.zero_digest.is_some() != h.zeros =>
+            {
+                return Err(protocol(format!(
+                    "chunk {index}: a chunk of zeros with data"
+                )))
+            }
             Some(_) => {}
+        }
+        if h.zeros {
+            // (Written as it is: no data moves for it.)
+            Progress::add(&self.progress.bytes_done, h.len as u64);
         }
         if let Some(hash) = r.hash {
             if f.plan.count() != 1 || f.expected.is_some() {
@@ -917,6 +936,11 @@ impl RecvCore {
             id: h.id,
             index,
             data: r.data,
+            shape: Shape {
+                zeros: h.zeros,
+                sparse: h.sparse,
+            },
+            zero_digest: r.zero_digest,
             expected: f.expected,
             stream: r.stream,
         });

@@ -165,9 +165,12 @@ impl Sim {
                 offset: index * CHUNK_SIZE,
                 len: data.len() as u32,
                 hash: hash.is_some(),
+                zeros: false,
+                sparse: false,
             },
             data: data.to_vec(),
             hash,
+            zero_digest: None,
         };
         self.core.handle_record(self.now, r);
         self.pump();
@@ -456,6 +459,78 @@ fn delete_removes_what_the_manifest_does_not_name_unless_the_source_was_not_read
         "{:?}",
         r.problems
     );
+}
+
+/// A record of chunk `index` of a sparse file of `size` bytes: zeros (no
+/// data, its digest) or data.
+fn sparse_record(s: &mut Sim, id: u64, size: usize, index: u64, data: Option<&[u8]>) {
+    let plan = longhaul_transfer::ChunkPlan::new(size as u64);
+    let len = plan.len(index).unwrap() as usize;
+    let r = Record {
+        stream: id,
+        header: RecordHeader {
+            id,
+            offset: index * CHUNK_SIZE,
+            len: len as u32,
+            hash: false,
+            zeros: data.is_none(),
+            sparse: true,
+        },
+        data: data.map_or(Vec::new(), |d| d.to_vec()),
+        hash: None,
+        zero_digest: data.is_none().then(|| plan.zero_digest(index)),
+    };
+    s.core.handle_record(s.now, r);
+    s.pump();
+}
+
+#[test]
+fn a_sparse_file_arrives_with_its_holes_as_holes_and_verified_whole() {
+    use std::os::unix::fs::MetadataExt;
+    // 3 chunks and a bit: a hole, a chunk with 6 bytes of data in one
+    // block, a hole, and a short last chunk that is a hole too.
+    let size = 3 * MIB + 5000;
+    let mut data = vec![0u8; size];
+    data[MIB + 8192..MIB + 8198].copy_from_slice(b"sparse");
+    let mut s = Sim::new(cfg(false));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "disk.img", &data));
+    s.frame(Frame::ManifestEnd);
+    sparse_record(&mut s, 2, size, 0, None);
+    sparse_record(&mut s, 2, size, 1, Some(&data[MIB..2 * MIB]));
+    sparse_record(&mut s, 2, size, 2, None);
+    sparse_record(&mut s, 2, size, 3, None);
+    s.frame(done(2, &data));
+    assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
+    assert_eq!(s.results(), [(2, Outcome::Verified)]);
+    let p = s.path("disk.img");
+    assert_eq!(read(&p), data);
+    // One 4 KiB block written (tmpfs and ext4 alike), not 3 MiB.
+    let blocks = std::fs::metadata(&p).unwrap().blocks();
+    assert!(blocks <= 16, "{blocks} blocks of 512 bytes");
+    let r = s.core.take_report();
+    assert_eq!(r.files[0].bytes_transferred, MIB as u64);
+    // A chunk of zeros that carries data is the sender's mistake.
+    let mut s = Sim::new(cfg(false));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "x", &data));
+    let r = Record {
+        stream: 2,
+        header: RecordHeader {
+            id: 2,
+            offset: 0,
+            len: MIB as u32,
+            hash: false,
+            zeros: true,
+            sparse: true,
+        },
+        data: vec![1; 10],
+        hash: None,
+        zero_digest: Some([0; 32]),
+    };
+    s.core.handle_record(s.now, r);
+    s.pump();
+    s.fails_with(Kind::Connection, "a chunk of zeros with data");
 }
 
 #[test]
@@ -1241,9 +1316,12 @@ fn a_usr_share_shaped_tree_onto_a_slow_disk_completes_with_bounded_buffers() {
                         offset: i as u64 * CHUNK_SIZE,
                         len: c.len() as u32,
                         hash: one,
+                        zeros: false,
+                        sparse: false,
                     },
                     data: c.to_vec(),
                     hash: one.then(|| *blake3::hash(&data).as_bytes()),
+                    zero_digest: None,
                 });
             }
             if !one {

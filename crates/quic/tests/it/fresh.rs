@@ -102,6 +102,8 @@ async fn script(endpoint: quinn::Endpoint, steps: Vec<Step>) -> Seen {
                     offset: 0,
                     len: DATA.len() as u32,
                     hash: true,
+                    zeros: false,
+                    sparse: false,
                 };
                 let mut rec = DATA_PRELUDE.to_vec();
                 rec.extend_from_slice(&h.encode());

@@ -130,6 +130,8 @@ fn record_with(id: u64, offset: u64, len: u32, payload: &[u8], hash: Option<&[u8
         offset,
         len,
         hash: hash.is_some(),
+        zeros: false,
+        sparse: false,
     };
     v.extend_from_slice(&h.encode());
     v.extend_from_slice(payload);
