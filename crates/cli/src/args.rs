@@ -204,6 +204,13 @@ pub struct ServeArgs {
     /// 0775).
     #[arg(long)]
     pub exact_modes: bool,
+    /// Give what clients put the owner and group they send (by name, or
+    /// by number with the client's --numeric-ids), when this server runs as
+    /// root. By default a put's files belong to the server's user: a client
+    /// cannot give files to other users of this host. (A one-shot server
+    /// started over ssh keeps them: it runs as the login that asked.)
+    #[arg(long)]
+    pub keep_owners: bool,
     /// Sessions served at once; more clients are refused with "the server
     /// is busy" (exit 3) rather than letting memory run out (a session can
     /// hold its windows, up to --window, and some tens of MB). 0: no limit.
@@ -373,6 +380,25 @@ pub struct TransferArgs {
     /// --checksum, which reads both sides; --overwrite lists them all).
     #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// Send each file's and directory's extended attributes and set them
+    /// at the destination (rsync's -X): the `user.*` namespace, and as
+    /// root `trusted.*` and `security.*` too, which the receiving side
+    /// sets only as root with --exact-modes (a file capability is a
+    /// privilege, like a setuid bit). Where the destination cannot hold
+    /// them the run says so.
+    #[arg(long, short = 'X')]
+    pub xattrs: bool,
+    /// Send POSIX ACLs (access and default) and set them at the
+    /// destination (rsync's -A); their entries keep their numeric ids.
+    #[arg(long, short = 'A')]
+    pub acls: bool,
+    /// Give received files the owner and group numbers sent, not the
+    /// local ids of the names sent (rsync's --numeric-ids). Owners and
+    /// groups are kept whenever the receiving side runs as root (a get as
+    /// root; a put to a server started with --keep-owners, or over ssh as
+    /// root), as rsync -a does.
+    #[arg(long)]
+    pub numeric_ids: bool,
     /// Make the FIFOs and Unix sockets' names of the tree at the
     /// destination (rsync's --specials; a socket's name, not a listening
     /// socket). Without it each is listed as not made (summary and

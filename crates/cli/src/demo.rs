@@ -72,6 +72,7 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
         token: None,
         read_token: None,
         exact_modes: false,
+        keep_owners: false,
         anonymous_put: false,
         state_dir: work.join("state"),
         net: NetOpts::default(),

@@ -432,6 +432,7 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         read_token: read_token.clone(),
         anonymous_put: a.allow_anonymous_put,
         exact_modes: a.exact_modes,
+        keep_owners: a.keep_owners,
         state_dir,
         net,
         streams: match a.net.streams {
@@ -629,6 +630,11 @@ pub(crate) fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOp
         filters: a.filters.clone(),
         delete: a.delete,
         dry_run: a.dry_run,
+        meta: longhaul_transfer::meta::Wanted {
+            xattrs: a.xattrs,
+            acls: a.acls,
+        },
+        numeric_ids: a.numeric_ids,
         interrupt: Default::default(),
         connect_timeout: None,
         retry_for: a.retry_for,

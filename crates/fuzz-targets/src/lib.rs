@@ -235,6 +235,7 @@ fn seed_frames() -> Vec<Vec<u8>> {
         op: Op::Get {
             paths: vec![b"run42".to_vec()],
             filters: vec![],
+            meta: Default::default(),
         },
         max_rate: 0,
         cc: None,

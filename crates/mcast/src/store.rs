@@ -361,7 +361,7 @@ impl FileStore {
                 ));
             }
             let mode = longhaul_transfer::place::received_mode(it.mode, self.exact_modes);
-            longhaul_transfer::place::apply_meta(&f, mode, it.mtime_ns)
+            longhaul_transfer::place::apply_meta(&f, mode, it.mtime_ns, None)
                 .and_then(|_| {
                     p.dir
                         .rename(os(&sibling_name(&p.name, PART)), &p.dir, os(&p.name))
@@ -372,7 +372,7 @@ impl FileStore {
         for it in &m.items {
             if it.kind == EntryKind::Symlink {
                 let rel = RelPath::from_wire(&it.path).expect("validated");
-                dest.make_symlink(&rel, &it.link, it.mtime_ns)
+                dest.make_symlink(&rel, &it.link, it.mtime_ns, &Default::default())
                     .map_err(|e| format!("{}: {e}", rel.display()))?;
             }
         }
@@ -498,7 +498,7 @@ impl Store for FileStore {
             let rel = RelPath::from_wire(&it.path).map_err(|e| e.to_string())?;
             if it.kind == EntryKind::Dir {
                 let mode = longhaul_transfer::place::received_mode(it.mode, self.exact_modes);
-                dest.make_dir(&rel, mode, it.mtime_ns)
+                dest.make_dir(&rel, mode, it.mtime_ns, Default::default())
                     .map_err(|e| format!("{}: {e}", rel.display()))?;
             }
         }

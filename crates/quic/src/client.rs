@@ -75,6 +75,11 @@ pub struct ClientOpts {
     /// Nothing is written at the destination: the transfer lists what it
     /// would change (`--dry-run`).
     pub dry_run: bool,
+    /// The extended attributes and ACLs that go with each entry
+    /// (`--xattrs`, `--acls`).
+    pub meta: longhaul_transfer::meta::Wanted,
+    /// Owners go by number, not by name (`--numeric-ids`).
+    pub numeric_ids: bool,
     /// Closes the transfer's connection on Ctrl-C.
     pub interrupt: Interrupt,
     /// How long the handshake may go unanswered before the server is taken
@@ -161,6 +166,8 @@ impl ClientOpts {
             filters: Vec::new(),
             delete: false,
             dry_run: false,
+            meta: Default::default(),
+            numeric_ids: false,
             interrupt: Interrupt::default(),
         }
     }
@@ -1275,6 +1282,7 @@ async fn get_once<R: AsRef<[u8]>>(
     let op = Op::Get {
         paths: remote.iter().map(|p| p.as_ref().to_vec()).collect(),
         filters: opts.filters.clone(),
+        meta: opts.meta,
     };
     let (opts, remembered) = &recall_rate(opts, "get");
     // (A dry run asks for each file: the server sends none unasked.)
@@ -1311,6 +1319,11 @@ async fn get_once<R: AsRef<[u8]>>(
                 false => None,
             },
             dry_run: opts.dry_run,
+            meta: longhaul_transfer::meta::Policy {
+                owners: is_root(),
+                numeric_ids: opts.numeric_ids,
+                privileged: is_root() && opts.exact_modes,
+            },
         },
         progress.clone(),
     )
@@ -1323,6 +1336,12 @@ async fn get_once<R: AsRef<[u8]>>(
         tuned.peak.load(Ordering::Relaxed),
         report,
     )
+}
+
+/// Whether this process runs as root (it may give files any owner).
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// The nearest directory there at or above `parent`, and the path of `name`
@@ -1454,6 +1473,7 @@ async fn put_once(
             false => Vec::new(),
         },
         dry_run: opts.dry_run,
+        numeric_ids: opts.numeric_ids,
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;
@@ -1470,6 +1490,7 @@ async fn put_once(
             fresh: s.fresh,
             send_window: tuned.send_window.clone(),
             peer_makes: (opts.specials, false),
+            meta: opts.meta,
             filter: Arc::new(
                 longhaul_transfer::filter::Filter::new(&opts.filters)
                     .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?,

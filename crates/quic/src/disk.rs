@@ -76,6 +76,8 @@ pub(crate) struct RecvDisk {
     /// their targets and sizes, and their directories and names, for the
     /// record of those a session leaves unfinished ([`RecvDisk::close_all`]).
     targets: Mutex<HashMap<u64, Target>>,
+    /// What of the owners and attributes sent is applied.
+    meta: longhaul_transfer::meta::Policy,
 }
 
 #[derive(Default)]
@@ -107,7 +109,21 @@ impl RecvDisk {
             waiting: Mutex::new(Waiting::default()),
             heard: Heard::new(),
             targets: Default::default(),
+            meta: Default::default(),
         }
+    }
+
+    /// What of an entry's owner and attributes this destination applies.
+    pub(crate) fn with_meta(mut self, policy: longhaul_transfer::meta::Policy) -> RecvDisk {
+        self.meta = policy;
+        self
+    }
+
+    fn applied(
+        &self,
+        (owner, xattrs): &crate::core::recv::Sent,
+    ) -> longhaul_transfer::meta::Applied {
+        longhaul_transfer::meta::applied(owner, xattrs, self.meta)
     }
 
     /// The session's record of when it last heard from its peer.
@@ -218,20 +234,28 @@ impl RecvDisk {
                 target,
                 mode,
                 mtime_ns,
+                sent,
             } => {
-                let result = self.dest.lock().unwrap().make_dir(&target, mode, mtime_ns);
+                let meta = self.applied(&sent);
+                let result = self
+                    .dest
+                    .lock()
+                    .unwrap()
+                    .make_dir(&target, mode, mtime_ns, meta);
                 Done::Made { target, result }
             }
             Job::Symlink {
                 target,
                 link,
                 mtime_ns,
+                sent,
             } => {
+                let meta = self.applied(&sent);
                 let result = self
                     .dest
                     .lock()
                     .unwrap()
-                    .make_symlink(&target, &link, mtime_ns);
+                    .make_symlink(&target, &link, mtime_ns, &meta);
                 Done::Made { target, result }
             }
             Job::Special {
@@ -240,12 +264,14 @@ impl RecvDisk {
                 rdev,
                 mode,
                 mtime_ns,
+                sent,
             } => {
+                let meta = self.applied(&sent);
                 let result = self
                     .dest
                     .lock()
                     .unwrap()
-                    .make_special(&target, kind, rdev, mode, mtime_ns);
+                    .make_special(&target, kind, rdev, mode, mtime_ns, &meta);
                 Done::MadeSpecial {
                     target,
                     kind,
@@ -448,6 +474,16 @@ impl RecvDisk {
         if decision == Decision::Skip {
             // Same bytes by size and mtime; the mode follows the source's
             // (as rsync -a's does).
+            // (Its owner and attributes too, before the mode: a chown
+            // clears setuid bits.)
+            if let Err(err) =
+                dest.fix_meta(target, &self.applied(&(e.owner.clone(), e.xattrs.clone())))
+            {
+                let shown = target.display();
+                tracing::warn!(
+                    "{shown}: skipped, but its owner or attributes were not updated: {err}"
+                );
+            }
             if existing.as_ref().is_some_and(|x| x.mode != e.mode & 0o7777) {
                 if let Err(err) = dest.set_mode(target, e.mode) {
                     let shown = target.display();
@@ -477,6 +513,7 @@ impl RecvDisk {
         if in_fresh_dir {
             inc.in_fresh_dir();
         }
+        inc.set_meta(self.applied(&(e.owner.clone(), e.xattrs.clone())));
         let want = match decision {
             Decision::UnlessHash(h) => Want::UnlessHash(h),
             _ if inc.resumed_bytes > 0 => Want::Chunks(ranges),

@@ -98,6 +98,9 @@ pub enum Op {
         /// What the server leaves out of the trees it sends (`--exclude`,
         /// `--include`; rsync's rules, in order). Version 10.
         filters: Vec<longhaul_transfer::filter::Rule>,
+        /// The extended attributes and ACLs the server sends with each
+        /// entry (`--xattrs`, `--acls`). Version 11.
+        meta: longhaul_transfer::meta::Wanted,
     },
     /// Send `roots` into `dest` (root-relative) on the server.
     Put {
@@ -130,6 +133,9 @@ pub enum Op {
         /// would change and says so in [`Frame::Changes`] (`--dry-run`).
         /// Version 11.
         dry_run: bool,
+        /// Owners go by the numbers sent, not by name (`--numeric-ids`),
+        /// where the server applies them. Version 11.
+        numeric_ids: bool,
     },
 }
 
@@ -810,6 +816,7 @@ mod tests {
                         action: longhaul_transfer::filter::Action::Exclude,
                         pattern: b"*.tmp".to_vec(),
                     }],
+                    meta: Default::default(),
                 },
                 max_rate: 0,
                 cc: Some("bbr".into()),
@@ -836,6 +843,7 @@ mod tests {
                         pattern: b"/keep/***".to_vec(),
                     }],
                     dry_run: true,
+                    numeric_ids: true,
                 },
                 max_rate: 5,
                 cc: None,
@@ -859,6 +867,17 @@ mod tests {
                 mode: 0o755,
                 mtime_ns: -5,
                 link: vec![],
+                owner: longhaul_transfer::meta::Owner {
+                    uid: 1000,
+                    gid: 70000,
+                    user: b"ana".to_vec(),
+                    group: b"\xffstaff".to_vec(),
+                },
+                xattrs: vec![longhaul_transfer::meta::Xattr {
+                    name: b"user.origin".to_vec(),
+                    value: vec![0, 1, 255],
+                }],
+                allocated: 4096,
             }),
             Frame::Want {
                 id: 9,
@@ -970,10 +989,23 @@ mod tests {
             mode: 0o600,
             mtime_ns: 0,
             link: vec![],
+            owner: longhaul_transfer::meta::Owner {
+                uid: 0,
+                gid: 0,
+                user: b"r".to_vec(),
+                group: vec![],
+            },
+            xattrs: vec![],
+            allocated: 0,
         }));
+        // Since version 11: owner (uid 0, gid 0, user "r", group ""), no
+        // xattrs, `allocated` 0.
         assert_eq!(
             e,
-            [0, 0, 0, 12, 4, 1, 0, 1, b'n', 5, 0x83, 0x02, 0x80, 0x03, 0, 0]
+            [
+                0, 0, 0, 19, 4, 1, 0, 1, b'n', 5, 0x83, 0x02, 0x80, 0x03, 0, 0, 0, 0, 1, b'r', 0,
+                0, 0
+            ]
         );
         let h = RecordHeader {
             id: 1,

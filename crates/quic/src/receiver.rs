@@ -61,6 +61,8 @@ pub(crate) struct RecvOpts {
     pub delete: Option<Arc<longhaul_transfer::filter::Filter>>,
     /// See [`RecvConfig::dry_run`].
     pub dry_run: bool,
+    /// What of the owners and attributes sent this side applies.
+    pub meta: longhaul_transfer::meta::Policy,
     /// A server's record of unfinished parts, and the client this session
     /// is for: what it leaves unfinished is recorded there.
     pub keep: Option<(Arc<crate::kept::KeptParts>, String)>,
@@ -118,7 +120,7 @@ pub(crate) async fn run_receiver(
     let mut core = RecvCore::new(cfg, dest.landing, progress.clone());
     // A destination in memory only (tmpfs) has no disk to wait for.
     let durable = opts.durable && !longhaul_transfer::place::in_memory_only(&dest.base);
-    let disk = Arc::new(RecvDisk::new(dest.base, durable));
+    let disk = Arc::new(RecvDisk::new(dest.base, durable).with_meta(opts.meta));
     let (tx, mut inputs) = mpsc::channel::<Input>(1024);
     // The stream tasks live in the acceptor's set: aborting the acceptor at
     // the end stops those still reading a stream the sender has not finished

@@ -70,6 +70,9 @@ pub(crate) struct SendOpts {
     pub filter: Arc<longhaul_transfer::filter::Filter>,
     /// See [`SendConfig::peer_makes`].
     pub peer_makes: (bool, bool),
+    /// The extended attributes and ACLs the walk reads (`--xattrs`,
+    /// `--acls`); owners always go.
+    pub meta: longhaul_transfer::meta::Wanted,
 }
 
 /// Chunks up to this size are read on the driver's own task: a page-cache
@@ -107,7 +110,8 @@ pub(crate) async fn run_sender(
     let walker = {
         let tx = tx.clone();
         let filter = opts.filter.clone();
-        tokio::task::spawn_blocking(move || walk_all(sources, &filter, &tx))
+        let meta = opts.meta;
+        tokio::task::spawn_blocking(move || walk_all(sources, &filter, meta, &tx))
     };
     let mut lane_txs = Vec::new();
     let mut lane_tasks = Vec::new();
@@ -515,6 +519,7 @@ async fn run_lane(
 fn walk_all(
     sources: Vec<SendRootResult>,
     filter: &Arc<longhaul_transfer::filter::Filter>,
+    meta: longhaul_transfer::meta::Wanted,
     tx: &mpsc::Sender<Input>,
 ) {
     let send = |w: Walked<Src>| tx.blocking_send(Input::Walked(w)).is_ok();
@@ -583,6 +588,12 @@ fn walk_all(
                             mode: it.mode,
                             mtime_ns: it.mtime_ns,
                             link,
+                            owner: longhaul_transfer::meta::owner_of(it.uid, it.gid),
+                            xattrs: xattrs_of(&src.dir, &path, kind, meta),
+                            allocated: match kind == EntryKind::File && it.allocated < it.size {
+                                true => it.allocated,
+                                false => 0,
+                            },
                         },
                         src: file,
                     }
@@ -750,6 +761,37 @@ impl SendDisk {
         };
         Ok((Bytes::from(buf), h.finish(), shape))
     }
+}
+
+/// The attributes `want` takes of the file or directory at `path` beneath
+/// `dir` (none of a link or a special file: opening a device could act on
+/// it). One that cannot be read is logged and sent without them.
+fn xattrs_of(
+    dir: &Dir,
+    path: &RelPath,
+    kind: EntryKind,
+    want: longhaul_transfer::meta::Wanted,
+) -> Vec<longhaul_transfer::meta::Xattr> {
+    use std::os::fd::AsFd;
+    if want.none() {
+        return Vec::new();
+    }
+    let read = match kind {
+        EntryKind::File => open_read(dir, path.as_path())
+            .and_then(|f| longhaul_transfer::meta::read_xattrs(f.as_fd(), want)),
+        EntryKind::Dir if path.is_root() => longhaul_transfer::meta::read_xattrs(dir.as_fd(), want),
+        EntryKind::Dir => dir
+            .open_dir(path.as_path())
+            .and_then(|d| longhaul_transfer::meta::read_xattrs(d.as_fd(), want)),
+        _ => Ok(Vec::new()),
+    };
+    read.unwrap_or_else(|e| {
+        tracing::warn!(
+            "{}: its extended attributes are not sent: {e}",
+            path.display()
+        );
+        Vec::new()
+    })
 }
 
 /// Whether `len` bytes of `file` at `off` lie in a hole (SEEK_DATA finds no

@@ -54,6 +54,10 @@ pub struct ServeOpts {
     /// Puts keep the modes sent exactly (`--exact-modes`); else within
     /// [`longhaul_transfer::place::SAFE_MODE_BITS`].
     pub exact_modes: bool,
+    /// Puts give what they place the owner and group sent, as root
+    /// (`--keep-owners`; a one-shot server does so anyway: it runs as the
+    /// ssh login that asked).
+    pub keep_owners: bool,
     /// Where the server's certificate and key (`cert.der`, `key.der`) are
     /// kept; created on first start.
     pub state_dir: PathBuf,
@@ -1115,7 +1119,11 @@ async fn session(
         Conns::one(conn.clone())
     };
     let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
-        Op::Get { paths, filters } => {
+        Op::Get {
+            paths,
+            filters,
+            meta,
+        } => {
             let filter = match longhaul_transfer::filter::Filter::new(&filters) {
                 Ok(f) => Arc::new(f),
                 Err(e) => {
@@ -1166,6 +1174,7 @@ async fn session(
                     // (The client decides what it makes; its report says.)
                     peer_makes: (true, true),
                     filter,
+                    meta,
                 },
                 progress,
             )
@@ -1182,6 +1191,7 @@ async fn session(
             delete,
             filters,
             dry_run,
+            numeric_ids,
         } => {
             let protect = match delete {
                 true => match longhaul_transfer::filter::Filter::new(&filters) {
@@ -1259,6 +1269,11 @@ async fn session(
                 devices: false,
                 delete: protect,
                 dry_run,
+                meta: longhaul_transfer::meta::Policy {
+                    owners: crate::client::is_root() && (ctx.opts.once || ctx.opts.keep_owners),
+                    numeric_ids,
+                    privileged: crate::client::is_root() && ctx.opts.exact_modes,
+                },
             };
             let (report, result) =
                 run_receiver(conns, ctl.clone(), &mut rx, spec, opts, progress).await;

@@ -159,6 +159,7 @@ impl Raw {
             delete: false,
             filters: vec![],
             dry_run: false,
+            numeric_ids: false,
         })
         .await;
     }

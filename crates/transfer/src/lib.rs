@@ -2,6 +2,7 @@
 //!
 //! - [`path`]: validated, root-relative paths (`RelPath`) and request parsing.
 //! - [`manifest`]: the entries a sender announces (files, directories, symlinks).
+//! - [`meta`]: owners, groups and extended attributes (ACLs among them).
 //! - [`chunk`]: the chunk plan and the BLAKE3 tree built from per-chunk chaining values,
 //!   so chunks read or written out of order (striped over streams) still yield the
 //!   file's ordinary BLAKE3 hash.
@@ -25,6 +26,7 @@ pub mod filter;
 pub mod journal;
 pub mod landing;
 pub mod manifest;
+pub mod meta;
 pub mod partlock;
 pub mod path;
 pub mod place;

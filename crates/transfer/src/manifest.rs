@@ -76,6 +76,15 @@ pub struct Entry {
     pub mtime_ns: i64,
     /// Target of a symlink, as raw bytes; empty otherwise.
     pub link: Vec<u8>,
+    /// Its owner and group (version 11).
+    pub owner: crate::meta::Owner,
+    /// Its extended attributes, when asked (`--xattrs`, `--acls`; version
+    /// 11), sorted by name.
+    pub xattrs: Vec<crate::meta::Xattr>,
+    /// Bytes a file takes on the sender's disk (`st_blocks` × 512) when
+    /// that is less than its size (a sparse file), else 0 (version 11): a
+    /// receiver weighs whether it fits by this, not by its size.
+    pub allocated: u64,
 }
 
 impl Entry {

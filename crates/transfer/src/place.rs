@@ -109,7 +109,7 @@ fn perms(mode: u32) -> cap_std::fs::Permissions {
 pub struct DestDir {
     base: Dir,
     cached: Option<(RelPath, Arc<Dir>)>,
-    dirs: Vec<(RelPath, u32, i64)>,
+    dirs: Vec<(RelPath, u32, i64, Option<Arc<crate::meta::Applied>>)>,
     /// Directories this session created: no earlier run left parts in them.
     fresh: std::collections::HashSet<RelPath>,
 }
@@ -190,7 +190,13 @@ impl DestDir {
     /// [`DestDir::finish_dirs`], after its contents are in place. The base
     /// itself (the served root, a get's existing destination) is never given
     /// the far side's mode or mtime.
-    pub fn make_dir(&mut self, path: &RelPath, mode: u32, mtime_ns: i64) -> io::Result<()> {
+    pub fn make_dir(
+        &mut self,
+        path: &RelPath,
+        mode: u32,
+        mtime_ns: i64,
+        meta: crate::meta::Applied,
+    ) -> io::Result<()> {
         if path.is_root() {
             return Ok(());
         }
@@ -198,7 +204,37 @@ impl DestDir {
         if created {
             self.fresh.insert(path.clone());
         }
-        self.dirs.push((path.clone(), mode, mtime_ns));
+        let meta = (!meta.is_empty()).then(|| Arc::new(meta));
+        self.dirs.push((path.clone(), mode, mtime_ns, meta));
+        Ok(())
+    }
+
+    /// A file `--sync` skipped: give it the owner and attributes sent where
+    /// they differ (as rsync does for an unchanged file). No link is
+    /// followed.
+    pub fn fix_meta(&self, path: &RelPath, meta: &crate::meta::Applied) -> io::Result<()> {
+        use std::os::fd::AsFd;
+        if meta.is_empty() {
+            return Ok(());
+        }
+        let (dir, name) = self.lookup_there(path)?;
+        let f = open_read(&dir, os(name))?;
+        let m = f.metadata()?;
+        use std::os::unix::fs::MetadataExt as _;
+        let owner = meta.owner.filter(|&o| o != (m.uid(), m.gid()));
+        let todo = crate::meta::Applied {
+            owner,
+            xattrs: meta.xattrs.clone(),
+        };
+        if todo.is_empty() {
+            return Ok(());
+        }
+        // (A chown clears setuid bits: the mode goes back after.)
+        let mode = m.mode() & 0o7777;
+        crate::meta::apply_fd(f.as_fd(), &todo)?;
+        if owner.is_some() && mode & 0o6000 != 0 {
+            f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        }
         Ok(())
     }
 
@@ -246,11 +282,22 @@ impl DestDir {
     }
 
     /// Place a symlink (replacing a file or link already there).
-    pub fn make_symlink(&mut self, path: &RelPath, target: &[u8], mtime_ns: i64) -> io::Result<()> {
+    pub fn make_symlink(
+        &mut self,
+        path: &RelPath,
+        target: &[u8],
+        mtime_ns: i64,
+        meta: &crate::meta::Applied,
+    ) -> io::Result<()> {
+        use std::os::fd::AsFd;
         let (dir, name) = self.parent_of(path)?;
         let tmp = sibling_name(&name, LINK);
         let _ = dir.remove_file(os(&tmp));
         dir.symlink_contents(os(target), os(&tmp))?;
+        if let Err(e) = crate::meta::apply_owner_at(dir.as_fd(), &tmp, meta) {
+            let _ = dir.remove_file(os(&tmp));
+            return Err(e);
+        }
         let _ = dir.set_symlink_times(os(&tmp), None, Some(times(mtime_ns)));
         dir.rename(os(&tmp), &dir, os(&name)).inspect_err(|_| {
             // (A directory of that name, say: no stray link is left.)
@@ -269,8 +316,9 @@ impl DestDir {
         rdev: u64,
         mode: u32,
         mtime_ns: i64,
+        meta: &crate::meta::Applied,
     ) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
+        use std::os::fd::{AsFd, AsRawFd};
         let format = match kind {
             EntryKind::Fifo => libc::S_IFIFO,
             EntryKind::Socket => libc::S_IFSOCK,
@@ -291,6 +339,8 @@ impl DestDir {
             return Err(io::Error::last_os_error());
         }
         let placed = (|| {
+            // (The owner first: a chown clears setuid bits.)
+            crate::meta::apply_owner_at(dir.as_fd(), &tmp, meta)?;
             // (mknod applied the umask; a FIFO is never opened here: that
             // would block until a writer came.)
             // SAFETY: as above.
@@ -417,8 +467,8 @@ impl DestDir {
         dirs.sort_by(|a, b| b.0.cmp(&a.0));
         dirs.dedup_by(|a, b| a.0 == b.0);
         let mut first_err = None;
-        for (p, mode, mtime) in dirs {
-            if let Err(e) = self.finish_dir(&p, mode, mtime) {
+        for (p, mode, mtime, meta) in dirs {
+            if let Err(e) = self.finish_dir(&p, mode, mtime, meta.as_deref()) {
                 first_err.get_or_insert(io::Error::new(e.kind(), format!("{}: {e}", p.display())));
             }
         }
@@ -426,14 +476,24 @@ impl DestDir {
     }
 
     /// One directory's mode and mtime, through its own handle.
-    fn finish_dir(&mut self, path: &RelPath, mode: u32, mtime_ns: i64) -> io::Result<()> {
+    fn finish_dir(
+        &mut self,
+        path: &RelPath,
+        mode: u32,
+        mtime_ns: i64,
+        meta: Option<&crate::meta::Applied>,
+    ) -> io::Result<()> {
         let (dir, name) = self.parent(path, false)?;
         let name = os(&name).as_os_str();
         let own = dir
             .open_dir_nofollow(name)
             .map_err(|e| not_a_dir(&dir, name, path.as_path(), e))?;
-        // The times first: the mode may take away the search permission
-        // that reaching `.` needs.
+        // The owner and attributes, then the times: the mode may take
+        // away the search permission that reaching `.` needs.
+        if let Some(m) = meta {
+            use std::os::fd::AsFd;
+            crate::meta::apply_fd(own.as_fd(), m)?;
+        }
         own.set_times(".", None, Some(times(mtime_ns)))?;
         own.set_permissions(".", perms(mode))
     }
@@ -1044,6 +1104,9 @@ pub struct Incoming {
     guard: Arc<Guard>,
     mode: u32,
     mtime_ns: i64,
+    /// The owner and attributes to give it with its mode
+    /// ([`Incoming::set_meta`]).
+    meta: Option<Arc<crate::meta::Applied>>,
     /// A single-chunk file's part exists (see [`Incoming::file`]).
     created: bool,
     /// The part already has its final mode and mtime.
@@ -1103,8 +1166,18 @@ pub enum Settled {
     Verified(Digest),
 }
 
-/// Give `file` its final mode and mtime (after its last write).
-pub fn apply_meta(file: &File, mode: u32, mtime_ns: i64) -> io::Result<()> {
+/// Give `file` its final owner and attributes (`meta`), mode and mtime
+/// (after its last write; the owner first: a chown clears setuid bits).
+pub fn apply_meta(
+    file: &File,
+    mode: u32,
+    mtime_ns: i64,
+    meta: Option<&crate::meta::Applied>,
+) -> io::Result<()> {
+    if let Some(m) = meta {
+        use std::os::fd::AsFd;
+        crate::meta::apply_fd(file.as_fd(), m)?;
+    }
     file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
     file.set_times(std::fs::FileTimes::new().set_modified(ns_to_system_time(mtime_ns)))
 }
@@ -1120,6 +1193,7 @@ pub struct Placer {
     plan: ChunkPlan,
     mode: u32,
     mtime_ns: i64,
+    meta: Option<Arc<crate::meta::Applied>>,
 }
 
 impl Placer {
@@ -1131,7 +1205,7 @@ impl Placer {
     /// With `durable`, a verified file is left as it is (`Verified`): its
     /// name must wait until its data is on disk.
     pub fn settle(&self, file: &File, digest: Digest, durable: bool) -> io::Result<Settled> {
-        apply_meta(file, self.mode, self.mtime_ns)?;
+        apply_meta(file, self.mode, self.mtime_ns, self.meta.as_deref())?;
         let actual = self.plan.root(&[digest]);
         match self.expected {
             Some(e) if e == actual && durable => Ok(Settled::Verified(actual)),
@@ -1266,7 +1340,12 @@ impl Incoming {
         }
         // What the part still lacks must fit on its file system.
         if let Some(lock) = &lock {
-            if let Err(e) = check_fits(lock.file(), entry.size, kept.is_some()) {
+            // (A sparse file needs what its data takes, not its size.)
+            let needs = match entry.allocated {
+                0 => entry.size,
+                a => a.min(entry.size),
+            };
+            if let Err(e) = check_fits(lock.file(), needs, kept.is_some()) {
                 if !existed {
                     let _ = dir.remove_file(os(&part));
                 }
@@ -1375,6 +1454,7 @@ impl Incoming {
                 guard,
                 mode: entry.mode,
                 mtime_ns: entry.mtime_ns,
+                meta: None,
                 created: false,
                 meta_applied: false,
                 unnamed: false,
@@ -1473,7 +1553,14 @@ impl Incoming {
             plan: self.plan,
             mode: self.mode,
             mtime_ns: self.mtime_ns,
+            meta: self.meta.clone(),
         }
+    }
+
+    /// Give the file, when it gets its mode, this owner and these
+    /// attributes too.
+    pub fn set_meta(&mut self, meta: crate::meta::Applied) {
+        self.meta = (!meta.is_empty()).then(|| Arc::new(meta));
     }
 
     /// The writer settled the file ([`Placer::settle`], which applied its
@@ -1512,10 +1599,10 @@ impl Incoming {
             if self.journaled {
                 // Under the lock, with the part as it was left.
                 let mut g = self.guarded();
-                apply_meta(&*g.data()?, self.mode, self.mtime_ns)?;
+                apply_meta(&*g.data()?, self.mode, self.mtime_ns, self.meta.as_deref())?;
             } else {
                 let file = self.file()?;
-                apply_meta(&file, self.mode, self.mtime_ns)?;
+                apply_meta(&file, self.mode, self.mtime_ns, self.meta.as_deref())?;
             }
             self.meta_applied = true;
         }
@@ -2009,6 +2096,9 @@ mod tests {
             mode: 0o640,
             mtime_ns: 1_600_000_000_123_456_789,
             link: vec![],
+            owner: Default::default(),
+            xattrs: vec![],
+            allocated: 0,
         }
     }
 
@@ -2498,8 +2588,10 @@ mod tests {
         let base = Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap();
         let mut dest = DestDir::new(base);
         let rel = |p: &[u8]| RelPath::from_wire(p).unwrap();
-        dest.make_dir(&rel(b"proj"), 0o755, 0).unwrap();
-        dest.make_symlink(&rel(b"proj/l"), b"..", 0).unwrap();
+        dest.make_dir(&rel(b"proj"), 0o755, 0, Default::default())
+            .unwrap();
+        dest.make_symlink(&rel(b"proj/l"), b"..", 0, &Default::default())
+            .unwrap();
         let err = dest
             .parent_of(&rel(b"proj/l/.bashrc"))
             .expect_err("refused");
@@ -2524,7 +2616,7 @@ mod tests {
         );
         assert!(dest.existing_file(&rel(b"proj/none/x")).unwrap().is_none());
         let err = dest
-            .make_dir(&rel(b"proj/l/d/e"), 0o755, 0)
+            .make_dir(&rel(b"proj/l/d/e"), 0o755, 0, Default::default())
             .expect_err("refused");
         assert!(
             err.to_string().starts_with("proj/l: is a symbolic link"),
@@ -2537,7 +2629,7 @@ mod tests {
         // A link as the last component of a directory entry is refused too,
         // and a file where a directory is wanted says so.
         let err = dest
-            .make_dir(&rel(b"proj/l"), 0o755, 0)
+            .make_dir(&rel(b"proj/l"), 0o755, 0, Default::default())
             .expect_err("refused");
         assert!(
             err.to_string().starts_with("proj/l: is a symbolic link"),
@@ -2553,8 +2645,10 @@ mod tests {
         assert_eq!(std::fs::read(t.path().join("proj/a/b/c")).unwrap(), b"ok");
         // A directory this session created counts as fresh; one already there does not.
         std::fs::create_dir(t.path().join("proj/old")).unwrap();
-        dest.make_dir(&rel(b"proj/old"), 0o755, 0).unwrap();
-        dest.make_dir(&rel(b"proj/new"), 0o755, 0).unwrap();
+        dest.make_dir(&rel(b"proj/old"), 0o755, 0, Default::default())
+            .unwrap();
+        dest.make_dir(&rel(b"proj/new"), 0o755, 0, Default::default())
+            .unwrap();
         assert!(!dest.in_fresh_dir(&rel(b"proj/old/x")));
         assert!(dest.in_fresh_dir(&rel(b"proj/new/x")));
     }
@@ -2573,13 +2667,16 @@ mod tests {
         let mut dest = DestDir::new(base);
         let rel = |p: &[u8]| RelPath::from_wire(p).unwrap();
         let base_mtime = std::fs::metadata(t.path()).unwrap().modified().unwrap();
-        dest.make_dir(&RelPath::root(), 0o1777, 1_000_000_000)
+        dest.make_dir(&RelPath::root(), 0o1777, 1_000_000_000, Default::default())
             .unwrap();
-        dest.make_dir(&rel(b"a"), 0o750, 1_000_000_000).unwrap();
-        dest.make_dir(&rel(b"a/b"), 0o700, 2_000_000_000).unwrap();
-        dest.make_dir(&rel(b"a/shut"), 0o000, 3_000_000_000)
+        dest.make_dir(&rel(b"a"), 0o750, 1_000_000_000, Default::default())
             .unwrap();
-        dest.make_dir(&rel(b"swapped"), 0o777, 0).unwrap();
+        dest.make_dir(&rel(b"a/b"), 0o700, 2_000_000_000, Default::default())
+            .unwrap();
+        dest.make_dir(&rel(b"a/shut"), 0o000, 3_000_000_000, Default::default())
+            .unwrap();
+        dest.make_dir(&rel(b"swapped"), 0o777, 0, Default::default())
+            .unwrap();
         // Before the end, `swapped` becomes a link to a directory inside
         // the base.
         std::fs::create_dir(t.path().join("target")).unwrap();
@@ -2629,9 +2726,10 @@ mod tests {
         let base = Dir::open_ambient_dir(t.path(), ambient_authority()).unwrap();
         let mut dest = DestDir::new(base);
         let x = RelPath::from_wire(b"x").unwrap();
-        dest.make_dir(&x, 0o755, 0).unwrap();
+        dest.make_dir(&x, 0o755, 0, Default::default()).unwrap();
         std::fs::write(t.path().join("x/in"), b"kept").unwrap();
-        dest.make_symlink(&x, b"target", 0).expect_err("refused");
+        dest.make_symlink(&x, b"target", 0, &Default::default())
+            .expect_err("refused");
         let names: Vec<_> = std::fs::read_dir(t.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())

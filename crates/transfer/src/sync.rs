@@ -93,6 +93,9 @@ mod tests {
             mode: 0o644,
             mtime_ns,
             link: vec![],
+            owner: Default::default(),
+            xattrs: vec![],
+            allocated: 0,
         }
     }
 

@@ -36,6 +36,12 @@ pub struct WalkItem {
     pub dev_ino: (u64, u64),
     /// Its link count (`st_nlink`).
     pub nlink: u64,
+    /// Its owner and group (`st_uid`, `st_gid`).
+    pub uid: u32,
+    /// See `uid`.
+    pub gid: u32,
+    /// Bytes it takes on disk (`st_blocks` × 512).
+    pub allocated: u64,
 }
 
 /// A failure to read part of the tree; the walk goes on with the rest.
@@ -143,6 +149,9 @@ fn item(dir: &Dir, name: &std::path::Path, path: RelPath) -> io::Result<Option<W
         link,
         dev_ino: (meta.dev(), meta.ino()),
         nlink: meta.nlink(),
+        uid: meta.uid(),
+        gid: meta.gid(),
+        allocated: meta.blocks().saturating_mul(512),
     }))
 }
 

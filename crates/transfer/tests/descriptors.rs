@@ -43,6 +43,9 @@ fn parts_set_up_or_written_hold_at_most_the_budget_of_descriptors() {
         mode: 0o644,
         mtime_ns: 1_600_000_000_000_000_000,
         link: vec![],
+        owner: Default::default(),
+        xattrs: vec![],
+        allocated: 0,
     };
     let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
     let before = open_descriptors();

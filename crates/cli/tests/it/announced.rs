@@ -46,6 +46,9 @@ fn entry(id: u64, path: Vec<u8>, kind: EntryKind, size: u64) -> Frame {
         mode: 0o644,
         mtime_ns: 1_600_000_000_000_000_000,
         link: vec![],
+        owner: Default::default(),
+        xattrs: vec![],
+        allocated: 0,
     })
 }
 

@@ -20,6 +20,9 @@ fn dir_entry() -> Frame {
         mode: 0o755,
         mtime_ns: 1_600_000_000_000_000_000,
         link: vec![],
+        owner: Default::default(),
+        xattrs: vec![],
+        allocated: 0,
     })
 }
 
@@ -49,6 +52,7 @@ fn the_server_closes_a_finished_session_itself() {
         r.hello(Op::Get {
             paths: vec![b"empty".to_vec()],
             filters: vec![],
+            meta: Default::default(),
         })
         .await;
         r.welcome().await;
@@ -78,6 +82,7 @@ fn the_server_closes_a_finished_session_itself() {
             delete: false,
             filters: vec![],
             dry_run: false,
+            numeric_ids: false,
         })
         .await;
         r.welcome().await;

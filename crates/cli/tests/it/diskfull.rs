@@ -248,3 +248,31 @@ fn a_disk_that_fills_midway_keeps_the_partial_and_exits_5() {
     }
     assert!(srv.alive(), "the server is unaffected");
 }
+
+#[test]
+fn a_sparse_file_larger_than_the_disk_fits_when_its_data_does() {
+    let t = Tmp::new("diskfull-sparse");
+    let Some((_fs, mnt)) = small_disk(&t, "a_sparse_file_larger_than_the_disk_fits") else {
+        return;
+    };
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    // 1 GiB holding 1 MiB of data, onto an 8 MiB disk.
+    let img = root.join("disk.img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(1 << 30).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &vec![9u8; MIB as usize], 512 * MIB).unwrap();
+    drop(f);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    c.run(
+        "get",
+        [
+            OsString::from("--accept-new"),
+            srv.remote("disk.img"),
+            mnt.clone().into(),
+        ],
+    )
+    .expect_code(0);
+    assert_eq!(hash_file(&mnt.join("disk.img")), hash_file(&img));
+}

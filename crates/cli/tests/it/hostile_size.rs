@@ -24,6 +24,7 @@ async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(Er
         delete: false,
         filters: vec![],
         dry_run: false,
+        numeric_ids: false,
     })
     .await;
     r.frame(&Frame::Entry(Entry {
@@ -35,6 +36,9 @@ async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(Er
         mode: 0o644,
         mtime_ns: 0,
         link: vec![],
+        owner: Default::default(),
+        xattrs: vec![],
+        allocated: 0,
     }))
     .await;
     r.fatal().await

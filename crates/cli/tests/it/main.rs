@@ -21,6 +21,7 @@ mod modes;
 mod multicast;
 mod names;
 mod outage;
+mod owners;
 mod paths;
 mod put_fresh;
 mod rate;

@@ -380,16 +380,24 @@ fn a_one_shot_server_stopped_by_a_signal_leaves_no_key_behind() {
 }
 
 #[test]
-fn over_ssh_hard_links_specials_filters_delete_and_dry_run_hold_as_rsync_sees_them() {
+fn over_ssh_a_whole_tree_holds_as_rsync_sees_it_and_a_dry_run_lists_without_writing() {
     let Some((_turn, t, sshd)) = setup("ssh-semantics") else {
         return;
     };
     let home = t.join("home");
     let src = t.join("src");
+    // Special files, a hard link across directories, an excluded file,
+    // owners, attributes and ACLs, and a sparse file.
     crate::specials::tree(&src);
     std::fs::create_dir_all(src.join("other")).unwrap();
     std::fs::hard_link(src.join("f.bin"), src.join("other/f-link")).unwrap();
     gen_file(&src.join("scratch.tmp"), 7, 100);
+    crate::owners::tree(&src.join("owned"));
+    let img = std::fs::File::create(src.join("disk.img")).unwrap();
+    img.set_len(256 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&img, b"extent", 100 << 20).unwrap();
+    drop(img);
+    let meta_kept = crate::owners::getxattr(&src.join("owned/f1"), "user.origin").is_some();
     for op in ["get", "put"] {
         let into = t.join(format!("into-{op}"));
         let dest = into.join("src");
@@ -397,20 +405,28 @@ fn over_ssh_hard_links_specials_filters_delete_and_dry_run_hold_as_rsync_sees_th
         gen_file(&dest.join("stale"), 8, 10);
         gen_file(&dest.join("sub/keep.tmp"), 9, 10);
         let mut remote = OsString::from("127.0.0.1:");
-        let mut args: Vec<OsString> = ["--json", "--specials", "--delete", "--exclude", "*.tmp"]
-            .map(OsString::from)
-            .to_vec();
+        let mut args: Vec<OsString> = [
+            "--json",
+            "--specials",
+            "--delete",
+            "--exclude",
+            "*.tmp",
+            "--xattrs",
+            "--acls",
+        ]
+        .map(OsString::from)
+        .to_vec();
         // (A put's server never makes device nodes.)
         let rsync_flags = match op {
             "get" => {
                 args.push("--devices".into());
                 remote.push(&src);
-                vec!["-naiHD"]
+                vec!["-naiHDS"]
             }
             _ => {
                 remote.push(&into);
                 remote.push("/");
-                vec!["-naiH", "--specials", "--no-devices"]
+                vec!["-naiHS", "--specials", "--no-devices"]
             }
         };
         let (from, to) = match op {
@@ -460,6 +476,10 @@ fn over_ssh_hard_links_specials_filters_delete_and_dry_run_hold_as_rsync_sees_th
         let j = run(false);
         assert_eq!(j["totals"]["deleted"], 1, "{j:#}");
         let mut a: Vec<OsString> = rsync_flags.iter().map(OsString::from).collect();
+        // (As root, over ssh, owners are kept both ways.)
+        if meta_kept {
+            a.push("-AX".into());
+        }
         a.extend([
             "--numeric-ids".into(),
             "--delete".into(),
@@ -475,5 +495,8 @@ fn over_ssh_hard_links_specials_filters_delete_and_dry_run_hold_as_rsync_sees_th
             .collect();
         assert!(changes.is_empty(), "{op}: {changes:?}");
         assert!(dest.join("sub/keep.tmp").exists() && !dest.join("stale").exists());
+        let blocks =
+            |p: &Path| std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(p).unwrap());
+        assert!(blocks(&dest.join("disk.img")) <= 2 * blocks(&src.join("disk.img")).max(8));
     }
 }

@@ -111,17 +111,20 @@ pub(crate) struct Record {
 /// [`Done`] of the same name.
 #[derive(Debug)]
 pub(crate) enum Job {
-    /// Create directory `target` (mode and mtime applied at the end).
+    /// Create directory `target` (mode, mtime, owner and attributes
+    /// applied at the end).
     Dir {
         target: RelPath,
         mode: u32,
         mtime_ns: i64,
+        sent: Sent,
     },
     /// Place symlink `target` → `link`.
     Symlink {
         target: RelPath,
         link: Vec<u8>,
         mtime_ns: i64,
+        sent: Sent,
     },
     /// Make FIFO, socket or device node `target` (`rdev`: a device's number).
     Special {
@@ -130,6 +133,7 @@ pub(crate) enum Job {
         rdev: u64,
         mode: u32,
         mtime_ns: i64,
+        sent: Sent,
     },
     /// Decide what to want of file `id` (sync mode, resume journal) and, unless
     /// it is skipped, open its part; in a dry run open nothing.
@@ -205,6 +209,18 @@ impl Job {
                 | Job::SyncFs
         )
     }
+}
+
+/// The owner and attributes an entry came with; the driver applies what
+/// its policy allows ([`longhaul_transfer::meta::applied`]).
+pub(crate) type Sent = (
+    longhaul_transfer::meta::Owner,
+    Vec<longhaul_transfer::meta::Xattr>,
+);
+
+/// An entry's owner and attributes, taken out of it.
+fn sent(e: &mut Entry) -> Sent {
+    (std::mem::take(&mut e.owner), std::mem::take(&mut e.xattrs))
 }
 
 /// What `--delete` removes: beneath each of `dirs` (the manifest's
@@ -716,6 +732,7 @@ impl RecvCore {
                     target,
                     mode: e.mode,
                     mtime_ns: e.mtime_ns,
+                    sent: sent(&mut e),
                 });
             }
             EntryKind::Symlink => {
@@ -724,6 +741,7 @@ impl RecvCore {
                     target,
                     link: e.link.clone(),
                     mtime_ns: e.mtime_ns,
+                    sent: sent(&mut e),
                 });
             }
             k @ (EntryKind::Fifo
@@ -741,6 +759,7 @@ impl RecvCore {
                         rdev: e.size,
                         mode: longhaul_transfer::place::received_mode(e.mode, self.cfg.exact_modes),
                         mtime_ns: e.mtime_ns,
+                        sent: sent(&mut e),
                     });
                 } else {
                     self.report.not_made.push(crate::report::NotMade {

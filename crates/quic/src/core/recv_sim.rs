@@ -239,6 +239,9 @@ fn entry(id: u64, path: &str, kind: EntryKind, size: u64) -> Frame {
         } else {
             vec![]
         },
+        owner: Default::default(),
+        xattrs: vec![],
+        allocated: 0,
     })
 }
 

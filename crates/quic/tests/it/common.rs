@@ -47,6 +47,7 @@ pub fn opts(root: &Path, state: &Path, read_only: bool) -> ServeOpts {
         read_token: None,
         // (A writable test server takes puts without a token.)
         exact_modes: false,
+        keep_owners: false,
         anonymous_put: !read_only,
         state_dir: state.to_path_buf(),
         net: NetOpts::default(),

@@ -37,6 +37,9 @@ fn root_entry(kind: EntryKind) -> Frame {
         },
         mtime_ns: MTIME_NS,
         link: vec![],
+        owner: Default::default(),
+        xattrs: vec![],
+        allocated: 0,
     })
 }
 

@@ -48,6 +48,7 @@ async fn get_session(s: &Srv) -> Raw {
     r.hello(Op::Get {
         paths: vec![b"data.bin".to_vec()],
         filters: vec![],
+        meta: Default::default(),
     })
     .await;
     r.welcome().await;
@@ -69,6 +70,7 @@ async fn put_to(s: &Srv, dest: &[u8], root: &[u8]) -> Raw {
         delete: false,
         filters: vec![],
         dry_run: false,
+        numeric_ids: false,
     })
     .await;
     r
@@ -96,6 +98,9 @@ fn entry(id: u64, path: &[u8], kind: EntryKind, size: u64, link: &[u8]) -> Frame
         mode: if kind == EntryKind::Dir { 0o755 } else { 0o644 },
         mtime_ns: 1_600_000_000_000_000_000,
         link: link.to_vec(),
+        owner: Default::default(),
+        xattrs: vec![],
+        allocated: 0,
     })
 }
 
@@ -234,6 +239,7 @@ async fn garbage_on_the_control_stream() {
         op: Op::Get {
             paths: vec![],
             filters: vec![],
+            meta: Default::default(),
         },
         max_rate: 0,
         cc: None,
@@ -257,6 +263,7 @@ async fn garbage_on_the_control_stream() {
         op: Op::Get {
             paths: vec![b"data.bin".to_vec()],
             filters: vec![],
+            meta: Default::default(),
         },
         max_rate: 0,
         cc: None,
@@ -604,6 +611,7 @@ async fn get_session_with_hostile_wants() {
     r.hello(Op::Get {
         paths: vec![b"data.bin".to_vec()],
         filters: vec![],
+        meta: Default::default(),
     })
     .await;
     r.welcome().await;
@@ -631,6 +639,7 @@ async fn get_session_with_hostile_wants() {
     r.hello(Op::Get {
         paths: vec![b"../outside".to_vec(), b"/etc/passwd".to_vec()],
         filters: vec![],
+        meta: Default::default(),
     })
     .await;
     r.welcome().await;
@@ -810,6 +819,7 @@ async fn put_over(s: &Srv, connections: u32, key: &[u8]) -> Raw {
             delete: false,
             filters: vec![],
             dry_run: false,
+            numeric_ids: false,
         },
         max_rate: 0,
         cc: None,
