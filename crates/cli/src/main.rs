@@ -890,6 +890,12 @@ fn summary(r: &ClientReport) -> String {
             })
         })
         .collect();
+    let attrs = match r.attrs_not_kept {
+        0 => String::new(),
+        n => format!(
+            "\n{n} item(s) arrived without their extended attributes or ACLs: the destination's file system keeps none"
+        ),
+    };
     let deleted = match t.deleted {
         0 => String::new(),
         n => format!("\n{n} path(s) deleted at the destination (--delete)"),
@@ -898,7 +904,7 @@ fn summary(r: &ClientReport) -> String {
         "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {}\n\
          {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed, \
          {:.1} MB skipped; \
-         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}{}{}{}",
+         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}{}{}{}{}",
         r.op,
         t.files,
         t.verified,
@@ -925,7 +931,8 @@ fn summary(r: &ClientReport) -> String {
         behind,
         outages,
         not_made,
-        deleted
+        deleted,
+        attrs
     )
 }
 

@@ -283,6 +283,9 @@ pub struct ClientReport {
     /// A dry run (`--dry-run`): nothing was written; `changes` is what a
     /// real run would do.
     pub dry_run: bool,
+    /// On a get: items placed without their extended attributes or ACLs
+    /// because the destination's file system keeps none.
+    pub attrs_not_kept: u64,
     /// What the transfer removed at the destination (`--delete`), or in a
     /// dry run every change it would make, in the order made.
     pub changes: Vec<crate::report::ChangeReport>,
@@ -1032,6 +1035,10 @@ fn build_report(
         unsettled: r.unsettled,
         not_made: r.not_made,
         dry_run: opts.dry_run,
+        attrs_not_kept: match op {
+            "get" => longhaul_transfer::meta::not_held(),
+            _ => 0,
+        },
         changes: r
             .changes
             .iter()

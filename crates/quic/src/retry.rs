@@ -401,6 +401,7 @@ mod tests {
             unsettled: vec![],
             not_made: vec![],
             dry_run: false,
+            attrs_not_kept: 0,
             changes: vec![],
         }
     }

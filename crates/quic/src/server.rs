@@ -1275,8 +1275,15 @@ async fn session(
                     privileged: crate::client::is_root() && ctx.opts.exact_modes,
                 },
             };
+            let not_held = longhaul_transfer::meta::not_held();
             let (report, result) =
                 run_receiver(conns, ctl.clone(), &mut rx, spec, opts, progress).await;
+            let n = longhaul_transfer::meta::not_held() - not_held;
+            if n > 0 {
+                tracing::warn!(
+                    "{remote}: {n} item(s) placed without their extended attributes or ACLs: this file system keeps none"
+                );
+            }
             (what, result.map(|()| report))
         }
     };

@@ -253,9 +253,21 @@ pub fn read_xattrs(fd: BorrowedFd<'_>, want: Wanted) -> io::Result<Vec<Xattr>> {
     Ok(out)
 }
 
+/// Items whose attributes this process could not set because their file
+/// system keeps none (`ENOTSUP`): they are placed without them and
+/// counted here, for one line at the end of the run.
+static NOT_HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many items so far arrived without their attributes because their
+/// file system keeps none.
+pub fn not_held() -> u64 {
+    NOT_HELD.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Give the open file or directory `fd` what `a` says: its owner first
 /// (a chown clears setuid bits: the caller sets the mode after), then each
-/// attribute.
+/// attribute. A file system that keeps no attributes is counted
+/// ([`not_held`]), not an error.
 pub fn apply_fd(fd: BorrowedFd<'_>, a: &Applied) -> io::Result<()> {
     if a.is_empty() {
         return Ok(());
@@ -275,6 +287,10 @@ pub fn apply_fd(fd: BorrowedFd<'_>, a: &Applied) -> io::Result<()> {
             unsafe { libc::fsetxattr(fd, c.as_ptr(), x.value.as_ptr().cast(), x.value.len(), 0) };
         if r != 0 {
             let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                NOT_HELD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(());
+            }
             return Err(io::Error::new(
                 e.kind(),
                 format!("setting {}: {e}", String::from_utf8_lossy(&x.name)),

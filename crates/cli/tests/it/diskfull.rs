@@ -8,17 +8,24 @@ use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// An 8 MiB tmpfs mounted on a directory, unmounted on drop.
-struct Tmpfs(PathBuf);
+/// A file system mounted on a directory (an 8 MiB tmpfs, say), unmounted
+/// on drop.
+pub(crate) struct Tmpfs(PathBuf);
 
 impl Tmpfs {
     fn mount(dir: &Path, size: &str) -> std::io::Result<Tmpfs> {
+        Tmpfs::mount_fs(dir, "tmpfs", &format!("size={size},mode=0755"))
+    }
+
+    /// A file system of type `fstype` (`tmpfs`, `ramfs`) with mount options
+    /// `data` on `dir` (as root).
+    pub(crate) fn mount_fs(dir: &Path, fstype: &str, data: &str) -> std::io::Result<Tmpfs> {
         let c = |s: &[u8]| CString::new(s).unwrap();
         let (src, target, fstype, data) = (
-            c(b"tmpfs"),
+            c(fstype.as_bytes()),
             c(dir.as_os_str().as_bytes()),
-            c(b"tmpfs"),
-            c(format!("size={size},mode=0755").as_bytes()),
+            c(fstype.as_bytes()),
+            c(data.as_bytes()),
         );
         // SAFETY: valid NUL-terminated strings; data is a mount option string.
         let r = unsafe {

@@ -130,20 +130,29 @@ fn rsync_sees(src: &Path, dst: &Path) -> String {
     ])
 }
 
-#[test]
-fn owners_xattrs_and_acls_arrive_as_rsync_sees_them_where_the_receiver_may_set_them() {
+/// A directory `name` holding the tree at `root/src`, made as root; None
+/// (the test is skipped) without root or extended attributes.
+fn setup(name: &str) -> Option<(Tmp, std::path::PathBuf, std::path::PathBuf)> {
     if !root_user() {
-        eprintln!("SKIP: owners are kept only as root");
-        return;
+        eprintln!("SKIP: owners are kept only as root (and the tree is made as root)");
+        return None;
     }
-    let t = Tmp::new("owners");
+    let t = Tmp::new(name);
     let root = t.join("root");
     let src = root.join("src");
     tree(&src);
     if getxattr(&src.join("f1"), "user.origin").is_none() {
         eprintln!("SKIP: this file system keeps no extended attributes");
-        return;
+        return None;
     }
+    Some((t, root, src))
+}
+
+#[test]
+fn owners_xattrs_and_acls_arrive_as_rsync_sees_them_where_the_receiver_may_set_them() {
+    let Some((t, root, src)) = setup("owners") else {
+        return;
+    };
     let srv = ServeCfg::new(&root, &t.join("state"))
         .writable()
         .arg("--keep-owners")
@@ -216,24 +225,18 @@ fn owners_xattrs_and_acls_arrive_as_rsync_sees_them_where_the_receiver_may_set_t
 
 #[test]
 fn an_unprivileged_get_keeps_what_a_user_may_set_and_owns_the_rest() {
-    if !root_user()
-        || std::process::Command::new("setpriv")
-            .arg("--help")
-            .output()
-            .is_err()
+    if std::process::Command::new("setpriv")
+        .arg("--help")
+        .output()
+        .is_err()
     {
-        eprintln!("SKIP: needs root (to make the tree) and setpriv");
+        eprintln!("SKIP: needs setpriv");
         return;
     }
-    let t = Tmp::new("owners-user");
+    let Some((t, root, src)) = setup("owners-user") else {
+        return;
+    };
     set_mode(t.path(), 0o755);
-    let root = t.join("root");
-    let src = root.join("src");
-    tree(&src);
-    if getxattr(&src.join("f1"), "user.origin").is_none() {
-        eprintln!("SKIP: this file system keeps no extended attributes");
-        return;
-    }
     let srv = ServeCfg::new(&root, &t.join("state")).start();
     // The client runs as nobody, into a directory of its own.
     let home = t.join("home");
@@ -266,4 +269,42 @@ fn an_unprivileged_get_keeps_what_a_user_may_set_and_owns_the_rest() {
         format!("{}/", dest.join("src").display()).into(),
     ]);
     assert_eq!(changes, "");
+}
+
+#[test]
+fn a_destination_that_keeps_no_attributes_gets_the_files_and_one_line_saying_so() {
+    let Some((t, root, src)) = setup("owners-ramfs") else {
+        return;
+    };
+    // ramfs keeps no extended attributes (EOPNOTSUPP).
+    let mnt = t.join("ramfs");
+    std::fs::create_dir(&mnt).unwrap();
+    let Ok(_fs) = crate::diskfull::Tmpfs::mount_fs(&mnt, "ramfs", "mode=0755") else {
+        eprintln!("SKIP: cannot mount a ramfs");
+        return;
+    };
+    let srv = ServeCfg::new(&root, &t.join("state")).start();
+    let c = Client::new(t.join("known_hosts"));
+    let get = |json: bool, dest: &Path| {
+        let mut a: Vec<OsString> = ["--accept-new", "--xattrs", "--acls"]
+            .map(OsString::from)
+            .to_vec();
+        if json {
+            a.push("--json".into());
+        }
+        a.extend([srv.remote("src"), dest.into()]);
+        let out = c.run("get", a);
+        out.expect_code(0);
+        out
+    };
+    let out = get(false, &mnt.join("a"));
+    assert!(
+        out.stdout
+            .contains("arrived without their extended attributes or ACLs: the destination's file system keeps none"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(hash_file(&mnt.join("a/src/f1")), hash_file(&src.join("f1")));
+    let j = get(true, &mnt.join("b")).json();
+    assert!(j["attrs_not_kept"].as_u64().unwrap() >= 2, "{j:#}");
 }
