@@ -388,6 +388,10 @@ pub enum Frame {
         /// The file was gone when the sender came to read it: the receiver
         /// keeps nothing of it (version 10).
         vanished: bool,
+        /// The file changed while it was sent and is sent once more, under
+        /// the entry that follows (a new id): the receiver drops what it
+        /// holds of this one and reports nothing for it (version 11).
+        again: bool,
     },
     /// receiver → sender.
     FileResult {

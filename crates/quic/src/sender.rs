@@ -747,10 +747,13 @@ impl SendDisk {
         }
         let buf =
             longhaul_transfer::chunk::read_at(&file, len, plan.offset(index)).map_err(|e| {
-                if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    std::io::Error::new(e.kind(), "the file shrank while being sent")
-                } else {
-                    e
+                // (It shrank: a file that changed.)
+                match (e.kind(), file.metadata()) {
+                    (std::io::ErrorKind::UnexpectedEof, Ok(m)) => changed(&m),
+                    (std::io::ErrorKind::UnexpectedEof, Err(_)) => {
+                        std::io::Error::new(e.kind(), "the file shrank while being sent")
+                    }
+                    _ => e,
                 }
             })?;
         let mut h = plan.hasher(index);
@@ -814,11 +817,24 @@ fn in_hole(file: &File, off: u64, len: u64) -> std::io::Result<bool> {
 }
 
 /// After the last chunk: the source must still be the file the manifest described.
+/// (Its error says the file's size and mtime now: the file is tried once
+/// more, [`crate::core::send::Changed`].)
 fn check_unchanged(file: &File, size: u64, mtime_ns: i64) -> std::io::Result<()> {
     let m = file.metadata()?;
     let mtime = longhaul_transfer::manifest::system_time_ns(m.modified()?);
     if m.len() != size || mtime != mtime_ns {
-        return Err(std::io::Error::other("the file changed while being sent"));
+        return Err(changed(&m));
     }
     Ok(())
+}
+
+/// The error of a file that changed while it was sent, with what it is now.
+fn changed(m: &std::fs::Metadata) -> std::io::Error {
+    let mtime_ns = m
+        .modified()
+        .map_or(0, longhaul_transfer::manifest::system_time_ns);
+    std::io::Error::other(crate::core::send::Changed {
+        size: m.len(),
+        mtime_ns,
+    })
 }

@@ -380,7 +380,7 @@ fn a_one_shot_server_stopped_by_a_signal_leaves_no_key_behind() {
 }
 
 #[test]
-fn over_ssh_a_whole_tree_holds_as_rsync_sees_it_and_a_dry_run_lists_without_writing() {
+fn a_whole_tree_holds_as_rsync_sees_it_over_ssh_and_served_and_a_dry_run_writes_nothing() {
     let Some((_turn, t, sshd)) = setup("ssh-semantics") else {
         return;
     };
@@ -393,18 +393,30 @@ fn over_ssh_a_whole_tree_holds_as_rsync_sees_it_and_a_dry_run_lists_without_writ
     std::fs::hard_link(src.join("f.bin"), src.join("other/f-link")).unwrap();
     gen_file(&src.join("scratch.tmp"), 7, 100);
     crate::owners::tree(&src.join("owned"));
+    // 4 GiB with three extents.
     let img = std::fs::File::create(src.join("disk.img")).unwrap();
-    img.set_len(256 << 20).unwrap();
-    std::os::unix::fs::FileExt::write_all_at(&img, b"extent", 100 << 20).unwrap();
+    img.set_len(4 << 30).unwrap();
+    for off in [0, 100 << 20, 3 << 30] {
+        std::os::unix::fs::FileExt::write_all_at(&img, b"extent", off).unwrap();
+    }
     drop(img);
     let meta_kept = crate::owners::getxattr(&src.join("owned/f1"), "user.origin").is_some();
-    for op in ["get", "put"] {
-        let into = t.join(format!("into-{op}"));
+    // The same over a served tree (a server that keeps owners, as root).
+    let srv = ServeCfg::new(t.path(), &t.join("state"))
+        .writable()
+        .arg("--keep-owners")
+        .start();
+    let c = Client::new(t.join("known_hosts"));
+    for (op, ssh) in [("get", true), ("put", true), ("get", false), ("put", false)] {
+        let into = t.join(format!("into-{op}-{}", if ssh { "ssh" } else { "served" }));
         let dest = into.join("src");
         std::fs::create_dir_all(dest.join("sub")).unwrap();
         gen_file(&dest.join("stale"), 8, 10);
         gen_file(&dest.join("sub/keep.tmp"), 9, 10);
-        let mut remote = OsString::from("127.0.0.1:");
+        let mut remote = match ssh {
+            true => OsString::from("127.0.0.1:"),
+            false => OsString::from(format!("127.0.0.1:{}:", srv.port)),
+        };
         let mut args: Vec<OsString> = [
             "--json",
             "--specials",
@@ -416,15 +428,24 @@ fn over_ssh_a_whole_tree_holds_as_rsync_sees_it_and_a_dry_run_lists_without_writ
         ]
         .map(OsString::from)
         .to_vec();
+        if !ssh {
+            args.push("--accept-new".into());
+        }
         // (A put's server never makes device nodes.)
         let rsync_flags = match op {
             "get" => {
                 args.push("--devices".into());
-                remote.push(&src);
+                match ssh {
+                    true => remote.push(&src),
+                    false => remote.push("src"),
+                }
                 vec!["-naiHDS"]
             }
             _ => {
-                remote.push(&into);
+                match ssh {
+                    true => remote.push(&into),
+                    false => remote.push(into.file_name().unwrap()),
+                }
                 remote.push("/");
                 vec!["-naiHS", "--specials", "--no-devices"]
             }
@@ -439,7 +460,11 @@ fn over_ssh_a_whole_tree_holds_as_rsync_sees_it_and_a_dry_run_lists_without_writ
                 a.push("--dry-run".into());
             }
             a.extend([from.clone(), to.clone()]);
-            let out = run_timeout(over_ssh(&sshd, &home, op, &a), Duration::from_secs(120));
+            let cmd = match ssh {
+                true => over_ssh(&sshd, &home, op, &a),
+                false => c.cmd(op, a),
+            };
+            let out = run_timeout(cmd, Duration::from_secs(120));
             out.expect_code(0);
             assert_no_server_left();
             out.json()
@@ -462,7 +487,7 @@ fn over_ssh_a_whole_tree_holds_as_rsync_sees_it_and_a_dry_run_lists_without_writ
             items
                 .iter()
                 .any(|i| i.ends_with("src/stale") && i.starts_with("*deleting")),
-            "{op}: {items:?}"
+            "{op} {ssh}: {items:?}"
         );
         assert!(
             items
@@ -476,7 +501,8 @@ fn over_ssh_a_whole_tree_holds_as_rsync_sees_it_and_a_dry_run_lists_without_writ
         let j = run(false);
         assert_eq!(j["totals"]["deleted"], 1, "{j:#}");
         let mut a: Vec<OsString> = rsync_flags.iter().map(OsString::from).collect();
-        // (As root, over ssh, owners are kept both ways.)
+        // (As root, owners are kept both ways: over ssh, and by a server
+        // with --keep-owners.)
         if meta_kept {
             a.push("-AX".into());
         }
@@ -493,7 +519,7 @@ fn over_ssh_a_whole_tree_holds_as_rsync_sees_it_and_a_dry_run_lists_without_writ
             .filter(|l| !l.starts_with("skipping non-regular file"))
             .map(String::from)
             .collect();
-        assert!(changes.is_empty(), "{op}: {changes:?}");
+        assert!(changes.is_empty(), "{op} {ssh}: {changes:?}");
         assert!(dest.join("sub/keep.tmp").exists() && !dest.join("stale").exists());
         let blocks =
             |p: &Path| std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(p).unwrap());

@@ -107,3 +107,44 @@ fn files_deleted_during_a_get_or_a_put_are_reported_vanished_and_leave_nothing()
     // checked for what it kept.)
     check(&out, &up);
 }
+
+#[test]
+fn a_file_that_changes_while_it_is_sent_is_sent_once_more_and_arrives_as_it_is_now() {
+    let t = Tmp::new("changing");
+    let root = t.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let f = root.join("log.bin");
+    gen_file(&f, 1, 8 * MIB);
+    let srv = ServeCfg::new(&root, &t.join("state")).start();
+    let c = Client::new(t.join("known_hosts"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    // 16 Mbit/s: 4 s for the file; it grows a moment in, once.
+    let a = [
+        OsString::from("--accept-new"),
+        "--max-rate".into(),
+        "16M".into(),
+        "--json".into(),
+        remote(srv.port, "log.bin"),
+        dest.clone().into(),
+    ];
+    let cmd = c.cmd("get", a);
+    let run = std::thread::spawn(move || run_timeout(cmd, Duration::from_secs(60)));
+    part_in(&dest);
+    {
+        use std::io::Write;
+        let mut w = std::fs::OpenOptions::new().append(true).open(&f).unwrap();
+        w.write_all(b"one more line\n").unwrap();
+    }
+    let out = run.join().unwrap();
+    out.expect_code(0);
+    let j = out.json();
+    let files = files_by_path(&j);
+    assert_eq!(files["log.bin"]["status"], "verified", "{j:#}");
+    assert_eq!(j["totals"]["files"], 1, "{j:#}");
+    assert_eq!(hash_file(&dest.join("log.bin")), hash_file(&f));
+    assert_eq!(
+        std::fs::metadata(dest.join("log.bin")).unwrap().len(),
+        8 * MIB + 14
+    );
+}

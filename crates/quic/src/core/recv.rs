@@ -644,6 +644,7 @@ impl RecvCore {
                 id,
                 message,
                 vanished,
+                again,
             } => {
                 self.failed.insert(id);
                 let f = self
@@ -652,6 +653,30 @@ impl RecvCore {
                     .ok_or_else(|| protocol(format!("FileFailed for unknown file {id}")))?;
                 if f.settling {
                     return Err(protocol(format!("FileFailed for file {id} after its hash")));
+                }
+                if again {
+                    // Sent again under the next entry: nothing of this one is
+                    // kept (a journaled part is removed before the next one
+                    // claims the name) or reported.
+                    let f = self.files.remove(&id).expect("looked up above");
+                    tracing::info!(
+                        "{}: changed at the source while sent; sent again",
+                        f.display
+                    );
+                    let sub = |c: &std::sync::atomic::AtomicU64, n: u64| {
+                        c.fetch_sub(n, std::sync::atomic::Ordering::Relaxed)
+                    };
+                    sub(&self.progress.files_total, 1);
+                    sub(&self.progress.bytes_total, f.plan.size);
+                    sub(&self.progress.bytes_done, f.received + f.resumed);
+                    self.vanished.insert(id);
+                    self.jobs.push_back(match f.plan.count() > 1 {
+                        true => Job::Discard { id },
+                        // (A file of one chunk leaves no journal: its part
+                        // is simply not placed.)
+                        false => Job::Close { id },
+                    });
+                    return Ok(());
                 }
                 // A write of it may still be out: its Done finds the file gone.
                 let display = f.display.clone();

@@ -537,6 +537,42 @@ fn a_sparse_file_arrives_with_its_holes_as_holes_and_verified_whole() {
 }
 
 #[test]
+fn a_file_sent_again_drops_its_first_try_and_arrives_as_its_second() {
+    let old = bytes(3 * MIB, 1);
+    let new = bytes(2 * MIB + 7, 2);
+    let mut s = Sim::new(cfg(false));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "f", &old));
+    // Two chunks of the first try written, then the sender finds the file
+    // changed: it drops it and announces it again.
+    s.record(2, 2, 0, &old[..MIB], None);
+    s.record(2, 2, 1, &old[MIB..2 * MIB], None);
+    s.frame(Frame::FileFailed {
+        id: 2,
+        message: "f: changed while being sent; sent again".into(),
+        vanished: false,
+        again: true,
+    });
+    s.frame(file(3, "f", &new));
+    s.frame(Frame::ManifestEnd);
+    // (A record of the first try still on its way is dropped.)
+    s.record(2, 2, 2, &old[2 * MIB..], None);
+    assert_eq!(s.wants().last(), Some(&(3, Want::All)), "{:?}", s.sent);
+    s.send_file(3, &new);
+    assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
+    // Only the second try is reported, and it is what landed.
+    assert_eq!(s.results(), [(3, Outcome::Verified)]);
+    assert_eq!(read(&s.path("f")), new);
+    let left: Vec<_> = std::fs::read_dir(s.path(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [std::ffi::OsString::from("f")]);
+    let r = s.core.take_report();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+}
+
+#[test]
 fn a_dry_run_wants_no_data_writes_nothing_and_compares_checksums_by_hash_alone() {
     let dry = |sync| RecvConfig {
         dry_run: true,
@@ -1057,6 +1093,7 @@ fn a_file_that_vanished_on_the_sending_side_leaves_no_part_or_journal() {
         id: 2,
         message: "big: vanished before it was read".into(),
         vanished: true,
+        again: false,
     });
     s.run_all();
     assert_eq!(*s.core.state(), State::Finished, "{:?}", s.sent);
@@ -1126,6 +1163,7 @@ fn a_file_the_sender_gives_up_fails_alone() {
         id: 2,
         message: "the file shrank".into(),
         vanished: false,
+        again: false,
     });
     s.record(2, 2, 1, &big[MIB..], None);
     assert_eq!(s.ready, [2], "the late record is dropped at once");

@@ -244,7 +244,51 @@ struct OutFile<S> {
     /// A read found it sparse: its chunks are charged [`HOLE_CHARGE`]
     /// while read.
     sparse: bool,
+    /// Its entry as announced (sent again, under a new id, if the file
+    /// changes while it is sent).
+    entry: Entry,
+    /// It is the second try of a file that changed while it was sent.
+    again: bool,
 }
+
+impl<S> OutFile<S> {
+    /// A file announced as `entry` (`again`: its second try), not yet
+    /// wanted.
+    fn new(src: S, display: String, entry: &Entry, again: bool) -> OutFile<S> {
+        OutFile {
+            src,
+            display,
+            plan: ChunkPlan::new(entry.size),
+            mtime_ns: entry.mtime_ns,
+            started: false,
+            remaining: 0,
+            digests: Vec::new(),
+            sent: 0,
+            resumed: 0,
+            failed: false,
+            compare: None,
+            sparse: false,
+            entry: entry.clone(),
+            again,
+        }
+    }
+}
+
+/// The source file changed while it was sent: its size and mtime now (the
+/// error a read or a check gives; the file is tried once more).
+#[derive(Debug)]
+pub(crate) struct Changed {
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+impl std::fmt::Display for Changed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the file changed while being sent")
+    }
+}
+
+impl std::error::Error for Changed {}
 
 /// A wanted file in the queue: its chunks `next..`, handed out one at a
 /// time (the queue holds one entry per file, not per chunk: a client that
@@ -469,23 +513,8 @@ impl<S: Clone> SendCore<S> {
                 }
                 let file = (entry.kind == EntryKind::File).then_some(()).and(src);
                 if let Some(src) = &file {
-                    self.files.insert(
-                        id,
-                        OutFile {
-                            src: src.clone(),
-                            display,
-                            plan: ChunkPlan::new(entry.size),
-                            mtime_ns: entry.mtime_ns,
-                            started: false,
-                            remaining: 0,
-                            digests: Vec::new(),
-                            sent: 0,
-                            resumed: 0,
-                            failed: false,
-                            compare: None,
-                            sparse: false,
-                        },
-                    );
+                    self.files
+                        .insert(id, OutFile::new(src.clone(), display, &entry, false));
                     Progress::add(&self.progress.files_total, 1);
                     Progress::add(&self.progress.bytes_total, entry.size);
                 }
@@ -923,7 +952,17 @@ impl<S: Clone> SendCore<S> {
 
     /// The file could not be read: tell the receiver, read no more of it.
     /// One that is not found was deleted after the walk saw it (vanished).
+    /// One that changed while it was sent is sent once more, whole, under
+    /// a new id.
     fn file_failed(&mut self, id: u64, e: &std::io::Error) {
+        let changed = e.get_ref().and_then(|e| e.downcast_ref::<Changed>());
+        if let (Some(c), Some(f)) = (changed, self.files.get(&id)) {
+            if !f.again && !f.failed {
+                let (size, mtime_ns) = (c.size, c.mtime_ns);
+                self.send_again(id, size, mtime_ns);
+                return;
+            }
+        }
         if let Some(f) = self.files.get_mut(&id) {
             if f.failed {
                 return;
@@ -939,7 +978,40 @@ impl<S: Clone> SendCore<S> {
                 id,
                 message,
                 vanished,
+                again: false,
             });
+        }
+    }
+
+    /// File `id` changed while it was sent: it is dropped at the receiver
+    /// and announced again with its size and mtime now, under a new id
+    /// (records of the old one still on their way are then not its).
+    fn send_again(&mut self, id: u64, size: u64, mtime_ns: i64) {
+        let Some(old) = self.files.remove(&id) else {
+            return;
+        };
+        self.jobs.push_back(Job::Close { id });
+        self.frames.push_back(Frame::FileFailed {
+            id,
+            message: format!("{}: changed while being sent; sent again", old.display),
+            vanished: false,
+            again: true,
+        });
+        self.next_id += 1;
+        let new = self.next_id;
+        let mut entry = old.entry.clone();
+        entry.id = new;
+        entry.size = size;
+        entry.mtime_ns = mtime_ns;
+        Progress::add(&self.progress.bytes_total, size);
+        self.progress
+            .bytes_total
+            .fetch_sub(old.plan.size, std::sync::atomic::Ordering::Relaxed);
+        self.files
+            .insert(new, OutFile::new(old.src, old.display, &entry, true));
+        self.frames.push_back(Frame::Entry(entry));
+        if self.cfg.fresh {
+            self.start(new, None);
         }
     }
 

@@ -26,6 +26,8 @@ struct Sim {
     unreadable: Option<u64>,
     /// The sources are sparse: a chunk of zeros is a hole.
     sparse: bool,
+    /// Files (by id) whose last check finds them changed: 5 bytes now.
+    changing: Vec<u64>,
     /// Lanes report idle again as soon as they have written.
     auto_idle: bool,
 }
@@ -44,6 +46,7 @@ impl Sim {
             out: Vec::new(),
             unreadable: None,
             sparse: false,
+            changing: Vec::new(),
             auto_idle: true,
         };
         s.pump();
@@ -86,10 +89,17 @@ impl Sim {
                 plan,
                 send,
                 charged,
+                check,
                 ..
             } => {
                 let result = if self.unreadable == Some(id) {
                     Err(std::io::Error::other("unreadable"))
+                } else if check.is_some() && self.changing.contains(&id) {
+                    // (A file of one chunk is checked by its read.)
+                    Err(std::io::Error::other(super::send::Changed {
+                        size: 5,
+                        mtime_ns: 9,
+                    }))
                 } else {
                     let (o, n) = (
                         plan.offset(index) as usize,
@@ -118,7 +128,16 @@ impl Sim {
                     result,
                 }
             }
-            Job::Check { id, .. } => Done::Checked { id, result: Ok(()) },
+            Job::Check { id, .. } => Done::Checked {
+                id,
+                result: match self.changing.contains(&id) {
+                    true => Err(std::io::Error::other(super::send::Changed {
+                        size: 5,
+                        mtime_ns: 9,
+                    })),
+                    false => Ok(()),
+                },
+            },
             Job::Compare { lane, id, src } => Done::Compared {
                 lane,
                 id,
@@ -330,6 +349,56 @@ fn a_sparse_files_holes_go_as_headers_without_data_and_the_lanes_do_not_fill() {
 }
 
 #[test]
+fn a_file_that_changes_while_sent_is_announced_again_once_then_reported() {
+    let mut s = Sim::new(false, 1, 0);
+    s.changing = vec![2, 3];
+    s.walk("", EntryKind::Dir, None);
+    s.file("big", &bytes(2 * MIB, 4));
+    s.frame(Frame::Want {
+        id: 2,
+        want: Want::All,
+    });
+    // Dropped at the receiver, and announced again as it is now.
+    let n = s.sent.len();
+    assert!(
+        matches!(
+            &s.sent[n - 2],
+            Frame::FileFailed {
+                id: 2,
+                again: true,
+                ..
+            }
+        ),
+        "{:?}",
+        &s.sent[n - 2..]
+    );
+    match &s.sent[n - 1] {
+        Frame::Entry(e) => assert_eq!(
+            (e.id, e.size, e.mtime_ns, e.path.as_slice()),
+            (3, 5, 9, &b"big"[..])
+        ),
+        f => panic!("{f:?}"),
+    }
+    // Its second try changes too: reported, not tried again.
+    s.frame(Frame::Want {
+        id: 3,
+        want: Want::All,
+    });
+    match s.sent.last() {
+        Some(Frame::FileFailed {
+            id: 3,
+            message,
+            again: false,
+            vanished: false,
+        }) => assert!(
+            message.contains("big: the file changed while being sent"),
+            "{message}"
+        ),
+        f => panic!("{f:?}"),
+    }
+}
+
+#[test]
 fn a_fresh_session_sends_every_file_unasked_right_after_its_entry() {
     let mut s = Sim::new(true, 1, 0);
     s.walk("", EntryKind::Dir, None);
@@ -411,7 +480,7 @@ fn an_unreadable_file_fails_alone_and_is_read_no_more() {
         .collect();
     assert_eq!(failed.len(), 1, "one FileFailed: {failed:?}");
     assert!(
-        matches!(failed[0], Frame::FileFailed { id: 2, message, vanished: false } if message.contains("bad: unreadable"))
+        matches!(failed[0], Frame::FileFailed { id: 2, message, vanished: false, .. } if message.contains("bad: unreadable"))
     );
     assert!(s.chunks_of(2).is_empty());
     assert_eq!(s.chunks_of(3), [0]);

@@ -557,6 +557,7 @@ async fn broken_data_streams() {
         id: 2,
         message: "changed while being sent".into(),
         vanished: false,
+        again: false,
     })
     .await;
     // (The session may be over before the record is all sent: the server
