@@ -6,7 +6,9 @@ use longhaul_transfer::{EntryKind, RelPath};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
-/// One manifest entry: a file, a directory or a symbolic link.
+/// One manifest entry: a file, a directory, a symbolic link, or another
+/// name of a file listed before it (`HardLink`, `link` that file's path;
+/// version 3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Item {
     /// Relative to the receiver's destination; never empty, validated on receipt.
@@ -59,6 +61,7 @@ impl Manifest {
         };
         let mut seen = HashSet::new();
         let mut leaves = HashSet::new();
+        let mut files = HashSet::new();
         let mut total: u64 = 0;
         for it in &m.items {
             let p = RelPath::from_wire(&it.path).map_err(|e| {
@@ -73,7 +76,21 @@ impl Manifest {
             if it.kind != EntryKind::Dir {
                 leaves.insert(it.path.clone());
             }
+            if it.kind == EntryKind::HardLink && !files.contains(&it.link) {
+                return Err(format!(
+                    "{}: a hard link to a name that is not a file listed before it",
+                    p.display()
+                ));
+            }
+            if it.kind.is_special() {
+                return Err(format!(
+                    "{}: a {} is not sent by multicast",
+                    p.display(),
+                    it.kind.name()
+                ));
+            }
             if it.kind == EntryKind::File {
+                files.insert(it.path.clone());
                 total = total
                     .checked_add(it.size)
                     .ok_or("manifest file sizes overflow")?;
@@ -188,6 +205,20 @@ mod tests {
         assert!(check(vec![file("a", 1), file("a/b", 1)], 2)
             .unwrap_err()
             .contains("beneath"));
+        // A hard link names a file listed before it, nothing else.
+        let hard = |to: &str| Item {
+            kind: EntryKind::HardLink,
+            link: to.as_bytes().to_vec(),
+            ..file("h", 0)
+        };
+        assert!(check(vec![file("a", 1), hard("a")], 1).is_ok());
+        for (items, len) in [
+            (vec![hard("a"), file("a", 1)], 1),
+            (vec![file("a", 1), hard("b")], 1),
+            (vec![file("a", 1), hard("../x")], 1),
+        ] {
+            assert!(check(items, len).unwrap_err().contains("hard link"));
+        }
         let mut l = file("l", 0);
         l.kind = EntryKind::Symlink;
         l.link = b"/etc".to_vec();

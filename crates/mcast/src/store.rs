@@ -79,6 +79,9 @@ impl FileSet {
                 (root, rel.clone(), Some(rel))
             };
             let root = Arc::new(root);
+            // Files of several names, by device and inode: the path each
+            // was first listed under (the others go as `HardLink`).
+            let mut linked: std::collections::HashMap<(u64, u64), Vec<u8>> = Default::default();
             let walker = Walker::new(&root, &start)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
             for it in walker {
@@ -114,7 +117,20 @@ impl FileSet {
                     ));
                 }
                 let mut hash = [0u8; 32];
-                if it.kind == EntryKind::File {
+                let mut kind = it.kind;
+                let mut link = it.link;
+                if kind == EntryKind::File && it.nlink > 1 {
+                    match linked.get(&it.dev_ino) {
+                        Some(first) => {
+                            kind = EntryKind::HardLink;
+                            link = first.clone();
+                        }
+                        None => {
+                            linked.insert(it.dev_ino, rel.as_bytes().to_vec());
+                        }
+                    }
+                }
+                if kind == EntryKind::File {
                     let full = start.join(&it.path).expect("joined path");
                     match hash_file(&root, &full, &mut |n| progress(hashed + n)) {
                         Ok((h, n)) if n == it.size => {
@@ -143,15 +159,11 @@ impl FileSet {
                 }
                 items.push(Item {
                     path: rel.as_bytes().to_vec(),
-                    kind: it.kind,
-                    size: if it.kind == EntryKind::File {
-                        it.size
-                    } else {
-                        0
-                    },
+                    kind,
+                    size: if kind == EntryKind::File { it.size } else { 0 },
                     mode: it.mode,
                     mtime_ns: it.mtime_ns,
-                    link: it.link,
+                    link,
                     hash,
                 });
             }
@@ -370,10 +382,18 @@ impl FileStore {
         }
         self.parts.clear();
         for it in &m.items {
-            if it.kind == EntryKind::Symlink {
-                let rel = RelPath::from_wire(&it.path).expect("validated");
-                dest.make_symlink(&rel, &it.link, it.mtime_ns, &Default::default())
-                    .map_err(|e| format!("{}: {e}", rel.display()))?;
+            let rel = RelPath::from_wire(&it.path).expect("validated");
+            match it.kind {
+                EntryKind::Symlink => dest
+                    .make_symlink(&rel, &it.link, it.mtime_ns, &Default::default())
+                    .map_err(|e| format!("{}: {e}", rel.display()))?,
+                // (Its file is placed: linked to it.)
+                EntryKind::HardLink => {
+                    let first = RelPath::from_wire(&it.link).expect("validated");
+                    dest.make_hardlink(&rel, &first)
+                        .map_err(|e| format!("{}: {e}", rel.display()))?
+                }
+                _ => {}
             }
         }
         dest.finish_dirs().map_err(|e| e.to_string())?;

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub const MAGIC: [u8; 2] = *b"LM";
 /// Protocol version, byte 2 of the header; a datagram of another version is refused
 /// ([`WireError::Version`]).
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes of the header every datagram starts with; a sealed datagram's associated data.
 pub const HEADER_LEN: usize = 16;
 /// Fixed fields of a DATA body before the symbol: seq u64, block u32, esi u32.

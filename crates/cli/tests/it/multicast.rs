@@ -42,6 +42,8 @@ fn tree(base: &Path) -> PathBuf {
         .unwrap();
     }
     std::fs::create_dir_all(t.join("empty-dir")).unwrap();
+    // Another name of big.bin, in another directory: its bytes go once.
+    std::fs::hard_link(t.join("big.bin"), t.join("a/b/big-again.bin")).unwrap();
     symlink("one", t.join("link-rel")).unwrap();
     symlink("/etc/passwd", t.join("link-abs")).unwrap();
     let mut ns = 1_600_000_000_123_456_789i64;
@@ -137,6 +139,12 @@ fn a_tree_reaches_two_receivers_identically() {
         o.expect_code(0);
         assert!(o.stderr.contains(": ok,"), "{}", o.stderr);
         assert_same_tree(&src, &d.join("products"), Compare::ALL);
+        // The two names of big.bin are one file there too.
+        let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        assert_eq!(
+            ino(&d.join("products/big.bin")),
+            ino(&d.join("products/a/b/big-again.bin"))
+        );
         // Nothing but the tree: no part files left behind.
         let names: Vec<_> = std::fs::read_dir(d)
             .unwrap()
