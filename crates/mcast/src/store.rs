@@ -79,13 +79,11 @@ impl FileSet {
                 (root, rel.clone(), Some(rel))
             };
             let root = Arc::new(root);
-            // Files of several names, by device and inode: the path each
-            // was first listed under (the others go as `HardLink`).
-            let mut linked: std::collections::HashMap<(u64, u64), Vec<u8>> = Default::default();
+            let mut linked = longhaul_transfer::walk::HardLinks::default();
             let walker = Walker::new(&root, &start)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
             for it in walker {
-                let it = match it {
+                let mut it = match it {
                     Ok(it) => it,
                     Err(e) => {
                         skipped.push(e.to_string());
@@ -117,19 +115,8 @@ impl FileSet {
                     ));
                 }
                 let mut hash = [0u8; 32];
-                let mut kind = it.kind;
-                let mut link = it.link;
-                if kind == EntryKind::File && it.nlink > 1 {
-                    match linked.get(&it.dev_ino) {
-                        Some(first) => {
-                            kind = EntryKind::HardLink;
-                            link = first.clone();
-                        }
-                        None => {
-                            linked.insert(it.dev_ino, rel.as_bytes().to_vec());
-                        }
-                    }
-                }
+                linked.mark(&mut it, rel.as_bytes());
+                let (kind, link) = (it.kind, it.link);
                 if kind == EntryKind::File {
                     let full = start.join(&it.path).expect("joined path");
                     match hash_file(&root, &full, &mut |n| progress(hashed + n)) {

@@ -119,9 +119,11 @@ impl RecvDisk {
         self
     }
 
+    /// What this destination applies of an item's `owner` and `xattrs`.
     fn applied(
         &self,
-        (owner, xattrs): &crate::core::recv::Sent,
+        owner: &longhaul_transfer::meta::Owner,
+        xattrs: &[longhaul_transfer::meta::Xattr],
     ) -> longhaul_transfer::meta::Applied {
         longhaul_transfer::meta::applied(owner, xattrs, self.meta)
     }
@@ -236,7 +238,7 @@ impl RecvDisk {
                 mtime_ns,
                 sent,
             } => {
-                let meta = self.applied(&sent);
+                let meta = self.applied(&sent.0, &sent.1);
                 let result = self
                     .dest
                     .lock()
@@ -250,7 +252,7 @@ impl RecvDisk {
                 mtime_ns,
                 sent,
             } => {
-                let meta = self.applied(&sent);
+                let meta = self.applied(&sent.0, &sent.1);
                 let result = self
                     .dest
                     .lock()
@@ -266,7 +268,7 @@ impl RecvDisk {
                 mtime_ns,
                 sent,
             } => {
-                let meta = self.applied(&sent);
+                let meta = self.applied(&sent.0, &sent.1);
                 let result = self
                     .dest
                     .lock()
@@ -415,8 +417,10 @@ impl RecvDisk {
         e: &longhaul_transfer::Entry,
         sync: SyncMode,
     ) -> io::Result<Opened> {
+        // (The real run's decision, without its part.)
         let dest = self.dest.lock().unwrap();
-        let Some(found) = dest.found(target)? else {
+        let Some(x) = dest.existing_file(target)? else {
+            // (Nothing there, or something the file replaces.)
             return Ok(Opened::Would(What::File {
                 new: true,
                 size: false,
@@ -424,26 +428,16 @@ impl RecvDisk {
                 checksum: false,
             }));
         };
-        let size = found.size != e.size;
-        let mtime = !longhaul_transfer::sync::same_mtime(found.mtime_ns, e.mtime_ns);
-        if found.kind != Some(EntryKind::File) {
-            // (Replaced by the file.)
-            return Ok(Opened::Would(What::File {
-                new: true,
-                size: false,
-                mtime: false,
-                checksum: false,
-            }));
+        let mtime = !longhaul_transfer::sync::same_mtime(x.mtime_ns, e.mtime_ns);
+        if needs_local_hash(sync, e, Some(&x)) {
+            let local = dest.hash_file(target)?;
+            return Ok(Opened::Compare { local, mtime });
         }
-        match sync {
-            SyncMode::SizeMtime if !size && !mtime => Ok(Opened::Skip),
-            SyncMode::Checksum if !size => Ok(Opened::Compare {
-                local: dest.hash_file(target)?,
-                mtime,
-            }),
+        match decide(sync, e, Some(&x), None) {
+            Decision::Skip => Ok(Opened::Skip),
             _ => Ok(Opened::Would(What::File {
                 new: false,
-                size,
+                size: x.size != e.size,
                 mtime,
                 checksum: false,
             })),
@@ -476,9 +470,7 @@ impl RecvDisk {
             // (as rsync -a's does).
             // (Its owner and attributes too, before the mode: a chown
             // clears setuid bits.)
-            if let Err(err) =
-                dest.fix_meta(target, &self.applied(&(e.owner.clone(), e.xattrs.clone())))
-            {
+            if let Err(err) = dest.fix_meta(target, &self.applied(&e.owner, &e.xattrs)) {
                 let shown = target.display();
                 tracing::warn!(
                     "{shown}: skipped, but its owner or attributes were not updated: {err}"
@@ -513,7 +505,7 @@ impl RecvDisk {
         if in_fresh_dir {
             inc.in_fresh_dir();
         }
-        inc.set_meta(self.applied(&(e.owner.clone(), e.xattrs.clone())));
+        inc.set_meta(self.applied(&e.owner, &e.xattrs));
         let want = match decision {
             Decision::UnlessHash(h) => Want::UnlessHash(h),
             _ if inc.resumed_bytes > 0 => Want::Chunks(ranges),

@@ -525,9 +525,8 @@ fn walk_all(
     let send = |w: Walked<Src>| tx.blocking_send(Input::Walked(w)).is_ok();
     for (root, src) in sources.into_iter().enumerate() {
         let root = root as u32;
-        // A root's files of several links, by device and inode: the path
-        // each was first sent under (its other names go as `HardLink`).
-        let mut linked: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
+        // (Hard links are kept within a root.)
+        let mut linked = longhaul_transfer::walk::HardLinks::default();
         let (src, walker) = match src.and_then(|s| open_root(s, filter)) {
             Ok(x) => x,
             Err((code, message)) => {
@@ -548,7 +547,7 @@ fn walk_all(
                     path: e.path.as_bytes().to_vec(),
                     message: e.error.to_string(),
                 },
-                Ok(it) => {
+                Ok(mut it) => {
                     let path = match src.start.join(&it.path) {
                         Ok(p) => p,
                         Err(e) => {
@@ -557,19 +556,9 @@ fn walk_all(
                             return;
                         }
                     };
-                    let mut kind = it.kind;
-                    let mut link = it.link;
-                    if kind == EntryKind::File && it.nlink > 1 {
-                        match linked.get(&it.dev_ino) {
-                            Some(first) => {
-                                kind = EntryKind::HardLink;
-                                link = first.clone();
-                            }
-                            None => {
-                                linked.insert(it.dev_ino, it.path.as_bytes().to_vec());
-                            }
-                        }
-                    }
+                    let name = it.path.as_bytes().to_vec();
+                    linked.mark(&mut it, &name);
+                    let (kind, link) = (it.kind, it.link);
                     let file = (kind == EntryKind::File).then(|| {
                         Arc::new(SrcFile {
                             dir: src.dir.clone(),

@@ -44,6 +44,32 @@ pub struct WalkItem {
     pub allocated: u64,
 }
 
+/// The files of several names a walk found, by device and inode: the name
+/// each was first sent under. A sender sends such a file's data under that
+/// name only, and each other name as a [`EntryKind::HardLink`] to it.
+#[derive(Debug, Default)]
+pub struct HardLinks(std::collections::HashMap<(u64, u64), Vec<u8>>);
+
+impl HardLinks {
+    /// Make `it` a hard link to the name its file was first sent under, if
+    /// one came before; else, if it has several names, remember `name` (how
+    /// it is named in what is sent) as its first.
+    pub fn mark(&mut self, it: &mut WalkItem, name: &[u8]) {
+        if it.kind != EntryKind::File || it.nlink <= 1 {
+            return;
+        }
+        match self.0.get(&it.dev_ino) {
+            Some(first) => {
+                it.kind = EntryKind::HardLink;
+                it.link = first.clone();
+            }
+            None => {
+                self.0.insert(it.dev_ino, name.to_vec());
+            }
+        }
+    }
+}
+
 /// A failure to read part of the tree; the walk goes on with the rest.
 #[derive(Debug)]
 pub struct WalkError {

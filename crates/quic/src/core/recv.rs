@@ -773,10 +773,6 @@ impl RecvCore {
             | EntryKind::Socket
             | EntryKind::CharDevice
             | EntryKind::BlockDevice) => {
-                let asked = match k.is_device() {
-                    true => self.cfg.devices,
-                    false => self.cfg.specials,
-                };
                 if asked {
                     self.jobs.push_back(Job::Special {
                         target,
