@@ -4,7 +4,7 @@
 //! comes back, so no handshake ever completes and no Retry is ever answered.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,7 @@ pub fn initials(server: SocketAddr, n: usize) -> Vec<Vec<u8>> {
 /// A flood being sent; [`Flood::stop`] ends it.
 pub struct Flood {
     stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
     thread: std::thread::JoinHandle<usize>,
 }
 
@@ -39,6 +40,8 @@ impl Flood {
     pub fn start(server: SocketAddr, packets: Vec<Vec<u8>>, per_second: u32) -> Flood {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
+        let sent_so_far = Arc::new(AtomicUsize::new(0));
+        let counter = sent_so_far.clone();
         let thread = std::thread::spawn(move || {
             let socks: Vec<UdpSocket> = (2..34)
                 .map(|i| UdpSocket::bind(format!("127.0.0.{i}:0")).expect("a flood socket"))
@@ -51,6 +54,7 @@ impl Flood {
                     let _ = socks[sent % socks.len()].send_to(p, server);
                     sent += 1;
                 }
+                counter.store(sent, Ordering::Relaxed);
                 let due = t0 + Duration::from_secs_f64(sent as f64 / per_second as f64);
                 if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
@@ -58,7 +62,24 @@ impl Flood {
             }
             sent
         });
-        Flood { stop, thread }
+        Flood {
+            stop,
+            sent: sent_so_far,
+            thread,
+        }
+    }
+
+    /// Waits until at least `n` packets have been sent (a loaded machine may
+    /// send slower than asked); false if `limit` passed first.
+    pub fn wait_for(&self, n: usize, limit: Duration) -> bool {
+        let t0 = Instant::now();
+        while self.sent.load(Ordering::Relaxed) < n {
+            if t0.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
     }
 
     /// Stops the flood; the packets sent.

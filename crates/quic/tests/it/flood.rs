@@ -55,7 +55,15 @@ async fn an_honest_get_succeeds_within_2_s_during_a_flood_of_10000_opening_packe
         .unwrap();
     // 10,000 before the honest client starts, and more while it runs.
     let flood = Flood::start(srv.addr, packets, 20_000);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let flood = tokio::task::spawn_blocking(move || {
+        assert!(
+            flood.wait_for(10_000, Duration::from_secs(30)),
+            "the flood did not send 10,000 packets in 30 s"
+        );
+        flood
+    })
+    .await
+    .unwrap();
     let took = honest_get(&srv, t.path(), "d1").await;
     let sent = flood.stop();
     eprintln!("an honest get of 1 MB took {took:?} during a flood of {sent} opening packets");
