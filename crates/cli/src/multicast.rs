@@ -10,6 +10,7 @@ use longhaul_mcast::{
     Group, ReceiveReport, Receiver, ReceiverConfig, ReceiverEvent, RxState, Sender, SenderConfig,
     SenderEvent,
 };
+use longhaul_transfer::meta::{Policy, Wanted};
 use serde_json::json;
 use std::io::IsTerminal;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -135,6 +136,16 @@ pub struct SendArgs {
     /// Multicast TTL (router hops).
     #[arg(long, default_value_t = 8)]
     pub ttl: u32,
+    /// Send extended attributes (the `user.*` namespace; as root
+    /// `trusted.*` and `security.*` too, which a receiver sets only as root
+    /// with --exact-modes). Owners and groups always go; a receiver keeps
+    /// them with --keep-owners.
+    #[arg(long, short = 'X')]
+    pub xattrs: bool,
+    /// Send POSIX ACLs (access and default); their entries keep their
+    /// numeric ids.
+    #[arg(long, short = 'A')]
+    pub acls: bool,
     /// One JSON document on stdout at the end (per-receiver results, totals).
     #[arg(long)]
     pub json: bool,
@@ -177,6 +188,16 @@ pub struct ReceiveArgs {
     /// within 0775).
     #[arg(long)]
     pub exact_modes: bool,
+    /// Give the files received the owner and group sent (by name, or by
+    /// number with --numeric-ids), when this receiver runs as root. By
+    /// default they belong to the receiver's user: a sender cannot give
+    /// files to other users of this host.
+    #[arg(long)]
+    pub keep_owners: bool,
+    /// With --keep-owners, the owner and group numbers sent, not the local
+    /// ids of the names sent.
+    #[arg(long, requires = "keep_owners")]
+    pub numeric_ids: bool,
     /// Where the receiver keeps the sealed sessions it took in the last 10
     /// minutes, to refuse them if replayed (a file per --dest)
     /// [default: $XDG_STATE_HOME/longhaul/multicast].
@@ -273,8 +294,12 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
     );
     bar.set_message("hashing");
     let t0 = Instant::now();
-    let mut files =
-        FileSet::build(&a.paths, |n| bar.set_position(n)).context("reading the paths to send")?;
+    let want = Wanted {
+        xattrs: a.xattrs,
+        acls: a.acls,
+    };
+    let mut files = FileSet::build(&a.paths, want, |n| bar.set_position(n))
+        .context("reading the paths to send")?;
     for s in &files.skipped {
         eprintln!("warning: skipped {s}");
     }
@@ -480,6 +505,7 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
     cfg.key_material = read_key(&a.key_file)?;
     cfg.accept_unsealed = a.accept_any_sender;
     cfg.idle_timeout = a.idle_timeout;
+    cfg.verify_apart = true;
     let mut core = Receiver::new(cfg).map_err(usage)?;
     let state = a
         .state_dir
@@ -488,9 +514,21 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
     // One record per destination (by its canonical path).
     let canon = std::fs::canonicalize(&a.dest).unwrap_or_else(|_| a.dest.clone());
     let tag = blake3::hash(canon.as_os_str().as_encoded_bytes()).to_hex();
+    let root = nix::unistd::geteuid().is_root();
+    if a.keep_owners && !root {
+        eprintln!(
+            "longhaul multicast receive: --keep-owners takes effect as root only; \
+             the files received will belong to this user"
+        );
+    }
     let mut store = FileStore::new(&a.dest)
         .context("destination")?
         .exact_modes(a.exact_modes)
+        .meta(Policy {
+            owners: a.keep_owners && root,
+            numeric_ids: a.numeric_ids,
+            privileged: a.exact_modes && root,
+        })
         .sessions_file(state.join(format!("sessions-{}", &tag[..16])));
     let sock =
         udp::receiver_socket(addr, a.interface).with_context(|| format!("listening on {addr}"))?;
@@ -512,6 +550,7 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
         );
     }
     let mut last: Option<ReceiveReport> = None;
+    let mut not_held = longhaul_transfer::meta::not_held();
     let json = a.json;
     let has_key = a.key_file.is_some();
     udp::run_receiver(
@@ -561,11 +600,23 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
                 eprintln!("session {session:016x}: this receiver is not in its closed group");
             }
             ReceiverEvent::Ended(r) => {
+                // Items of this session placed without their attributes.
+                let held = longhaul_transfer::meta::not_held();
+                let bare = held - std::mem::replace(&mut not_held, held);
                 if json {
-                    println!("{}", ended_event(&r));
+                    let mut j = ended_event(&r);
+                    j["attrs_not_kept"] = json!(bare);
+                    println!("{j}");
                 } else if r.ok {
+                    let attrs = match bare {
+                        0 => String::new(),
+                        n => format!(
+                            "; {n} item(s) without their extended attributes or ACLs \
+                             (the destination's file system keeps none)"
+                        ),
+                    };
                     eprintln!(
-                        "session {:016x}: ok, {} files, {} bytes in {:.2} s, lost {} of {} packets",
+                        "session {:016x}: ok, {} files, {} bytes in {:.2} s, lost {} of {} packets{attrs}",
                         r.session,
                         r.files,
                         r.bytes,

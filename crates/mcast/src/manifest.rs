@@ -2,13 +2,23 @@
 //! files, the BLAKE3 the receiver checks before a file takes its final name.
 //! Files' bytes follow in the data object in manifest order.
 
+use longhaul_transfer::meta::{Owner, Xattr};
 use longhaul_transfer::{EntryKind, RelPath};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
+/// At most this many data extents in one sparse file (a file with more is
+/// sent whole; a manifest with more is refused).
+pub const MAX_EXTENTS: usize = 4096;
+
+/// At most this many bytes of extended attributes (names and values) on one
+/// entry, as Linux allows on most file systems.
+pub const MAX_XATTR_BYTES: usize = 64 * 1024;
+
 /// One manifest entry: a file, a directory, a symbolic link, or another
 /// name of a file listed before it (`HardLink`, `link` that file's path;
-/// version 3).
+/// version 3). Version 4 adds a sparse file's data extents, the owner and
+/// the extended attributes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Item {
     /// Relative to the receiver's destination; never empty, validated on receipt.
@@ -25,6 +35,75 @@ pub struct Item {
     pub link: Vec<u8>,
     /// BLAKE3 of a file's bytes (zero for other kinds).
     pub hash: [u8; 32],
+    /// A sparse file's data: (offset, length) of each extent, in order and
+    /// apart; the rest of the file is holes, which the data object does not
+    /// carry and the receiver leaves as holes. None: all of the file.
+    pub extents: Option<Vec<(u64, u64)>>,
+    /// The owner and group at the sender (None: not sent).
+    pub owner: Option<Owner>,
+    /// Extended attributes (`--xattrs`, `--acls`), sorted by name.
+    pub xattrs: Vec<Xattr>,
+}
+
+impl Item {
+    /// The bytes of this entry in the data object: a file's data extents
+    /// (all of it when not sparse); 0 for the other kinds.
+    pub fn stored(&self) -> u64 {
+        match (&self.extents, self.kind) {
+            (_, k) if k != EntryKind::File => 0,
+            (Some(x), _) => x.iter().map(|&(_, n)| n).sum(),
+            (None, _) => self.size,
+        }
+    }
+
+    /// Where this file's bytes lie in the file: (offset, length) of each
+    /// piece the data object carries, in order.
+    pub fn pieces(&self) -> Vec<(u64, u64)> {
+        match &self.extents {
+            Some(x) => x.clone(),
+            None if self.size > 0 => vec![(0, self.size)],
+            None => Vec::new(),
+        }
+    }
+
+    /// Extents in order, apart, not empty and within the file; attributes
+    /// within [`MAX_XATTR_BYTES`].
+    fn check_shape(&self) -> Result<(), String> {
+        if let Some(x) = &self.extents {
+            if self.kind != EntryKind::File {
+                return Err("only files have extents".into());
+            }
+            if x.len() > MAX_EXTENTS {
+                return Err(format!("{} extents, more than {MAX_EXTENTS}", x.len()));
+            }
+            let mut end = 0u64;
+            for (i, &(at, n)) in x.iter().enumerate() {
+                let last = at.checked_add(n).ok_or("an extent past the file's end")?;
+                if n == 0 || (i > 0 && at <= end) || last > self.size {
+                    return Err("extents out of order, empty or past the file's end".into());
+                }
+                end = last;
+            }
+        }
+        let bytes: usize = self
+            .xattrs
+            .iter()
+            .map(|x| x.name.len() + x.value.len())
+            .sum();
+        if bytes > MAX_XATTR_BYTES {
+            return Err(format!(
+                "{bytes} bytes of extended attributes, more than {MAX_XATTR_BYTES}"
+            ));
+        }
+        if self
+            .xattrs
+            .iter()
+            .any(|x| x.name.is_empty() || x.name.contains(&0))
+        {
+            return Err("an extended attribute without a name".into());
+        }
+        Ok(())
+    }
 }
 
 /// The manifest object: every entry of the session, in order (postcard-encoded).
@@ -41,7 +120,20 @@ pub struct FileSpan {
     pub item: usize,
     /// Where the file's first byte lies in the data object.
     pub offset: u64,
-    /// The file's length in bytes.
+    /// The file's bytes in the data object (its data extents, when sparse).
+    pub len: u64,
+}
+
+/// A piece of a file in the data object ([`Manifest::segments`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Index into `Manifest::items`.
+    pub item: usize,
+    /// Where its first byte lies in the data object.
+    pub obj: u64,
+    /// Where it lies in the file.
+    pub at: u64,
+    /// Its length in bytes.
     pub len: u64,
 }
 
@@ -53,7 +145,8 @@ impl Manifest {
 
     /// Decode and validate a received manifest against the announced data length:
     /// every path is a valid relative path, unique, and beneath no file or link;
-    /// file sizes add up to `data_len`.
+    /// extents in order and within their files; files' stored bytes add up to
+    /// `data_len`.
     pub fn decode(bytes: &[u8], data_len: u64) -> Result<Manifest, String> {
         let m: Manifest = match postcard::take_from_bytes(bytes) {
             Ok((m, [])) => m,
@@ -89,10 +182,12 @@ impl Manifest {
                     it.kind.name()
                 ));
             }
+            it.check_shape()
+                .map_err(|e| format!("{}: {e}", p.display()))?;
             if it.kind == EntryKind::File {
                 files.insert(it.path.clone());
                 total = total
-                    .checked_add(it.size)
+                    .checked_add(it.stored())
                     .ok_or("manifest file sizes overflow")?;
             } else if it.size != 0 {
                 return Err(format!("{}: only files have a size", p.display()));
@@ -128,24 +223,43 @@ impl Manifest {
         let mut v = Vec::new();
         for (i, it) in self.items.iter().enumerate() {
             if it.kind == EntryKind::File {
+                let len = it.stored();
                 v.push(FileSpan {
                     item: i,
                     offset: off,
-                    len: it.size,
+                    len,
                 });
-                off += it.size;
+                off += len;
             }
         }
         v
     }
 
-    /// Bytes of the data object: every file's size added up.
+    /// Bytes of the data object: every file's stored bytes added up.
     pub fn data_len(&self) -> u64 {
-        self.items
-            .iter()
-            .filter(|i| i.kind == EntryKind::File)
-            .map(|i| i.size)
-            .sum()
+        self.items.iter().map(Item::stored).sum()
+    }
+
+    /// Every file's pieces in data-object order: (index into `items`, offset
+    /// in the data object, offset in the file, length).
+    pub fn segments(&self) -> Vec<Segment> {
+        let mut obj = 0;
+        let mut v = Vec::new();
+        for (i, it) in self.items.iter().enumerate() {
+            if it.kind != EntryKind::File {
+                continue;
+            }
+            for (at, len) in it.pieces() {
+                v.push(Segment {
+                    item: i,
+                    obj,
+                    at,
+                    len,
+                });
+                obj += len;
+            }
+        }
+        v
     }
 
     /// Number of files (directories and links not counted).
@@ -170,6 +284,9 @@ mod tests {
             mtime_ns: 1,
             link: vec![],
             hash: [0; 32],
+            extents: None,
+            owner: None,
+            xattrs: vec![],
         }
     }
 
@@ -233,5 +350,80 @@ mod tests {
             Manifest::decode(b"\xff\xff", 0),
             Err("malformed manifest".into())
         );
+        // Extents in order, apart, within the file, of files only.
+        let sparse = |x: Vec<(u64, u64)>| Item {
+            extents: Some(x),
+            ..file("s", 100)
+        };
+        for x in [
+            vec![(10, 5), (12, 5)],
+            vec![(10, 5), (15, 5)],
+            vec![(20, 5), (10, 5)],
+            vec![(10, 0)],
+            vec![(90, 11)],
+            vec![(u64::MAX, 2)],
+        ] {
+            let e = check(vec![sparse(x.clone())], x.iter().map(|e| e.1).sum()).unwrap_err();
+            assert!(e.contains("extent"), "{x:?}: {e}");
+        }
+        let many = (0..=MAX_EXTENTS as u64).map(|i| (i * 2, 1)).collect();
+        let e = check(
+            vec![Item {
+                size: 1 << 20,
+                ..sparse(many)
+            }],
+            MAX_EXTENTS as u64 + 1,
+        )
+        .unwrap_err();
+        assert!(e.contains("more than"), "{e}");
+        let mut d = sparse(vec![(0, 1)]);
+        d.kind = EntryKind::Dir;
+        d.size = 0;
+        assert!(check(vec![d], 0).unwrap_err().contains("only files"));
+        // The data object holds a sparse file's extents only.
+        assert!(check(vec![sparse(vec![(10, 5), (50, 7)])], 100).is_err());
+        assert!(check(vec![sparse(vec![(10, 5), (50, 7)])], 12).is_ok());
+        let big = Item {
+            xattrs: vec![Xattr {
+                name: b"user.big".to_vec(),
+                value: vec![7; MAX_XATTR_BYTES],
+            }],
+            ..file("x", 1)
+        };
+        assert!(check(vec![big], 1)
+            .unwrap_err()
+            .contains("extended attributes"));
+    }
+
+    #[test]
+    fn segments_place_a_sparse_files_extents_in_the_data_object() {
+        let m = Manifest {
+            items: vec![
+                file("a", 3),
+                Item {
+                    extents: Some(vec![(4096, 10), (1 << 30, 6)]),
+                    ..file("s", 2 << 30)
+                },
+                Item {
+                    extents: Some(vec![]),
+                    ..file("hole", 1 << 20)
+                },
+                file("b", 2),
+            ],
+        };
+        assert_eq!(m.data_len(), 3 + 16 + 2);
+        let seg = |item, obj, at, len| Segment { item, obj, at, len };
+        assert_eq!(
+            m.segments(),
+            vec![
+                seg(0, 0, 0, 3),
+                seg(1, 3, 4096, 10),
+                seg(1, 13, 1 << 30, 6),
+                seg(3, 19, 0, 2)
+            ]
+        );
+        let spans: Vec<_> = m.spans().iter().map(|s| (s.offset, s.len)).collect();
+        assert_eq!(spans, vec![(0, 3), (3, 16), (19, 0), (19, 2)]);
+        assert_eq!(Manifest::decode(&m.encode(), 21).unwrap(), m);
     }
 }

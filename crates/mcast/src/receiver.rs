@@ -31,6 +31,8 @@ pub trait Store {
     /// source symbols it holds.
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Every byte is in: verify each file's BLAKE3 and give it its final name.
+    /// Called by the core, or with [`ReceiverConfig::verify_apart`] by the
+    /// driver (on a thread of its own, while the core answers the sender).
     fn finish(&mut self) -> Result<(), String>;
     /// How long the last `finish` took (for reports; zero if not measured).
     fn finish_time(&self) -> Duration {
@@ -65,6 +67,13 @@ pub struct ReceiverConfig {
     pub idle_timeout: Duration,
     /// Extra symbols asked per block beyond K (decoding at K fails ~1 % of the time).
     pub margin: u32,
+    /// The driver runs the store's `finish` (verifying every byte, which
+    /// takes seconds for gigabytes) when [`Receiver::finish_due`] says,
+    /// and hands its result to [`Receiver::verified`]; meanwhile the core
+    /// answers the sender's polls (a receiver that fell silent would be
+    /// given up on) and touches no store. False: the core calls `finish`
+    /// itself, at once.
+    pub verify_apart: bool,
 }
 
 impl ReceiverConfig {
@@ -78,6 +87,7 @@ impl ReceiverConfig {
             accept_unsealed: false,
             idle_timeout: Duration::from_secs(30),
             margin: 2,
+            verify_apart: false,
         }
     }
 }
@@ -207,6 +217,9 @@ enum Phase {
     Manifest,
     /// Manifest in, registering / receiving.
     Receiving,
+    /// Every byte in; the store verifies and places the files (the sender's
+    /// polls are answered with no needs).
+    Verifying,
     /// Reporting completion until acknowledged.
     Reporting { next: Instant, tries: u32 },
 }
@@ -272,6 +285,8 @@ pub struct Receiver {
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
     rng: rand::rngs::StdRng,
+    /// The store's `finish` is due ([`Receiver::finish_due`]).
+    finish_due: bool,
 }
 
 impl Receiver {
@@ -290,7 +305,46 @@ impl Receiver {
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
             rng: rand::rngs::StdRng::from_entropy(),
+            finish_due: false,
         })
+    }
+
+    /// With [`ReceiverConfig::verify_apart`]: every byte of the session is
+    /// in, and the store's `finish` is to run now (true once). Until its
+    /// result comes to [`Receiver::verified`] the core calls no store
+    /// method, so the driver may lend the store to another thread and pass
+    /// any store to `handle` and `handle_timeout` meanwhile.
+    pub fn finish_due(&mut self) -> bool {
+        std::mem::take(&mut self.finish_due)
+    }
+
+    /// The store's `finish` returned `result`: report the session's
+    /// completion to the sender (the files are placed), or its failure (the
+    /// store's parts are removed).
+    pub fn verified(&mut self, now: Instant, result: Result<(), String>, store: &mut dyn Store) {
+        let (ok, error) = match result {
+            Ok(()) => (true, String::new()),
+            Err(e) => (false, e),
+        };
+        if !ok {
+            store.abort();
+        }
+        let Some(s) = self.sess.as_mut().filter(|s| s.phase == Phase::Verifying) else {
+            return;
+        };
+        s.verify_time = store.finish_time();
+        let lost = s.lost();
+        s.complete = Some(Complete {
+            name: self.cfg.name.clone(),
+            ok,
+            bytes: s.layout.data_len,
+            packets: s.packets,
+            lost,
+            elapsed_ms: now.saturating_duration_since(s.start).as_millis() as u64,
+            error,
+        });
+        s.nacks.clear();
+        self.send_complete(now, 0);
     }
 
     /// Seed the feedback jitter (deterministic tests).
@@ -386,7 +440,8 @@ impl Receiver {
             self.try_block(now, b, store);
         }
         let Some(s) = self.sess.as_mut() else { return };
-        if now >= s.last_heard + self.cfg.idle_timeout {
+        // (Verifying, the store's result decides: the core touches no store.)
+        if now >= s.last_heard + self.cfg.idle_timeout && s.phase != Phase::Verifying {
             let why = format!(
                 "the sender was silent for {} s",
                 self.cfg.idle_timeout.as_secs_f64()
@@ -586,6 +641,11 @@ impl Receiver {
             }
             Msg::End(e) => {
                 let s = self.sess.as_ref().expect("session");
+                if s.phase == Phase::Verifying {
+                    // Every byte is in: the files are placed if they verify,
+                    // and that is reported then (to no one, if it is gone).
+                    return;
+                }
                 if let Phase::Reporting { .. } = s.phase {
                     let c = s.complete.clone().expect("complete");
                     return self.conclude(now, c.ok, c.error);
@@ -901,26 +961,14 @@ impl Receiver {
             return;
         }
         s.data_done = Some(now);
-        let (ok, error) = match store.finish() {
-            Ok(()) => (true, String::new()),
-            Err(e) => (false, e),
-        };
-        s.verify_time = store.finish_time();
-        if !ok {
-            store.abort();
+        s.phase = Phase::Verifying;
+        match self.cfg.verify_apart {
+            true => self.finish_due = true,
+            false => {
+                let r = store.finish();
+                self.verified(now, r, store);
+            }
         }
-        let lost = s.lost();
-        s.complete = Some(Complete {
-            name: self.cfg.name.clone(),
-            ok,
-            bytes: s.layout.data_len,
-            packets: s.packets,
-            lost,
-            elapsed_ms: now.saturating_duration_since(s.start).as_millis() as u64,
-            error,
-        });
-        s.nacks.clear();
-        self.send_complete(now, 0);
     }
 
     fn on_poll(&mut self, now: Instant, p: wire::Poll) {
@@ -934,8 +982,9 @@ impl Receiver {
                 return self.send_complete(now, tries);
             }
             // Answer even before our registration is acknowledged: the
-            // answer registers us if the REGISTER was lost.
-            Phase::Receiving => {}
+            // answer registers us if the REGISTER was lost; while verifying
+            // (needing nothing), that we are alive.
+            Phase::Receiving | Phase::Verifying => {}
             _ => return,
         }
         // Ask for enough that, after losing our share of them, K + margin arrive.

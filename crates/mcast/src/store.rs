@@ -8,12 +8,13 @@
 //! Nothing partial ever stands under a final name; a failed session removes its
 //! part files.
 
-use crate::manifest::{FileSpan, Item, Manifest};
+use crate::manifest::{Item, Manifest, Segment, MAX_EXTENTS};
 use crate::receiver::Store;
 use crate::sender::Source;
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
 use cap_std::fs::{Dir, OpenOptions};
 use longhaul_transfer::landing;
+use longhaul_transfer::meta::{self, Applied, Policy, Wanted};
 use longhaul_transfer::place::{open_read, sibling_name, DestDir, PART};
 use longhaul_transfer::walk::Walker;
 use longhaul_transfer::{EntryKind, RelPath};
@@ -36,8 +37,38 @@ const MAX_FDS: usize = 64;
 struct SrcFile {
     root: Arc<Dir>,
     path: RelPath,
-    offset: u64,
+}
+
+/// A piece of the data object: `len` bytes of file `file` (an index into
+/// the sender's files or the receiver's parts) at `at`, from `obj` in the
+/// object.
+struct Seg {
+    file: usize,
+    obj: u64,
+    at: u64,
     len: u64,
+}
+
+/// The manifest's segments, each with the index of its file among the
+/// files in manifest order.
+fn segs(m: &Manifest) -> Vec<Seg> {
+    let mut index = vec![usize::MAX; m.items.len()];
+    let mut n = 0;
+    for (i, it) in m.items.iter().enumerate() {
+        if it.kind == EntryKind::File {
+            index[i] = n;
+            n += 1;
+        }
+    }
+    m.segments()
+        .into_iter()
+        .map(|s: Segment| Seg {
+            file: index[s.item],
+            obj: s.obj,
+            at: s.at,
+            len: s.len,
+        })
+        .collect()
 }
 
 /// The sender's view of its paths: manifest plus a [`Source`] over the files.
@@ -45,6 +76,7 @@ pub struct FileSet {
     /// Every readable entry under the paths, files hashed: the manifest the session carries.
     pub manifest: Manifest,
     files: Vec<SrcFile>,
+    segs: Vec<Seg>,
     open: FdCache,
     /// Problems met while walking (unreadable entries are left out and reported).
     pub skipped: Vec<String>,
@@ -54,12 +86,17 @@ impl FileSet {
     /// Walk `paths` like rsync ([`landing::local_root_name`]): `dir` is sent as
     /// `dir/...`, `dir/` (or `dir/.`) as its contents.
     /// Every file is hashed (BLAKE3) here; `progress` gets the bytes hashed so far.
-    pub fn build(paths: &[PathBuf], mut progress: impl FnMut(u64)) -> io::Result<FileSet> {
+    /// Each entry carries its owner, and the extended attributes `want` takes;
+    /// a sparse file's holes are left out of the data object.
+    pub fn build(
+        paths: &[PathBuf],
+        want: Wanted,
+        mut progress: impl FnMut(u64),
+    ) -> io::Result<FileSet> {
         let mut items: Vec<Item> = Vec::new();
         let mut files = Vec::new();
         let mut skipped = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        let mut offset = 0u64;
         let mut hashed = 0u64;
         for p in paths {
             let name = landing::local_root_name(p);
@@ -115,20 +152,24 @@ impl FileSet {
                     ));
                 }
                 let mut hash = [0u8; 32];
+                let mut extents = None;
+                let mut xattrs = Vec::new();
                 linked.mark(&mut it, rel.as_bytes());
                 let (kind, link) = (it.kind, it.link);
+                let full = start.join(&it.path).expect("joined path");
                 if kind == EntryKind::File {
-                    let full = start.join(&it.path).expect("joined path");
-                    match hash_file(&root, &full, &mut |n| progress(hashed + n)) {
-                        Ok((h, n)) if n == it.size => {
-                            hash = h;
-                            hashed += n;
+                    let sparse = it.allocated < it.size;
+                    match read_file(&root, &full, sparse, want, &mut |n| progress(hashed + n)) {
+                        Ok(r) if r.len == it.size => {
+                            (hash, extents, xattrs) = (r.hash, r.extents, r.xattrs);
+                            hashed += r.len;
                         }
-                        Ok((_, n)) => {
+                        Ok(r) => {
                             return Err(io::Error::other(format!(
-                                "{}: changed while being read ({} bytes, then {n})",
+                                "{}: changed while being read ({} bytes, then {})",
                                 rel.display(),
-                                it.size
+                                it.size,
+                                r.len
                             )))
                         }
                         Err(e) => {
@@ -139,10 +180,15 @@ impl FileSet {
                     files.push(SrcFile {
                         root: root.clone(),
                         path: full,
-                        offset,
-                        len: it.size,
                     });
-                    offset += it.size;
+                } else if kind == EntryKind::Dir {
+                    xattrs = meta::xattrs_at(&root, &full, kind, want).unwrap_or_else(|e| {
+                        skipped.push(format!(
+                            "{}: its extended attributes are not sent: {e}",
+                            rel.display()
+                        ));
+                        Vec::new()
+                    });
                 }
                 items.push(Item {
                     path: rel.as_bytes().to_vec(),
@@ -152,11 +198,16 @@ impl FileSet {
                     mtime_ns: it.mtime_ns,
                     link,
                     hash,
+                    extents,
+                    owner: Some(meta::owner_of(it.uid, it.gid)),
+                    xattrs,
                 });
             }
         }
+        let manifest = Manifest { items };
         Ok(FileSet {
-            manifest: Manifest { items },
+            segs: segs(&manifest),
+            manifest,
             files,
             open: FdCache::default(),
             skipped,
@@ -169,12 +220,35 @@ impl FileSet {
     }
 }
 
-fn hash_file(
+/// What [`read_file`] found of a file.
+struct ReadFile {
+    hash: [u8; 32],
+    len: u64,
+    extents: Option<Vec<(u64, u64)>>,
+    xattrs: Vec<meta::Xattr>,
+}
+
+/// Hash the file at `path` (all of it, holes read as zeros), and with
+/// `sparse` find its data extents; its attributes that `want` takes.
+fn read_file(
     root: &Dir,
     path: &RelPath,
+    sparse: bool,
+    want: Wanted,
     progress: &mut dyn FnMut(u64),
-) -> io::Result<([u8; 32], u64)> {
+) -> io::Result<ReadFile> {
+    use std::os::fd::AsFd;
     let mut f = open_read(root, path.as_path())?;
+    let size = f.metadata()?.len();
+    let extents = match sparse {
+        true => {
+            let x = longhaul_transfer::walk::data_extents(&f, size, MAX_EXTENTS)?;
+            io::Seek::rewind(&mut f)?; // (SEEK_DATA moved the offset)
+            x
+        }
+        false => None,
+    };
+    let xattrs = meta::read_xattrs(f.as_fd(), want)?;
     let mut h = blake3::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;
@@ -187,7 +261,13 @@ fn hash_file(
         n += r as u64;
         progress(n);
     }
-    Ok((*h.finalize().as_bytes(), n))
+    Ok(ReadFile {
+        hash: *h.finalize().as_bytes(),
+        len: n,
+        // (A file that changed size is refused by the caller.)
+        extents: extents.filter(|_| n == size),
+        xattrs,
+    })
 }
 
 /// The pieces of `offset..offset + len` of the data object, file by file: (file
@@ -240,9 +320,10 @@ impl FdCache {
 
 impl Source for FileSet {
     fn read_data(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        let pieces = pieces(&self.files, offset, buf.len(), |f| (f.offset, f.len))
+        let pieces = pieces(&self.segs, offset, buf.len(), |s| (s.obj, s.len))
             .ok_or_else(|| io::Error::other("read beyond the data object"))?;
-        for (i, at, r) in pieces {
+        for (seg, off, r) in pieces {
+            let (i, at) = (self.segs[seg].file, self.segs[seg].at + off);
             self.file(i)?.read_exact_at(&mut buf[r], at).map_err(|e| {
                 let p = self.files[i].path.display();
                 io::Error::new(e.kind(), format!("{p}: {e} (did it shrink?)"))
@@ -256,7 +337,8 @@ impl Source for FileSet {
 struct Part {
     dir: Arc<Dir>,
     name: Vec<u8>,
-    span: FileSpan,
+    /// Its entry in the manifest.
+    item: usize,
 }
 
 /// The receiver's files beneath a destination directory.
@@ -265,11 +347,14 @@ pub struct FileStore {
     dest: Option<DestDir>,
     manifest: Option<Manifest>,
     parts: Vec<Part>,
+    segs: Vec<Seg>,
     open: FdCache,
     /// How long the last `finish` (sync, verify, rename) took.
     finish_time: std::time::Duration,
     /// Keep the modes sent exactly ([`FileStore::exact_modes`]).
     exact_modes: bool,
+    /// Which owners and attributes sent are applied ([`FileStore::meta`]).
+    policy: Policy,
     /// Where the sealed sessions taken are kept ([`FileStore::sessions_file`]).
     sessions: Option<PathBuf>,
     /// The sealed sessions taken within the window (with the file's, once
@@ -289,9 +374,11 @@ impl FileStore {
             dest: None,
             manifest: None,
             parts: Vec::new(),
+            segs: Vec::new(),
             open: FdCache::default(),
             finish_time: std::time::Duration::ZERO,
             exact_modes: false,
+            policy: Policy::default(),
             sessions: None,
             seen: Vec::new(),
             admitted: false,
@@ -315,6 +402,23 @@ impl FileStore {
         self
     }
 
+    /// Which owners and extended attributes sent are applied (`user.*` and
+    /// ACLs always, when sent; owners and `trusted.*` / `security.*` as the
+    /// policy says).
+    pub fn meta(mut self, policy: Policy) -> FileStore {
+        self.policy = policy;
+        self
+    }
+
+    /// What the policy applies of `it`'s owner and attributes.
+    fn applied(&self, it: &Item) -> Applied {
+        let policy = Policy {
+            owners: self.policy.owners && it.owner.is_some(),
+            ..self.policy
+        };
+        meta::applied(&it.owner.clone().unwrap_or_default(), &it.xattrs, policy)
+    }
+
     fn file(&mut self, i: usize) -> io::Result<&File> {
         let p = &self.parts[i];
         self.open.get(i, || {
@@ -332,9 +436,10 @@ impl FileStore {
         len: usize,
         mut f: impl FnMut(&File, u64, std::ops::Range<usize>) -> io::Result<()>,
     ) -> io::Result<()> {
-        let pieces = pieces(&self.parts, offset, len, |p| (p.span.offset, p.span.len))
+        let pieces = pieces(&self.segs, offset, len, |s| (s.obj, s.len))
             .ok_or_else(|| io::Error::other("offset beyond the session's files"))?;
-        for (i, at, r) in pieces {
+        for (seg, off, r) in pieces {
+            let (i, at) = (self.segs[seg].file, self.segs[seg].at + off);
             f(self.file(i)?, at, r)?;
         }
         Ok(())
@@ -342,12 +447,12 @@ impl FileStore {
 
     fn place_all(&mut self) -> Result<(), String> {
         let m = self.manifest.take().expect("begun");
-        let dest = self.dest.as_mut().expect("begun");
+        let mut dest = self.dest.take().expect("begun");
         // One sync for every part file before any takes its final name.
         longhaul_transfer::place::sync_fs(dest.base()).map_err(|e| format!("sync: {e}"))?;
         self.open.clear();
         for p in &self.parts {
-            let it = &m.items[p.span.item];
+            let it = &m.items[p.item];
             let f = open_read(&p.dir, os(&sibling_name(&p.name, PART)))
                 .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(&it.path)))?;
             let mut h = blake3::Hasher::new();
@@ -360,7 +465,8 @@ impl FileStore {
                 ));
             }
             let mode = longhaul_transfer::place::received_mode(it.mode, self.exact_modes);
-            longhaul_transfer::place::apply_meta(&f, mode, it.mtime_ns, None)
+            let applied = self.applied(it);
+            longhaul_transfer::place::apply_meta(&f, mode, it.mtime_ns, Some(&applied))
                 .and_then(|_| {
                     p.dir
                         .rename(os(&sibling_name(&p.name, PART)), &p.dir, os(&p.name))
@@ -368,11 +474,12 @@ impl FileStore {
                 .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(&it.path)))?;
         }
         self.parts.clear();
+        self.segs.clear();
         for it in &m.items {
             let rel = RelPath::from_wire(&it.path).expect("validated");
             match it.kind {
                 EntryKind::Symlink => dest
-                    .make_symlink(&rel, &it.link, it.mtime_ns, &Default::default())
+                    .make_symlink(&rel, &it.link, it.mtime_ns, &self.applied(it))
                     .map_err(|e| format!("{}: {e}", rel.display()))?,
                 // (Its file is placed: linked to it.)
                 EntryKind::HardLink => {
@@ -505,7 +612,7 @@ impl Store for FileStore {
             let rel = RelPath::from_wire(&it.path).map_err(|e| e.to_string())?;
             if it.kind == EntryKind::Dir {
                 let mode = longhaul_transfer::place::received_mode(it.mode, self.exact_modes);
-                dest.make_dir(&rel, mode, it.mtime_ns, Default::default())
+                dest.make_dir(&rel, mode, it.mtime_ns, self.applied(it))
                     .map_err(|e| format!("{}: {e}", rel.display()))?;
             }
         }
@@ -524,16 +631,22 @@ impl Store for FileStore {
                 use cap_std::fs::OpenOptionsExt;
                 o.mode(0o600);
             }
+            // (Its holes stay holes: only its data extents are written.)
             let f = dir
                 .open_with(os(&sibling_name(&name, PART)), &o)
-                .and_then(|f| f.set_len(s.len).map(|_| f))
+                .and_then(|f| f.set_len(it.size).map(|_| f))
                 .map_err(|e| format!("{}: {e}", rel.display()))?;
             drop(f);
-            parts.push(Part { dir, name, span: s });
+            parts.push(Part {
+                dir,
+                name,
+                item: s.item,
+            });
         }
         self.dest = Some(dest);
         self.manifest = Some(m.clone());
         self.parts = parts;
+        self.segs = segs(m);
         Ok(())
     }
 
@@ -571,6 +684,7 @@ impl FileStore {
         for p in self.parts.drain(..) {
             let _ = p.dir.remove_file(os(&sibling_name(&p.name, PART)));
         }
+        self.segs.clear();
         self.manifest = None;
         self.dest = None;
     }

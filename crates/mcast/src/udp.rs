@@ -373,11 +373,13 @@ fn send(
 }
 
 /// Run a receiver until `stop` is set, or (with `once`) until its first session
-/// ends. Events go to `on_event`.
+/// ends. Events go to `on_event`. The core must have
+/// [`crate::ReceiverConfig::verify_apart`]: a session's files are verified
+/// on a thread of their own while the sender's polls are answered.
 pub fn run_receiver(
     sock: &UdpSocket,
     core: &mut Receiver,
-    store: &mut dyn Store,
+    store: &mut (dyn Store + Send),
     stop: &AtomicBool,
     once: bool,
     on_event: &mut dyn FnMut(&Receiver, ReceiverEvent),
@@ -389,39 +391,102 @@ pub fn run_receiver(
             store.abort();
             return Ok(());
         }
-        wait(sock, core.poll_timeout(), Duration::from_millis(200))?;
-        // Up to a few system calls' worth of datagrams, then deadlines and answers.
-        for _ in 0..8 {
-            let got = inbox.recv(&state, sock, &mut |from, d| {
-                core.handle(Instant::now(), from, d, store)
+        let ended = turn(sock, &state, &mut inbox, core, store, on_event, LOOK)?;
+        if core.finish_due() {
+            let result = std::thread::scope(|sc| {
+                let worker = sc.spawn(|| store.finish());
+                // Meanwhile the core answers polls and touches no store.
+                let mut away = Lent;
+                while !worker.is_finished() {
+                    turn(
+                        sock,
+                        &state,
+                        &mut inbox,
+                        core,
+                        &mut away,
+                        on_event,
+                        LOOK / 10,
+                    )?;
+                }
+                let r = worker.join();
+                Ok::<_, io::Error>(r.unwrap_or_else(|_| Err("verifying panicked".into())))
             })?;
-            if !got {
-                break;
-            }
-        }
-        let now = Instant::now();
-        if core.poll_timeout().is_some_and(|t| t <= now) {
-            core.handle_timeout(now, store);
-        }
-        while let Some((to, b)) = core.poll_transmit() {
-            match sock.send_to(&b, to) {
-                Ok(_) => {}
-                // Feedback is best effort: a full buffer or a vanished sender.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionRefused | io::ErrorKind::WouldBlock
-                    ) => {}
-                Err(e) => return Err(io::Error::new(e.kind(), format!("send to {to}: {e}"))),
-            }
-        }
-        let mut ended = false;
-        while let Some(e) = core.poll_event() {
-            ended |= matches!(e, ReceiverEvent::Ended(_));
-            on_event(core, e);
+            core.verified(Instant::now(), result, store);
         }
         if once && ended {
             return Ok(());
         }
+    }
+}
+
+/// How often a waiting receiver looks at its stop flag.
+const LOOK: Duration = Duration::from_millis(200);
+
+/// One turn of a receiver's loop: wait for datagrams or the core's next
+/// deadline, hand them in, send its answers, pass its events on. True if
+/// a session ended. It waits at most `look`.
+fn turn(
+    sock: &UdpSocket,
+    state: &UdpSocketState,
+    inbox: &mut Inbox,
+    core: &mut Receiver,
+    store: &mut dyn Store,
+    on_event: &mut dyn FnMut(&Receiver, ReceiverEvent),
+    look: Duration,
+) -> io::Result<bool> {
+    wait(sock, core.poll_timeout(), look)?;
+    // Up to a few system calls' worth of datagrams, then deadlines and answers.
+    for _ in 0..8 {
+        let got = inbox.recv(state, sock, &mut |from, d| {
+            core.handle(Instant::now(), from, d, store)
+        })?;
+        if !got {
+            break;
+        }
+    }
+    let now = Instant::now();
+    if core.poll_timeout().is_some_and(|t| t <= now) {
+        core.handle_timeout(now, store);
+    }
+    while let Some((to, b)) = core.poll_transmit() {
+        match sock.send_to(&b, to) {
+            Ok(_) => {}
+            // Feedback is best effort: a full buffer or a vanished sender.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::WouldBlock
+                ) => {}
+            Err(e) => return Err(io::Error::new(e.kind(), format!("send to {to}: {e}"))),
+        }
+    }
+    let mut ended = false;
+    while let Some(e) = core.poll_event() {
+        ended |= matches!(e, ReceiverEvent::Ended(_));
+        on_event(core, e);
+    }
+    Ok(ended)
+}
+
+/// The store while it is lent to the verifying thread: the core calls
+/// none of it then ([`Receiver::finish_due`]); if it did, it would fail.
+struct Lent;
+
+impl Store for Lent {
+    fn begin(&mut self, _: &crate::manifest::Manifest) -> Result<(), String> {
+        Err("the store is verifying a session".into())
+    }
+    fn write(&mut self, _: u64, _: &[u8]) -> io::Result<()> {
+        Err(io::Error::other("the store is verifying a session"))
+    }
+    fn read(&mut self, _: u64, _: &mut [u8]) -> io::Result<()> {
+        Err(io::Error::other("the store is verifying a session"))
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Err("the store is verifying a session".into())
+    }
+    fn abort(&mut self) {}
+    fn admit(&mut self, _: u64, _: u64) -> Result<(), String> {
+        Err("the store is verifying a session".into())
     }
 }

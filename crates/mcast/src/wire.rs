@@ -1,9 +1,9 @@
-//! The datagrams of a multicast session (version 1), see docs/PROTOCOL.md.
+//! The datagrams of a multicast session (version 4), see docs/PROTOCOL.md.
 //!
 //! Every datagram starts with a 16-byte header:
 //! ```text
 //! 0   2  magic "LM"
-//! 2   1  version (1)
+//! 2   1  version (4)
 //! 3   1  type
 //! 4   1  flags: bit 0 = sealed (body encrypted and authenticated)
 //! 5   3  zero
@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub const MAGIC: [u8; 2] = *b"LM";
 /// Protocol version, byte 2 of the header; a datagram of another version is refused
 /// ([`WireError::Version`]).
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Bytes of the header every datagram starts with; a sealed datagram's associated data.
 pub const HEADER_LEN: usize = 16;
 /// Fixed fields of a DATA body before the symbol: seq u64, block u32, esi u32.

@@ -47,7 +47,7 @@ fn receive(dest: &Path, wire: &[Vec<u8>]) -> (Vec<ReceiverEvent>, usize) {
 /// in lock step; returns every datagram the sender sent, and whether the
 /// receiver completed it.
 fn session(src: &Path, dest: &Path, id: u64, created_us: u64) -> (Vec<Vec<u8>>, bool) {
-    let mut files = FileSet::build(&[src.to_path_buf()], |_| {}).unwrap();
+    let mut files = FileSet::build(&[src.to_path_buf()], Default::default(), |_| {}).unwrap();
     let cfg = SenderConfig {
         group: Group::Closed(vec!["rx".into()]),
         announce_window: Duration::from_millis(50),

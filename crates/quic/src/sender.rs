@@ -755,29 +755,15 @@ impl SendDisk {
     }
 }
 
-/// The attributes `want` takes of the file or directory at `path` beneath
-/// `dir` (none of a link or a special file: opening a device could act on
-/// it). One that cannot be read is logged and sent without them.
+/// [`longhaul_transfer::meta::xattrs_at`]; one that cannot be read is
+/// logged and sent without them.
 fn xattrs_of(
     dir: &Dir,
     path: &RelPath,
     kind: EntryKind,
     want: longhaul_transfer::meta::Wanted,
 ) -> Vec<longhaul_transfer::meta::Xattr> {
-    use std::os::fd::AsFd;
-    if want.none() {
-        return Vec::new();
-    }
-    let read = match kind {
-        EntryKind::File => open_read(dir, path.as_path())
-            .and_then(|f| longhaul_transfer::meta::read_xattrs(f.as_fd(), want)),
-        EntryKind::Dir if path.is_root() => longhaul_transfer::meta::read_xattrs(dir.as_fd(), want),
-        EntryKind::Dir => dir
-            .open_dir(path.as_path())
-            .and_then(|d| longhaul_transfer::meta::read_xattrs(d.as_fd(), want)),
-        _ => Ok(Vec::new()),
-    };
-    read.unwrap_or_else(|e| {
+    longhaul_transfer::meta::xattrs_at(dir, path, kind, want).unwrap_or_else(|e| {
         tracing::warn!(
             "{}: its extended attributes are not sent: {e}",
             path.display()

@@ -253,6 +253,31 @@ pub fn read_xattrs(fd: BorrowedFd<'_>, want: Wanted) -> io::Result<Vec<Xattr>> {
     Ok(out)
 }
 
+/// The attributes `want` takes of the file or directory at `path` beneath
+/// `dir` (none of a link or a special file: opening a device could act on
+/// it).
+pub fn xattrs_at(
+    dir: &cap_std::fs::Dir,
+    path: &crate::RelPath,
+    kind: crate::EntryKind,
+    want: Wanted,
+) -> io::Result<Vec<Xattr>> {
+    use std::os::fd::AsFd;
+    if want.none() {
+        return Ok(Vec::new());
+    }
+    match kind {
+        crate::EntryKind::File => {
+            crate::place::open_read(dir, path.as_path()).and_then(|f| read_xattrs(f.as_fd(), want))
+        }
+        crate::EntryKind::Dir if path.is_root() => read_xattrs(dir.as_fd(), want),
+        crate::EntryKind::Dir => dir
+            .open_dir(path.as_path())
+            .and_then(|d| read_xattrs(d.as_fd(), want)),
+        _ => Ok(Vec::new()),
+    }
+}
+
 /// Items whose attributes this process could not set because their file
 /// system keeps none (`ENOTSUP`): they are placed without them and
 /// counted here, for one line at the end of the run.

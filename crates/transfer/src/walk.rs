@@ -181,6 +181,50 @@ fn item(dir: &Dir, name: &std::path::Path, path: RelPath) -> io::Result<Option<W
     }))
 }
 
+/// Where the open file `file` of `size` bytes holds data, as SEEK_DATA and
+/// SEEK_HOLE find it: (offset, length) of each extent, in order; the rest
+/// is holes. None when its file system cannot say (it has data everywhere
+/// then), or when it has more than `max` extents. It moves the file's
+/// offset.
+pub fn data_extents(
+    file: &std::fs::File,
+    size: u64,
+    max: usize,
+) -> io::Result<Option<Vec<(u64, u64)>>> {
+    use std::os::fd::AsRawFd;
+    let seek = |off: u64, whence: libc::c_int| {
+        // SAFETY: lseek on a descriptor the caller holds.
+        let r = unsafe { libc::lseek(file.as_raw_fd(), off as libc::off_t, whence) };
+        match r < 0 {
+            true => Err(io::Error::last_os_error()),
+            false => Ok(r as u64),
+        }
+    };
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off < size {
+        let data = match seek(off, libc::SEEK_DATA) {
+            Ok(d) => d,
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break, // holes to the end
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if data >= size {
+            break;
+        }
+        let hole = seek(data, libc::SEEK_HOLE)?.min(size);
+        if hole <= data {
+            return Ok(None); // (it changed meanwhile: sent whole)
+        }
+        out.push((data, hole - data));
+        if out.len() > max {
+            return Ok(None);
+        }
+        off = hole;
+    }
+    Ok(Some(out))
+}
+
 /// The names in `dir`, sorted, without longhaul's own part, journal and link
 /// files ([`crate::place::is_reserved_name`]): a tree that holds an
 /// interrupted transfer sends what it holds, not the pieces.

@@ -4,6 +4,7 @@
 //! key or a receiver outside a closed group must fail precisely and leave nothing.
 
 use longhaul_testkit::*;
+use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -328,4 +329,84 @@ fn usage_errors_are_precise() {
     ));
     assert!(o.stderr.contains("at least 16 bytes"), "{}", o.stderr);
     assert_ne!(o.code, 0);
+}
+
+/// The rest of a tree as `rsync -aHAXS` keeps it: a sparse file crosses as
+/// its data alone and arrives with its holes, and as root a receiver with
+/// `--keep-owners` gives every item the owner sent, with the attributes
+/// and ACLs the sender's `-X -A` carried.
+#[test]
+fn holes_owners_attributes_and_acls_arrive_as_rsync_sees_them() {
+    let tmp = Tmp::new("mc-meta");
+    let src = tmp.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    // 1 GiB with three extents of 6 bytes.
+    let img = std::fs::File::create(src.join("disk.img")).unwrap();
+    img.set_len(1 << 30).unwrap();
+    for off in [0, 100 << 20, 900 << 20] {
+        std::os::unix::fs::FileExt::write_all_at(&img, b"extent", off).unwrap();
+    }
+    drop(img);
+    gen_file(&src.join("dense.bin"), 3, 200_000);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        crate::owners::tree(&src.join("owned"));
+    }
+    let meta = root && crate::owners::getxattr(&src.join("owned/f1"), "user.origin").is_some();
+    let dest = tmp.join("dest");
+    let r = receiver(
+        47351,
+        &dest,
+        "site-1",
+        &["--accept-any-sender", "--keep-owners", "--json"],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let out = run_timeout(
+        sender(&[47351], &["--receivers", "site-1", "-X", "-A"], &[&src]),
+        Duration::from_secs(60),
+    );
+    out.expect_code(0);
+    let j = out.json();
+    // Only the data crosses: the extents (a file-system block or a few
+    // each) and the dense files, nothing of the holes.
+    let sent = j["bytes"].as_u64().unwrap();
+    let dense = 200_000 + if root { 5000 + (3 << 20) } else { 0 };
+    assert!(
+        sent >= dense + 3 * 6 && sent <= dense + 3 * (1 << 20),
+        "{sent} bytes in the data object, {dense} of dense files"
+    );
+    let o = wait(r);
+    o.expect_code(0);
+    let ended: serde_json::Value = o
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event"] == "ended")
+        .expect("an ended event");
+    assert_eq!(ended["ok"], true, "{ended}");
+    assert_eq!(ended["attrs_not_kept"], 0, "{ended}");
+    let got = dest.join("src");
+    assert_same_tree(&src, &got, Compare::ALL);
+    let blocks = |p: &Path| std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(p).unwrap());
+    assert!(
+        blocks(&got.join("disk.img")) <= 2 * blocks(&src.join("disk.img")).max(8),
+        "{} blocks at the receiver",
+        blocks(&got.join("disk.img"))
+    );
+    // rsync finds nothing to change: sizes, holes, owners as root, and
+    // the attributes and ACLs where the file system keeps them.
+    let mut a = vec![OsString::from("-naiHS"), "--numeric-ids".into()];
+    if meta {
+        a.push("-AX".into());
+    }
+    a.extend([
+        format!("{}/", src.display()).into(),
+        format!("{}/", got.display()).into(),
+    ]);
+    let changes = rsync(a);
+    assert!(changes.is_empty(), "rsync would change: {changes}");
+    if root && !meta {
+        eprintln!("SKIP (part): this file system keeps no extended attributes");
+    }
 }
