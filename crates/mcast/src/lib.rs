@@ -9,10 +9,13 @@
 //!   datagrams, deadlines and events out).
 //! - [`store`]: the receiver's files (crash-safe: part files, verify, rename) and
 //!   the sender's source over a file set.
+//! - [`channel`]: a channel that runs for days: files sent as they are
+//!   written, receivers that come and go (sans-IO cores).
 //! - [`udp`]: the thin UDP driver (multicast, or unicast fan-out).
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod channel;
 pub use longhaul_transfer::fec;
 mod json;
 mod layout;

@@ -105,6 +105,27 @@ pub enum SendTo {
     To(SocketAddr),
 }
 
+/// A sender's pacing: when the next datagram may go.
+pub(crate) struct Pace {
+    pub(crate) rate_bps: u64,
+    pub(crate) wire_overhead: usize,
+    pub(crate) catch_up: Duration,
+    pub(crate) start: Instant,
+}
+
+impl Pace {
+    /// When the next datagram may go, after one of `len` bytes sent at
+    /// `now` that was due at `due`. A sender that fell behind (preempted, or
+    /// encoding a block) catches up, but by at most `catch_up` of sending in
+    /// one burst; idle spells bank nothing.
+    pub(crate) fn after(&self, due: Instant, now: Instant, len: usize) -> Instant {
+        let cost = (len + self.wire_overhead) as u64 * 8;
+        let step = Duration::from_nanos(cost * 1_000_000_000 / self.rate_bps);
+        let floor = now - self.catch_up.min(now.saturating_duration_since(self.start));
+        due.max(floor) + step
+    }
+}
+
 /// Where one receiver stands, as the sender sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RxState {
@@ -1065,17 +1086,13 @@ impl Sender {
             return Ok(None);
         }
         self.count(out.len());
-        let cost = (out.len() + self.cfg.wire_overhead) as u64 * 8;
-        let step = Duration::from_nanos(cost * 1_000_000_000 / self.cfg.rate_bps);
-        // A sender that fell behind within a pass (preempted, or encoding a block)
-        // catches up, but by at most `catch_up` of sending in one burst. Idle
-        // spells bank nothing: a pass starts on the clock.
-        let floor = now
-            - self
-                .cfg
-                .catch_up
-                .min(now.saturating_duration_since(self.start));
-        self.next_send = self.next_send.max(floor) + step;
+        let pace = Pace {
+            rate_bps: self.cfg.rate_bps,
+            wire_overhead: self.cfg.wire_overhead,
+            catch_up: self.cfg.catch_up,
+            start: self.start,
+        };
+        self.next_send = pace.after(self.next_send, now, out.len());
         Ok(Some(SendTo::Group))
     }
 

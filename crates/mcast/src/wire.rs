@@ -56,6 +56,18 @@ pub enum Kind {
     Nack = 17,
     /// Receiver to sender: its result for the session ([`Complete`]).
     Complete = 18,
+    /// Sender to group, on a channel: one file offered ([`Offer`]).
+    Offer = 6,
+    /// Sender to group, on a channel: one RaptorQ symbol of a file's block
+    /// ([`ChunkHdr`] and the symbol).
+    Chunk = 7,
+    /// Sender to group, on a channel: its state, every 100 ms ([`Beat`]);
+    /// the only type that opens a channel at a receiver.
+    Beat = 8,
+    /// Receiver to sender, on a channel: join it ([`Join`]).
+    Join = 19,
+    /// Receiver to sender, on a channel: what it has and needs ([`Status`]).
+    Status = 20,
 }
 
 impl Kind {
@@ -69,6 +81,11 @@ impl Kind {
             16 => Kind::Register,
             17 => Kind::Nack,
             18 => Kind::Complete,
+            6 => Kind::Offer,
+            7 => Kind::Chunk,
+            8 => Kind::Beat,
+            19 => Kind::Join,
+            20 => Kind::Status,
             _ => return None,
         })
     }
@@ -218,6 +235,111 @@ pub struct Complete {
     pub error: String,
 }
 
+/// One file of a channel, offered before its data (and again on request).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offer {
+    /// The file's id on the channel: 0, 1, 2 ... in the order offered.
+    pub oid: u32,
+    /// When the file was ready at the sender (its wall clock, µs since the
+    /// Unix epoch): a receiver's latency is counted from here.
+    pub ready_us: u64,
+    /// The sender could not read it: it is not sent (a receiver counts it missed).
+    pub gone: bool,
+    /// Path, size, mode, mtime, owner, attributes and BLAKE3 of the file
+    /// (its directories are made as needed).
+    pub item: crate::manifest::Item,
+}
+
+/// A channel's state, every 100 ms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Beat {
+    /// Counts the beats from 1; a receiver echoes the newest it saw in
+    /// STATUS, so the sender knows which of its repairs that status saw.
+    pub beat: u64,
+    /// Sender clock (µs since the sender started), echoed for round-trip times.
+    pub time_us: u64,
+    /// The sender's wall clock now (µs since the Unix epoch): a receiver
+    /// with a key refuses a channel whose beats were made long ago.
+    pub created_us: u64,
+    /// Bytes per symbol (every CHUNK symbol has exactly this length).
+    pub symbol_size: u16,
+    /// Source symbols of a full block.
+    pub block_symbols: u16,
+    /// The channel's rate in bit/s (informational).
+    pub rate_bps: u64,
+    /// An open group takes whoever joins; a closed one only the names it expects.
+    pub open: bool,
+    /// Files offered so far: ids below this exist.
+    pub next_oid: u32,
+    /// Every file below this id has had its first pass.
+    pub sent_through: u32,
+    /// Files below this id are no longer held: a receiver that lacks one
+    /// has missed it.
+    pub oldest: u32,
+    /// Files at or above `sent_through` whose first pass is done (the most
+    /// recent, at most [`MAX_FINISHED`]).
+    pub finished: Vec<u32>,
+}
+
+/// Most ids in a BEAT's `finished`.
+pub const MAX_FINISHED: usize = 64;
+
+/// A receiver joins a channel (repeated until acknowledged).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Join {
+    /// The receiver's name (see [`check_name`]).
+    pub name: String,
+    /// The first file it wants: where it left off on this channel, or the
+    /// `sent_through` of the first BEAT it saw.
+    pub from_oid: u32,
+    /// `time_us` of the newest BEAT it saw (sender clock, µs).
+    pub echo_us: u64,
+    /// µs it held that `time_us` before sending this.
+    pub held_us: u32,
+}
+
+/// What a receiver has and needs, after a BEAT (and every second).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// The receiver's name, as joined.
+    pub name: String,
+    /// The newest BEAT it saw.
+    pub beat: u64,
+    /// `time_us` of that BEAT.
+    pub echo_us: u64,
+    /// µs it held that `time_us` before sending this.
+    pub held_us: u32,
+    /// Packets lost so far, parts per million (capped at 500 000).
+    pub loss_ppm: u32,
+    /// It has (or has given up) every file below this id.
+    pub done_below: u32,
+    /// Files at or above `done_below` it has (at most [`MAX_STATUS`]).
+    pub done: Vec<u32>,
+    /// Files whose OFFER it lacks (at most [`MAX_STATUS`]).
+    pub offers: Vec<u32>,
+    /// `(file, block, symbols)` it needs (at most [`MAX_STATUS`]).
+    pub needs: Vec<(u32, u32, u32)>,
+}
+
+/// Most entries in each list of a STATUS.
+pub const MAX_STATUS: usize = 100;
+
+/// The fixed fields of a CHUNK datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkHdr {
+    /// Sender's packet counter: gaps tell a receiver how much it lost.
+    pub seq: u64,
+    /// The file.
+    pub oid: u32,
+    /// Block of the file.
+    pub block: u32,
+    /// RaptorQ encoding symbol id: below the block's K a source symbol, else repair.
+    pub esi: u32,
+}
+
+/// Fixed fields of a CHUNK body before the symbol: seq u64, oid u32, block u32, esi u32.
+pub const CHUNK_FIELDS: usize = 20;
+
 /// The fixed fields of a DATA datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataHdr {
@@ -249,6 +371,16 @@ pub enum Msg<'a> {
     Nack(Nack),
     /// COMPLETE: a receiver's result.
     Complete(Complete),
+    /// OFFER: a channel's file.
+    Offer(Offer),
+    /// CHUNK: the fixed fields and the symbol, borrowed from the datagram.
+    Chunk(ChunkHdr, &'a [u8]),
+    /// BEAT: a channel's state.
+    Beat(Beat),
+    /// JOIN: a receiver joins a channel.
+    Join(Join),
+    /// STATUS: a channel receiver's state.
+    Status(Status),
 }
 
 impl Msg<'_> {
@@ -263,6 +395,11 @@ impl Msg<'_> {
             Msg::Register(_) => Kind::Register,
             Msg::Nack(_) => Kind::Nack,
             Msg::Complete(_) => Kind::Complete,
+            Msg::Offer(_) => Kind::Offer,
+            Msg::Chunk(..) => Kind::Chunk,
+            Msg::Beat(_) => Kind::Beat,
+            Msg::Join(_) => Kind::Join,
+            Msg::Status(_) => Kind::Status,
         }
     }
 
@@ -381,6 +518,17 @@ pub fn encode(session: u64, msg: &Msg<'_>, key: Option<&Key>, out: &mut Vec<u8>)
         Msg::Register(b) => ser(b, out),
         Msg::Nack(b) => ser(b, out),
         Msg::Complete(b) => ser(b, out),
+        Msg::Chunk(h, sym) => {
+            out.extend_from_slice(&h.seq.to_be_bytes());
+            out.extend_from_slice(&h.oid.to_be_bytes());
+            out.extend_from_slice(&h.block.to_be_bytes());
+            out.extend_from_slice(&h.esi.to_be_bytes());
+            out.extend_from_slice(sym);
+        }
+        Msg::Offer(b) => ser(b, out),
+        Msg::Beat(b) => ser(b, out),
+        Msg::Join(b) => ser(b, out),
+        Msg::Status(b) => ser(b, out),
     }
     if let Some(k) = key {
         let (head, rest) = out.split_at_mut(body_at);
@@ -436,6 +584,31 @@ pub fn decode<'a>(d: &'a mut [u8], key: Option<&Key>) -> Result<(Header, Msg<'a>
         Kind::Register => Msg::Register(named(de::<Register>(body, h.kind)?, |r| &r.name)?),
         Kind::Nack => Msg::Nack(named(de::<Nack>(body, h.kind)?, |n| &n.name)?),
         Kind::Complete => Msg::Complete(named(de::<Complete>(body, h.kind)?, |c| &c.name)?),
+        Kind::Chunk => {
+            if body.len() < CHUNK_FIELDS + 1 {
+                return Err(WireError::Body(Kind::Chunk));
+            }
+            let hdr = ChunkHdr {
+                seq: u64::from_be_bytes(body[0..8].try_into().unwrap()),
+                oid: u32::from_be_bytes(body[8..12].try_into().unwrap()),
+                block: u32::from_be_bytes(body[12..16].try_into().unwrap()),
+                esi: u32::from_be_bytes(body[16..20].try_into().unwrap()),
+            };
+            Msg::Chunk(hdr, &body[CHUNK_FIELDS..])
+        }
+        Kind::Offer => Msg::Offer(de(body, h.kind)?),
+        Kind::Beat => Msg::Beat(de(body, h.kind)?),
+        Kind::Join => Msg::Join(named(de::<Join>(body, h.kind)?, |j| &j.name)?),
+        Kind::Status => {
+            let st = named(de::<Status>(body, h.kind)?, |s| &s.name)?;
+            if st.done.len() > MAX_STATUS
+                || st.offers.len() > MAX_STATUS
+                || st.needs.len() > MAX_STATUS
+            {
+                return Err(WireError::Body(h.kind));
+            }
+            Msg::Status(st)
+        }
     };
     Ok((h, msg))
 }
@@ -541,6 +714,62 @@ mod tests {
                 lost: 1,
                 elapsed_ms: 30,
                 error: String::new(),
+            }),
+            Msg::Offer(Offer {
+                oid: 7,
+                ready_us: 1_790_000_000_000_000,
+                gone: false,
+                item: crate::manifest::Item {
+                    path: b"eumetsat/msg/product.nc".to_vec(),
+                    kind: longhaul_transfer::EntryKind::File,
+                    size: 5_000_000,
+                    mode: 0o644,
+                    mtime_ns: 1,
+                    link: vec![],
+                    hash: [9; 32],
+                    extents: None,
+                    owner: None,
+                    xattrs: vec![],
+                },
+            }),
+            Msg::Chunk(
+                ChunkHdr {
+                    seq: 1 << 40,
+                    oid: 7,
+                    block: 2,
+                    esi: 1100,
+                },
+                b"symbol bytes",
+            ),
+            Msg::Beat(Beat {
+                beat: 99,
+                time_us: 5,
+                created_us: 1_790_000_000_000_000,
+                symbol_size: 1400,
+                block_symbols: 1024,
+                rate_bps: 350_000_000,
+                open: true,
+                next_oid: 120,
+                sent_through: 117,
+                oldest: 3,
+                finished: vec![118],
+            }),
+            Msg::Join(Join {
+                name: "rx1".into(),
+                from_oid: 117,
+                echo_us: 5,
+                held_us: 2,
+            }),
+            Msg::Status(Status {
+                name: "rx1".into(),
+                beat: 99,
+                echo_us: 5,
+                held_us: 2,
+                loss_ppm: 1000,
+                done_below: 100,
+                done: vec![102, 105],
+                offers: vec![101],
+                needs: vec![(103, 0, 12), (104, 3, 1)],
             }),
         ]
     }
