@@ -60,17 +60,29 @@ Keys: with --key-file (the same file on every side; make one with
   payload encrypted (ChaCha20-Poly1305, a key per session). Without one the
   manifest's BLAKE3 hashes still protect every file's integrity.
 
+A channel (--follow DIR) runs until stopped: each file is sent as soon as it is
+  ready in DIR (closed after writing, or renamed into it, at any depth; names
+  starting with a dot are skipped) under its path relative to DIR. Receivers
+  join at any time and get what is written from then on; one that was away or
+  restarted asks for what it missed while the sender holds it (--backlog).
+  Files take turns a block each (8 at a time), --priority ones first.
+
 Examples:
   longhaul multicast send --group 239.7.7.7:7000 --rate 400M --receivers dwd,knmi ./products
+  longhaul multicast send --group 239.7.7.7:7000 --rate 350M --open --follow /spool \\
+      --backlog 1h --priority '*.alert'
   longhaul multicast send --to 10.0.0.2:7000,10.0.0.3:7000 --rate 100M --open ./obs/
 
-Exit status: 0 every receiver completed and verified, 2 usage, 4 a receiver was
-  given up on (or none came), 5 local I/O, 6 a receiver's files did not verify,
-  130 interrupted.";
+Exit status: 0 every receiver completed and verified (a channel: stopped by
+  Ctrl-C or SIGTERM), 2 usage, 4 a receiver was given up on (or none came),
+  5 local I/O (a channel: DIR could no longer be watched), 6 a receiver's files
+  did not verify, 130 interrupted.";
 
 const RECEIVE_HELP: &str = "\
 Runs until stopped (Ctrl-C, SIGTERM), taking session after session; --once stops
-after the first. Files are written to hidden part files (.NAME.lh-part) beside
+after the first. A channel's files (send --follow) are taken too, each named as
+soon as it verifies and handed to --exec CMD; where this receiver stands on the
+channel is kept in --state-dir, so after a restart it asks for what it missed. Files are written to hidden part files (.NAME.lh-part) beside
 their targets and take their final names only once every file of the session
 matched its BLAKE3; a failed session removes its part files. Every path stays
 beneath --dest. Each session's result is logged on stderr (with --json, as one
@@ -152,8 +164,22 @@ pub struct SendArgs {
     /// No progress bar, no table.
     #[arg(long)]
     pub quiet: bool,
+    /// Run a channel until stopped: send each file as it becomes ready in
+    /// DIR (closed after writing, or renamed into it, at any depth; names
+    /// starting with a dot are skipped), as DIR's relative path. Receivers
+    /// join and leave at any time.
+    #[arg(long, value_name = "DIR", conflicts_with = "paths")]
+    pub follow: Option<PathBuf>,
+    /// With --follow: how long a file is held for receivers that lack it
+    /// (one that was away asks for what it missed within this).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1h", requires = "follow")]
+    pub backlog: Duration,
+    /// With --follow: files whose path matches (rsync's patterns, as
+    /// --exclude takes them) go before every file waiting. Repeatable.
+    #[arg(long, value_name = "PATTERN", requires = "follow")]
+    pub priority: Vec<String>,
     /// Files and directories to send.
-    #[arg(required = true, value_name = "PATH")]
+    #[arg(required_unless_present = "follow", value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 }
 
@@ -209,6 +235,12 @@ pub struct ReceiveArgs {
     /// Fail a session whose sender has been silent this long.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
     pub idle_timeout: Duration,
+    /// Run CMD on each file a channel delivers, as it is named (as uftpd's
+    /// post-receive script): `sh -c 'CMD "$1"' longhaul PATH`, with the
+    /// file's full path; up to 4 at once, the rest queued. Its exit status
+    /// is logged when not 0.
+    #[arg(long, value_name = "CMD")]
+    pub exec: Option<String>,
     /// One JSON line per session event on stdout.
     #[arg(long)]
     pub json: bool,
@@ -279,6 +311,9 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
         }
     };
     let material = read_key(&a.key_file)?;
+    if let Some(dir) = a.follow.clone() {
+        return follow(a, dir, targets, group, rate, material, stop);
+    }
     let show = !a.quiet && !a.json && std::io::stderr().is_terminal();
     let bar = if show {
         ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(10))
@@ -477,6 +512,198 @@ fn send(a: SendArgs, stop: &AtomicBool) -> Result<i32> {
     )
 }
 
+/// A duration for people: "1h", "90s", "2.5s".
+fn humantime_s(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    match s {
+        _ if s >= 3600.0 && s % 3600.0 == 0.0 => format!("{}h", s / 3600.0),
+        _ if s >= 60.0 && s % 60.0 == 0.0 => format!("{}m", s / 60.0),
+        _ => format!("{s}s"),
+    }
+}
+
+/// `send --follow DIR`: a channel until stopped.
+fn follow(
+    a: SendArgs,
+    dir: PathBuf,
+    targets: Targets,
+    group: Group,
+    rate: u64,
+    material: Option<Vec<u8>>,
+    stop: &AtomicBool,
+) -> Result<i32> {
+    use longhaul_mcast::channel::files::{Spool, Watch};
+    use longhaul_mcast::channel::{ChannelConfig, ChannelEvent, ChannelSender};
+    let channel: u64 = rand::random();
+    let key = material
+        .as_deref()
+        .map(|m| Key::from_material(m, channel))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let cfg = ChannelConfig {
+        rate_bps: rate,
+        symbol_size: a.symbol_size,
+        block_symbols: a.block_symbols,
+        overhead: a.overhead,
+        group,
+        backlog: a.backlog,
+        ..ChannelConfig::default()
+    };
+    use longhaul_transfer::filter::{Action, Filter, Rule};
+    let rules: Vec<Rule> = a
+        .priority
+        .iter()
+        .map(|p| Rule {
+            action: Action::Exclude,
+            pattern: p.as_bytes().to_vec(),
+        })
+        .collect();
+    let urgent = Filter::new(&rules).map_err(|e| usage(format!("--priority: {e}")))?;
+    let now = Instant::now();
+    let mut core = ChannelSender::new(
+        cfg,
+        channel,
+        key,
+        now,
+        longhaul_mcast::store::wall_clock_us(),
+    )
+    .map_err(usage)?;
+    let mut spool = Spool::new(&dir).with_context(|| format!("--follow {}", dir.display()))?;
+    let mut watch = Watch::new(&dir).with_context(|| format!("--follow {}", dir.display()))?;
+    let sock = udp::sender_socket(&targets, a.interface, a.ttl).context("sender socket")?;
+    let want = Wanted {
+        xattrs: a.xattrs,
+        acls: a.acls,
+    };
+    let json = a.json;
+    let say = |line: String, j: serde_json::Value| {
+        if json {
+            println!("{j}");
+        } else if !a.quiet {
+            eprintln!("{line}");
+        }
+    };
+    say(
+        format!(
+            "longhaul multicast: channel {channel:016x} following {}, to {}, {rate} bit/s, backlog {}",
+            dir.display(),
+            match &targets {
+                Targets::Multicast(g) => g.to_string(),
+                Targets::Fanout(l) => format!("{} receivers (fan-out)", l.len()),
+            },
+            humantime_s(a.backlog),
+        ),
+        json!({"event": "channel", "channel": format!("{channel:016x}"), "dir": dir.display().to_string(), "rate_bps": rate}),
+    );
+    let mut names: std::collections::HashMap<u32, String> = Default::default();
+    let mut last_status = Instant::now();
+    let mut failed_watch = None;
+    let r = udp::run_channel_sender(
+        &sock,
+        &targets,
+        &mut core,
+        &mut spool,
+        stop,
+        &mut |core, spool, now| {
+            while let Some(e) = core.poll_event() {
+                match e {
+                    ChannelEvent::Joined { name, addr, from_oid } => say(
+                        format!("{name} joined from {addr}, from file {from_oid}"),
+                        json!({"event": "joined", "name": name, "addr": addr.to_string(), "from_oid": from_oid}),
+                    ),
+                    ChannelEvent::Rejected { name } => say(
+                        format!("{name} refused: not in the closed group"),
+                        json!({"event": "rejected", "name": name}),
+                    ),
+                    ChannelEvent::Away { name } => say(
+                        format!("{name} is away (silent for 10 s); files wait for it within the backlog"),
+                        json!({"event": "away", "name": name}),
+                    ),
+                    ChannelEvent::Dropped { name } => say(
+                        format!("{name} forgotten (silent for a day)"),
+                        json!({"event": "dropped", "name": name}),
+                    ),
+                    ChannelEvent::Sent { .. } => {}
+                    ChannelEvent::Unreadable { oid, error } => say(
+                        format!("{}: could not be read: {error}", names.get(&oid).cloned().unwrap_or_default()),
+                        json!({"event": "unreadable", "oid": oid, "error": error}),
+                    ),
+                    ChannelEvent::Forgotten { oid, missing } => {
+                        spool.forget(oid);
+                        let path = names.remove(&oid).unwrap_or_default();
+                        if !missing.is_empty() {
+                            say(
+                                format!("{path}: backlog expired; not had by {}", missing.join(", ")),
+                                json!({"event": "expired", "oid": oid, "path": path, "missing": missing}),
+                            );
+                        }
+                    }
+                }
+            }
+            let ready = match watch.ready() {
+                Ok(r) => r,
+                Err(e) => {
+                    failed_watch = Some(e.to_string());
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+            };
+            for path in ready {
+                let shown = path.display();
+                match spool.item(&path, want) {
+                    Ok(item) => {
+                        let size = item.size;
+                        let hot = urgent.excludes(path.as_bytes(), false);
+                        let ready_us = longhaul_mcast::store::wall_clock_us();
+                        match core.offer(now, item, ready_us, hot) {
+                            Ok(oid) => {
+                                spool.add(oid, path);
+                                names.insert(oid, shown.clone());
+                                if json {
+                                    println!(
+                                        "{}",
+                                        json!({"event": "offered", "oid": oid, "path": shown, "size": size, "urgent": hot})
+                                    );
+                                }
+                            }
+                            Err(e) => eprintln!("warning: {shown}: not sent: {e}"),
+                        }
+                    }
+                    // (Gone or unreadable: a producer's business.)
+                    Err(e) => eprintln!("warning: {shown}: not sent: {e}"),
+                }
+            }
+            if now >= last_status + Duration::from_secs(10) && !json && !a.quiet {
+                last_status = now;
+                let st = core.state();
+                let away = st.receivers.iter().filter(|r| r.1).count();
+                eprintln!(
+                    "channel {channel:016x}: {} file(s) offered, {} held, {} waiting ({} bytes); {} receiver(s), {away} away",
+                    core.stats().files,
+                    st.held,
+                    st.queued,
+                    st.queued_bytes,
+                    st.receivers.len()
+                );
+            }
+        },
+    );
+    if let Some(e) = failed_watch {
+        eprintln!("error: {e}");
+        return Ok(5);
+    }
+    r.context("sending")?;
+    let st = core.stats();
+    say(
+        format!(
+            "channel {channel:016x} stopped: {} file(s) offered, {} sent, {} repair symbols",
+            st.files, st.sent_files, st.repair_symbols
+        ),
+        json!({"event": "stopped", "files": st.files, "sent": st.sent_files, "datagrams": st.datagrams, "bytes": st.bytes, "repair_symbols": st.repair_symbols}),
+    );
+    Ok(if stop.load(Ordering::Relaxed) { 0 } else { 3 })
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -553,6 +780,102 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
     let mut not_held = longhaul_transfer::meta::not_held();
     let json = a.json;
     let has_key = a.key_file.is_some();
+    // A channel's files, beside sessions (docs/PROTOCOL.md §3.5).
+    let resume_file = state.join(format!("channel-{}", &tag[..16]));
+    let mut chan_cfg = longhaul_mcast::channel::ChannelReceiverConfig::new(&name);
+    chan_cfg.key_material = read_key(&a.key_file)?;
+    chan_cfg.accept_unsealed = a.accept_any_sender;
+    chan_cfg.idle_timeout = a.idle_timeout;
+    chan_cfg.resume = longhaul_mcast::channel::files::read_resume(&resume_file);
+    let mut chan = longhaul_mcast::channel::ChannelReceiver::new(
+        chan_cfg,
+        Instant::now(),
+        longhaul_mcast::store::wall_clock_us(),
+    )
+    .map_err(usage)?;
+    let mut chan_store = longhaul_mcast::channel::files::ChannelStore::new(
+        &a.dest,
+        a.exact_modes,
+        Policy {
+            owners: a.keep_owners && root,
+            numeric_ids: a.numeric_ids,
+            privileged: a.exact_modes && root,
+        },
+    )
+    .context("destination")?;
+    let mut hooks = Hooks::new(a.exec.clone());
+    let mut saved = Instant::now();
+    let dest = a.dest.clone();
+    let mut on_chan = |c: &longhaul_mcast::channel::ChannelReceiver,
+                       e: longhaul_mcast::channel::ChannelRxEvent| {
+        use longhaul_mcast::channel::ChannelRxEvent as E;
+        let shown = |p: &[u8]| longhaul_transfer::shown(&String::from_utf8_lossy(p)).into_owned();
+        match e {
+            E::Joined {
+                channel,
+                sender,
+                from_oid,
+            } => chan_say(
+                json,
+                format!("channel {channel:016x} from {sender}: joining, from file {from_oid}"),
+                json!({"event": "channel", "channel": format!("{channel:016x}"), "sender": sender.to_string(), "from_oid": from_oid}),
+            ),
+            E::Refused { channel, why } => chan_say(
+                json,
+                format!("channel {channel:016x}: refused: {why}"),
+                json!({"event": "refused", "channel": format!("{channel:016x}"), "why": why}),
+            ),
+            E::File {
+                oid,
+                path,
+                size,
+                latency_us,
+            } => {
+                let latency = latency_us as f64 / 1e6;
+                chan_say(
+                    json,
+                    format!(
+                        "{}: {size} bytes, {latency:.3} s after it was ready",
+                        shown(&path)
+                    ),
+                    json!({"event": "file", "oid": oid, "path": String::from_utf8_lossy(&path), "size": size, "latency_s": latency}),
+                );
+                hooks.run(
+                    dest.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&path)),
+                );
+            }
+            E::Failed { oid, path, error } => chan_say(
+                json,
+                format!("{}: FAILED: {error}", shown(&path)),
+                json!({"event": "failed", "oid": oid, "path": String::from_utf8_lossy(&path), "error": error}),
+            ),
+            E::Missed { from, count, why } => chan_say(
+                json,
+                format!("missed {count} file(s) from id {from}: {why}"),
+                json!({"event": "missed", "from": from, "count": count, "why": why}),
+            ),
+            E::Left { channel, why } => chan_say(
+                json,
+                format!("channel {channel:016x}: left: {why}"),
+                json!({"event": "left", "channel": format!("{channel:016x}"), "why": why}),
+            ),
+        }
+        // Where it stands, kept (at most once a second) for a restart.
+        if saved.elapsed() >= Duration::from_secs(1) {
+            if let Some(r) = c.resume_point() {
+                if let Err(e) = longhaul_mcast::channel::files::write_resume(&resume_file, &r) {
+                    tracing::warn!("{}: {e}", resume_file.display());
+                }
+            }
+            saved = Instant::now();
+        }
+        hooks.reap();
+    };
+    let part = udp::ChannelPart {
+        core: &mut chan,
+        store: &mut chan_store,
+        on_event: &mut on_chan,
+    };
     udp::run_receiver(
         &sock,
         &mut core,
@@ -638,8 +961,13 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
             }
             _ => {}
         },
+        Some(part),
     )
     .context("receiving")?;
+    if let Some(r) = chan.resume_point() {
+        let _ = longhaul_mcast::channel::files::write_resume(&resume_file, &r);
+    }
+    hooks.wait();
     if stop.load(Ordering::Relaxed) {
         return Ok(if a.once { crate::EXIT_INTERRUPTED } else { 0 });
     }
@@ -649,6 +977,82 @@ fn receive(a: ReceiveArgs, stop: &AtomicBool) -> Result<i32> {
         Some(r) if r.error.starts_with("write") || r.error.starts_with("read") => 5,
         _ => 3,
     })
+}
+
+/// A line on stderr, or with --json one JSON line on stdout.
+fn chan_say(json: bool, line: String, j: serde_json::Value) {
+    match json {
+        true => println!("{j}"),
+        false => eprintln!("{line}"),
+    }
+}
+
+/// `receive --exec CMD`: run on each file a channel delivers, at most
+/// [`Hooks::AT_ONCE`] at a time, the rest queued.
+struct Hooks {
+    cmd: Option<String>,
+    running: Vec<(std::process::Child, PathBuf)>,
+    queued: std::collections::VecDeque<PathBuf>,
+}
+
+impl Hooks {
+    const AT_ONCE: usize = 4;
+
+    fn new(cmd: Option<String>) -> Hooks {
+        Hooks {
+            cmd,
+            running: Vec::new(),
+            queued: Default::default(),
+        }
+    }
+
+    fn run(&mut self, path: PathBuf) {
+        if self.cmd.is_some() {
+            self.queued.push_back(path);
+            self.reap();
+        }
+    }
+
+    /// Collect those that ended; start queued ones.
+    fn reap(&mut self) {
+        self.running.retain_mut(|(c, p)| match c.try_wait() {
+            Ok(Some(st)) if !st.success() => {
+                eprintln!("--exec on {}: {st}", p.display());
+                false
+            }
+            Ok(Some(_)) => false,
+            Ok(None) => true,
+            Err(e) => {
+                eprintln!("--exec on {}: {e}", p.display());
+                false
+            }
+        });
+        let Some(cmd) = &self.cmd else { return };
+        while self.running.len() < Self::AT_ONCE {
+            let Some(p) = self.queued.pop_front() else {
+                break;
+            };
+            match std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("{cmd} \"$1\""))
+                .arg("longhaul")
+                .arg(&p)
+                .stdin(std::process::Stdio::null())
+                .spawn()
+            {
+                Ok(c) => self.running.push((c, p)),
+                Err(e) => eprintln!("--exec on {}: {e}", p.display()),
+            }
+        }
+    }
+
+    /// Let every hook started or queued finish.
+    fn wait(&mut self) {
+        while !self.running.is_empty() || !self.queued.is_empty() {
+            self.reap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// The receiver's `ended` event: `{"event": "ended"}` and the report's fields.

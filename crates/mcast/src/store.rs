@@ -495,6 +495,35 @@ impl FileStore {
     }
 }
 
+/// A new part file (mode 0600, `size` bytes of holes) beside the target of
+/// `path` beneath `dest`, its directories made: the directory, the
+/// target's name, and the part open for reading and writing.
+pub(crate) fn new_part(
+    dest: &mut DestDir,
+    path: &[u8],
+    size: u64,
+) -> Result<(Arc<Dir>, Vec<u8>, File), String> {
+    let rel = RelPath::from_wire(path).map_err(|e| e.to_string())?;
+    let (dir, name) = dest
+        .parent_of(&rel)
+        .map_err(|e| format!("{}: {e}", rel.display()))?;
+    let mut o = OpenOptions::new();
+    o.write(true)
+        .read(true)
+        .create(true)
+        .truncate(true)
+        .follow(FollowSymlinks::No);
+    {
+        use cap_std::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    let f = dir
+        .open_with(os(&sibling_name(&name, PART)), &o)
+        .and_then(|f| f.set_len(size).map(|_| f))
+        .map_err(|e| format!("{}: {e}", rel.display()))?;
+    Ok((dir, name, f.into_std()))
+}
+
 /// How far a sealed session's making may lie from this receiver's clock
 /// (either way) for it to be taken: a session recorded and replayed later
 /// than this is refused for its age, sooner by the record of
@@ -618,25 +647,8 @@ impl Store for FileStore {
         }
         for s in spans {
             let it = &m.items[s.item];
-            let rel = RelPath::from_wire(&it.path).map_err(|e| e.to_string())?;
-            let (dir, name) = dest
-                .parent_of(&rel)
-                .map_err(|e| format!("{}: {e}", rel.display()))?;
-            let mut o = OpenOptions::new();
-            o.write(true)
-                .create(true)
-                .truncate(true)
-                .follow(FollowSymlinks::No);
-            {
-                use cap_std::fs::OpenOptionsExt;
-                o.mode(0o600);
-            }
             // (Its holes stay holes: only its data extents are written.)
-            let f = dir
-                .open_with(os(&sibling_name(&name, PART)), &o)
-                .and_then(|f| f.set_len(it.size).map(|_| f))
-                .map_err(|e| format!("{}: {e}", rel.display()))?;
-            drop(f);
+            let (dir, name, _) = new_part(&mut dest, &it.path, it.size)?;
             parts.push(Part {
                 dir,
                 name,

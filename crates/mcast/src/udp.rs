@@ -12,6 +12,7 @@
 //! and in the lab the emulator's reads) drop by the batch size; pacing stays the
 //! core's, at millisecond grain.
 
+use crate::channel::{ChannelReceiver, ChannelRxEvent, ChannelSender, ObjectSource, ObjectStore};
 use crate::receiver::{Receiver, ReceiverEvent, Store};
 use crate::sender::{SendTo, Sender, SenderEvent, Source};
 use crate::wire::MAX_DATAGRAM;
@@ -316,6 +317,41 @@ pub fn run_sender(
     }
 }
 
+/// Run a channel's sender until `stop` is set. Between bursts `tick`
+/// takes the core's events and offers the files that became ready.
+pub fn run_channel_sender<S: ObjectSource>(
+    sock: &UdpSocket,
+    targets: &Targets,
+    core: &mut ChannelSender,
+    src: &mut S,
+    stop: &AtomicBool,
+    tick: &mut dyn FnMut(&mut ChannelSender, &mut S, Instant),
+) -> io::Result<()> {
+    let state = UdpSocketState::new(sock.into())?;
+    let mut outbox = Outbox::new(&state, sock, targets);
+    let mut inbox = Inbox::new();
+    let mut out = Vec::with_capacity(MAX_DATAGRAM);
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        for _ in 0..256 {
+            match core.poll_transmit(now, src, &mut out)? {
+                Some(d) => outbox.push(d, &out)?,
+                None => break,
+            }
+        }
+        outbox.flush()?;
+        tick(core, src, now);
+        let until = core
+            .poll_timeout()
+            .map(|t| if t > now { t.max(now + BURST) } else { t });
+        wait(sock, until, Duration::from_millis(100))?;
+        while inbox.recv(&state, sock, &mut |from, d| {
+            core.handle(Instant::now(), from, d)
+        })? {}
+    }
+    Ok(())
+}
+
 fn writable(sock: &UdpSocket) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let mut pfd = libc::pollfd {
@@ -383,6 +419,7 @@ pub fn run_receiver(
     stop: &AtomicBool,
     once: bool,
     on_event: &mut dyn FnMut(&Receiver, ReceiverEvent),
+    mut chan: Option<ChannelPart<'_>>,
 ) -> io::Result<()> {
     let state = UdpSocketState::new(sock.into())?;
     let mut inbox = Inbox::new();
@@ -391,7 +428,9 @@ pub fn run_receiver(
             store.abort();
             return Ok(());
         }
-        let ended = turn(sock, &state, &mut inbox, core, store, on_event, LOOK)?;
+        let ended = turn(
+            sock, &state, &mut inbox, core, store, on_event, &mut chan, LOOK,
+        )?;
         if core.finish_due() {
             let result = std::thread::scope(|sc| {
                 let worker = sc.spawn(|| store.finish());
@@ -405,6 +444,7 @@ pub fn run_receiver(
                         core,
                         &mut away,
                         on_event,
+                        &mut chan,
                         LOOK / 10,
                     )?;
                 }
@@ -419,12 +459,55 @@ pub fn run_receiver(
     }
 }
 
+/// A channel receiver beside the session receiver of [`run_receiver`]:
+/// BEAT, OFFER and CHUNK datagrams, and ACKs of its channel, go to it.
+pub struct ChannelPart<'a> {
+    /// The channel's core.
+    pub core: &'a mut ChannelReceiver,
+    /// Where its files go.
+    pub store: &'a mut dyn ObjectStore,
+    /// Its events.
+    pub on_event: &'a mut dyn FnMut(&ChannelReceiver, ChannelRxEvent),
+}
+
+impl ChannelPart<'_> {
+    fn takes(&self, d: &[u8]) -> bool {
+        use crate::wire::Kind;
+        match crate::wire::header(d) {
+            Ok(h) => match h.kind {
+                Kind::Beat | Kind::Offer | Kind::Chunk => true,
+                Kind::Ack => self.core.channel() == Some(h.session),
+                _ => false,
+            },
+            Err(_) => false,
+        }
+    }
+}
+
+/// Feedback is best effort: a full buffer or a vanished sender is no error.
+fn best_effort(r: io::Result<usize>, to: SocketAddr) -> io::Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionRefused | io::ErrorKind::WouldBlock
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(io::Error::new(e.kind(), format!("send to {to}: {e}"))),
+    }
+}
+
 /// How often a waiting receiver looks at its stop flag.
 const LOOK: Duration = Duration::from_millis(200);
 
 /// One turn of a receiver's loop: wait for datagrams or the core's next
 /// deadline, hand them in, send its answers, pass its events on. True if
-/// a session ended. It waits at most `look`.
+/// a session ended. It waits at most `look`. A channel's datagrams go to
+/// the channel's core, if there is one.
+#[allow(clippy::too_many_arguments)]
 fn turn(
     sock: &UdpSocket,
     state: &UdpSocketState,
@@ -432,13 +515,25 @@ fn turn(
     core: &mut Receiver,
     store: &mut dyn Store,
     on_event: &mut dyn FnMut(&Receiver, ReceiverEvent),
+    chan: &mut Option<ChannelPart<'_>>,
     look: Duration,
 ) -> io::Result<bool> {
-    wait(sock, core.poll_timeout(), look)?;
+    let due = match (
+        core.poll_timeout(),
+        chan.as_ref().and_then(|c| c.core.poll_timeout()),
+    ) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    wait(sock, due, look)?;
     // Up to a few system calls' worth of datagrams, then deadlines and answers.
     for _ in 0..8 {
         let got = inbox.recv(state, sock, &mut |from, d| {
-            core.handle(Instant::now(), from, d, store)
+            let now = Instant::now();
+            match chan.as_mut().filter(|c| c.takes(d)) {
+                Some(c) => c.core.handle(now, from, d, c.store),
+                None => core.handle(now, from, d, store),
+            }
         })?;
         if !got {
             break;
@@ -448,17 +543,19 @@ fn turn(
     if core.poll_timeout().is_some_and(|t| t <= now) {
         core.handle_timeout(now, store);
     }
-    while let Some((to, b)) = core.poll_transmit() {
-        match sock.send_to(&b, to) {
-            Ok(_) => {}
-            // Feedback is best effort: a full buffer or a vanished sender.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::ConnectionRefused | io::ErrorKind::WouldBlock
-                ) => {}
-            Err(e) => return Err(io::Error::new(e.kind(), format!("send to {to}: {e}"))),
+    if let Some(c) = chan.as_mut() {
+        if c.core.poll_timeout().is_some_and(|t| t <= now) {
+            c.core.handle_timeout(now, c.store);
         }
+        while let Some((to, b)) = c.core.poll_transmit() {
+            best_effort(sock.send_to(&b, to), to)?;
+        }
+        while let Some(e) = c.core.poll_event() {
+            (c.on_event)(c.core, e);
+        }
+    }
+    while let Some((to, b)) = core.poll_transmit() {
+        best_effort(sock.send_to(&b, to), to)?;
     }
     let mut ended = false;
     while let Some(e) = core.poll_event() {

@@ -410,3 +410,148 @@ fn holes_owners_attributes_and_acls_arrive_as_rsync_sees_them() {
         eprintln!("SKIP (part): this file system keeps no extended attributes");
     }
 }
+
+/// Lines of JSON events on `out` whose "event" is `kind`.
+fn events(out: &str, kind: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == kind)
+        .collect()
+}
+
+/// A channel receiver (no --once: it runs until stopped).
+fn channel_receiver(port: u16, dest: &Path, id: &str, extra: &[&str]) -> Child {
+    longhaul()
+        .args(["multicast", "receive", "--json", "--accept-any-sender"])
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--dest")
+        .arg(dest)
+        .arg("--state-dir")
+        .arg(dest.with_extension("state"))
+        .args(["--id", id])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("receiver")
+}
+
+/// Stop a process as Ctrl-C would, and take what it printed.
+fn interrupt(c: Child) -> Out {
+    // SAFETY: a signal to a child this test started.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    wait(c)
+}
+
+/// `send --follow`: a channel. Files written into the spool (closed after
+/// writing, renamed in, in a directory made later) reach the receivers as
+/// they are written, each named as soon as it verifies and handed to
+/// `--exec`; a receiver that joins late gets what is written from then on,
+/// and one that was stopped and started again gets what it missed from the
+/// backlog, and nothing twice.
+#[test]
+fn a_channel_sends_files_as_they_are_written_to_receivers_that_come_and_go() {
+    let tmp = Tmp::new("mc-channel");
+    let spool = tmp.join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let (d1, d2) = (tmp.join("d1"), tmp.join("d2"));
+    let hooks = tmp.join("hooks.log");
+    let exec = format!("echo >> {}", hooks.display());
+    let r1 = channel_receiver(47361, &d1, "site-1", &["--exec", &exec]);
+    std::thread::sleep(Duration::from_millis(300));
+    let s = longhaul()
+        .args(["multicast", "send", "--json", "--rate", "200M", "--open"])
+        .args(["--to", "127.0.0.1:47361,127.0.0.1:47362", "--follow"])
+        .arg(&spool)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let write = |name: &str, seed: u64, len: usize| {
+        let p = spool.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        // Written under a dot name and renamed in, as spools do; or in place.
+        if seed.is_multiple_of(2) {
+            let tmp = p.with_file_name(format!(".{}", p.file_name().unwrap().to_string_lossy()));
+            std::fs::write(&tmp, gen_bytes(seed, len)).unwrap();
+            std::fs::rename(&tmp, &p).unwrap();
+        } else {
+            std::fs::write(&p, gen_bytes(seed, len)).unwrap();
+        }
+    };
+    write("a.dat", 1, 300_000);
+    write("b.dat", 2, 10_000);
+    write("later/c.dat", 3, 2_000_000);
+    std::thread::sleep(Duration::from_secs(2));
+    // site-2 joins now: it gets what is written from here on.
+    let r2 = channel_receiver(47362, &d2, "site-2", &[]);
+    std::thread::sleep(Duration::from_secs(2));
+    write("d.dat", 4, 50_000);
+    std::thread::sleep(Duration::from_secs(2));
+    // site-1 stops; files are written while it is away; it comes back.
+    let o1 = interrupt(r1);
+    write("e.dat", 5, 70_000);
+    write("later/f.dat", 6, 1_000);
+    std::thread::sleep(Duration::from_secs(1));
+    let r1 = channel_receiver(47361, &d1, "site-1", &["--exec", &exec]);
+    std::thread::sleep(Duration::from_secs(4));
+    let o1b = interrupt(r1);
+    let o2 = interrupt(r2);
+    let so = interrupt(s);
+    assert_eq!(so.code, 0, "{}", so.stderr);
+    let all = [
+        "a.dat",
+        "b.dat",
+        "later/c.dat",
+        "d.dat",
+        "e.dat",
+        "later/f.dat",
+    ];
+    let hash = |p: &Path| std::fs::read(p).ok().map(|b| blake3::hash(&b));
+    for (seed, name) in all.iter().enumerate() {
+        let want = hash(&spool.join(name));
+        assert!(
+            hash(&d1.join(name)) == want,
+            "site-1 {name}: {}\n{}\n{}",
+            o1.stdout,
+            o1b.stdout,
+            o1b.stderr
+        );
+        // site-2 joined after the first three.
+        let got2 = hash(&d2.join(name));
+        match seed < 3 {
+            true => assert!(got2.is_none() || got2 == want, "site-2 {name}"),
+            false => assert!(got2 == want, "site-2 {name}: {}", o2.stdout),
+        }
+    }
+    // Each file reported once, with its latency, and handed to --exec once.
+    let files1: Vec<_> = events(&o1.stdout, "file")
+        .into_iter()
+        .chain(events(&o1b.stdout, "file"))
+        .collect();
+    let mut names: Vec<&str> = files1.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    names.sort();
+    let mut want = all.to_vec();
+    want.sort();
+    assert_eq!(names, want, "{files1:?}");
+    for f in &files1 {
+        let l = f["latency_s"].as_f64().unwrap();
+        assert!((0.0..30.0).contains(&l), "{f}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&hooks).unwrap().lines().count(),
+        all.len()
+    );
+    // Nothing but the files: no part files left.
+    for d in [&d1, &d2] {
+        for p in list_tree(d) {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(!n.contains("lh-part"), "{}", p.display());
+        }
+    }
+    let offered = events(&so.stdout, "offered");
+    assert_eq!(offered.len(), all.len(), "{}", so.stdout);
+}

@@ -10,6 +10,7 @@
 //! - [`ChannelSender`]: the sender's sans-IO core.
 //! - [`ChannelReceiver`]: a receiver's sans-IO core.
 
+pub mod files;
 mod recv;
 mod send;
 

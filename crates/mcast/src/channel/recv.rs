@@ -249,6 +249,11 @@ impl ChannelReceiver {
         self.wall_us + now.saturating_duration_since(self.t0).as_micros() as u64
     }
 
+    /// The channel taken, if any.
+    pub fn channel(&self) -> Option<u64> {
+        self.chan.as_ref().map(|c| c.id)
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> &ChannelRxStats {
         &self.stats

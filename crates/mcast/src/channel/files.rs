@@ -1,0 +1,406 @@
+//! A channel's files on both ends: the sender's spool (a directory watched
+//! with inotify, its ready files read by id) and the receiver's store (each
+//! file into a part file beside its target, verified, given its metadata
+//! and named on its own).
+
+use super::recv::{ObjectStore, Resume};
+use super::send::ObjectSource;
+use crate::manifest::Item;
+use cap_std::fs::Dir;
+use longhaul_transfer::meta::{self, Applied, Policy, Wanted};
+use longhaul_transfer::place::{open_read, sibling_name, DestDir, PART};
+use longhaul_transfer::{EntryKind, RelPath};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn os(b: &[u8]) -> &Path {
+    Path::new(std::ffi::OsStr::from_bytes(b))
+}
+
+/// Open at most this many spool files at once.
+const MAX_OPEN: usize = 64;
+
+/// The sender's spool: files by id, read from beneath its directory.
+pub struct Spool {
+    root: Dir,
+    paths: HashMap<u32, RelPath>,
+    open: HashMap<u32, File>,
+}
+
+impl Spool {
+    /// A spool beneath `dir`.
+    pub fn new(dir: &Path) -> io::Result<Spool> {
+        let root = Dir::open_ambient_dir(dir, cap_std::ambient_authority())
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+        Ok(Spool {
+            root,
+            paths: HashMap::new(),
+            open: HashMap::new(),
+        })
+    }
+
+    /// The file at `path` (beneath the spool) is offered as `oid`.
+    pub fn add(&mut self, oid: u32, path: RelPath) {
+        self.paths.insert(oid, path);
+    }
+
+    /// File `oid` is forgotten by the channel.
+    pub fn forget(&mut self, oid: u32) {
+        self.paths.remove(&oid);
+        self.open.remove(&oid);
+    }
+
+    /// The manifest entry of the ready file at `path`: its metadata, owner,
+    /// the attributes `want` takes, and its BLAKE3 (the whole file is read).
+    pub fn item(&self, path: &RelPath, want: Wanted) -> io::Result<Item> {
+        use cap_std::fs::MetadataExt;
+        use std::os::fd::AsFd;
+        let f = open_read(&self.root, path.as_path())?;
+        let m = self.root.symlink_metadata(path.as_path())?;
+        if !m.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
+        let xattrs = meta::read_xattrs(f.as_fd(), want)?;
+        let mut h = blake3::Hasher::new();
+        let n = io::copy(&mut &f, &mut h)?;
+        let size = m.len();
+        if n != size {
+            return Err(io::Error::other(format!(
+                "changed while being read ({size} bytes, then {n})"
+            )));
+        }
+        Ok(Item {
+            path: path.as_bytes().to_vec(),
+            kind: EntryKind::File,
+            size,
+            mode: m.mode() & 0o7777,
+            mtime_ns: longhaul_transfer::manifest::system_time_ns(m.modified()?.into_std()),
+            link: Vec::new(),
+            hash: *h.finalize().as_bytes(),
+            extents: None,
+            owner: Some(meta::owner_of(m.uid(), m.gid())),
+            xattrs,
+        })
+    }
+}
+
+impl ObjectSource for Spool {
+    fn read(&mut self, oid: u32, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        if !self.open.contains_key(&oid) {
+            let path = self
+                .paths
+                .get(&oid)
+                .ok_or_else(|| io::Error::other("not in the spool"))?;
+            if self.open.len() >= MAX_OPEN {
+                self.open.clear();
+            }
+            let f = open_read(&self.root, path.as_path())?;
+            self.open.insert(oid, f);
+        }
+        self.open[&oid].read_exact_at(buf, offset).map_err(|e| {
+            let p = self
+                .paths
+                .get(&oid)
+                .map(|p| p.display())
+                .unwrap_or_default();
+            io::Error::new(e.kind(), format!("{p}: {e} (did it shrink?)"))
+        })
+    }
+}
+
+/// A directory watched for files that are ready: closed after writing, or
+/// renamed into it (at any depth; names that start with a dot are not
+/// watched: a producer's temporary files).
+pub struct Watch {
+    fd: Inotify,
+    root: PathBuf,
+    dirs: HashMap<WatchDescriptor, RelPath>,
+}
+
+impl Watch {
+    /// Watch `dir` and the directories beneath it.
+    pub fn new(dir: &Path) -> io::Result<Watch> {
+        let fd = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        let mut w = Watch {
+            fd,
+            root: dir.to_path_buf(),
+            dirs: HashMap::new(),
+        };
+        w.add(&RelPath::root(), &mut Vec::new())?;
+        Ok(w)
+    }
+
+    /// Watch `rel` and what lies beneath it; the files found there go to
+    /// `found` (a directory moved in comes with its files).
+    fn add(&mut self, rel: &RelPath, found: &mut Vec<RelPath>) -> io::Result<()> {
+        let full = self.root.join(rel.as_path());
+        let flags = AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_ONLYDIR
+            | AddWatchFlags::IN_DONT_FOLLOW;
+        let wd = self
+            .fd
+            .add_watch(&full, flags)
+            .map_err(|e| io::Error::other(format!("watching {}: {e}", full.display())))?;
+        self.dirs.insert(wd, rel.clone());
+        for e in std::fs::read_dir(&full)? {
+            let e = e?;
+            let name = e.file_name();
+            if name.as_bytes().starts_with(b".") {
+                continue;
+            }
+            let Ok(child) =
+                rel.join(&RelPath::from_wire(name.as_bytes()).map_err(io::Error::other)?)
+            else {
+                continue;
+            };
+            let t = e.file_type()?;
+            if t.is_dir() {
+                self.add(&child, found)?;
+            } else if t.is_file() && !rel.is_root() {
+                found.push(child);
+            }
+        }
+        Ok(())
+    }
+
+    /// The files that became ready since the last call (none if nothing happened).
+    pub fn ready(&mut self) -> io::Result<Vec<RelPath>> {
+        let mut out = Vec::new();
+        loop {
+            let events = match self.fd.read_events() {
+                Ok(ev) => ev,
+                Err(nix::errno::Errno::EAGAIN) => break,
+                Err(e) => return Err(io::Error::other(format!("inotify: {e}"))),
+            };
+            for ev in events {
+                let (Some(dir), Some(name)) = (self.dirs.get(&ev.wd).cloned(), ev.name) else {
+                    continue;
+                };
+                let name = name.as_bytes();
+                if name.starts_with(b".") || longhaul_transfer::place::is_reserved_name(name) {
+                    continue;
+                }
+                let Ok(child) = RelPath::from_wire(name).and_then(|n| dir.join(&n)) else {
+                    continue;
+                };
+                let is_dir = ev.mask.contains(AddWatchFlags::IN_ISDIR);
+                if is_dir
+                    && ev
+                        .mask
+                        .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)
+                {
+                    // Files already in it are ready too (a directory moved in).
+                    let mut found = Vec::new();
+                    if self.add(&child, &mut found).is_ok() {
+                        out.extend(found);
+                    }
+                } else if !is_dir
+                    && ev
+                        .mask
+                        .intersects(AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO)
+                {
+                    out.push(child);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The inotify descriptor, to wait on.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+}
+
+/// A receiver's channel files beneath a destination: each into
+/// `.NAME.lh-part` beside its target, synced, verified against its BLAKE3,
+/// given its owner, attributes, mode and mtime, then named.
+pub struct ChannelStore {
+    dest: DestDir,
+    parts: HashMap<u32, (Arc<Dir>, Vec<u8>, File, Item)>,
+    exact_modes: bool,
+    policy: Policy,
+}
+
+impl ChannelStore {
+    /// A store writing beneath `dest` (created if missing).
+    pub fn new(dest: &Path, exact_modes: bool, policy: Policy) -> io::Result<ChannelStore> {
+        std::fs::create_dir_all(dest)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dest.display())))?;
+        let base = Dir::open_ambient_dir(dest, cap_std::ambient_authority())
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dest.display())))?;
+        Ok(ChannelStore {
+            dest: DestDir::new(base),
+            parts: HashMap::new(),
+            exact_modes,
+            policy,
+        })
+    }
+
+    fn applied(&self, it: &Item) -> Applied {
+        let policy = Policy {
+            owners: self.policy.owners && it.owner.is_some(),
+            ..self.policy
+        };
+        meta::applied(&it.owner.clone().unwrap_or_default(), &it.xattrs, policy)
+    }
+
+    fn place(&mut self, oid: u32) -> Result<(), String> {
+        let (dir, name, f, it) = self.parts.remove(&oid).ok_or("not begun")?;
+        let part = sibling_name(&name, PART);
+        let shown = String::from_utf8_lossy(&it.path).into_owned();
+        let r = (|| -> io::Result<Result<(), String>> {
+            f.sync_data()?;
+            let mut h = blake3::Hasher::new();
+            h.update_reader(open_read(&dir, os(&part))?)?;
+            if *h.finalize().as_bytes() != it.hash {
+                return Ok(Err(format!(
+                    "{shown} does not verify (BLAKE3 differs from its OFFER)"
+                )));
+            }
+            let mode = longhaul_transfer::place::received_mode(it.mode, self.exact_modes);
+            longhaul_transfer::place::apply_meta(&f, mode, it.mtime_ns, Some(&self.applied(&it)))?;
+            dir.rename(os(&part), &dir, os(&name))?;
+            Ok(Ok(()))
+        })();
+        match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                let _ = dir.remove_file(os(&part));
+                Err(e)
+            }
+            Err(e) => {
+                let _ = dir.remove_file(os(&part));
+                Err(format!("{shown}: {e}"))
+            }
+        }
+    }
+}
+
+impl ObjectStore for ChannelStore {
+    fn begin(&mut self, oid: u32, item: &Item) -> Result<(), String> {
+        let (dir, name, f) = crate::store::new_part(&mut self.dest, &item.path, item.size)?;
+        self.parts.insert(oid, (dir, name, f, item.clone()));
+        Ok(())
+    }
+
+    fn write(&mut self, oid: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        let (_, _, f, _) = self
+            .parts
+            .get(&oid)
+            .ok_or_else(|| io::Error::other("not begun"))?;
+        f.write_all_at(data, offset)
+    }
+
+    fn finish(&mut self, oid: u32) -> Result<(), String> {
+        self.place(oid)
+    }
+
+    fn abort(&mut self, oid: u32) {
+        if let Some((dir, name, _, _)) = self.parts.remove(&oid) {
+            let _ = dir.remove_file(os(&sibling_name(&name, PART)));
+        }
+    }
+}
+
+impl Drop for ChannelStore {
+    fn drop(&mut self) {
+        let oids: Vec<u32> = self.parts.keys().copied().collect();
+        for oid in oids {
+            self.abort(oid);
+        }
+    }
+}
+
+/// Where a receiver stood on a channel, kept in `file` (a line: the
+/// channel in hex, the id below which it has every file, then the ids
+/// above it has, comma-separated); None if there is none or it is unreadable.
+pub fn read_resume(file: &Path) -> Option<Resume> {
+    let t = std::fs::read_to_string(file).ok()?;
+    let mut w = t.split_whitespace();
+    let channel = u64::from_str_radix(w.next()?, 16).ok()?;
+    let below = w.next()?.parse().ok()?;
+    let done = match w.next() {
+        Some(d) => d.split(',').filter_map(|x| x.parse().ok()).collect(),
+        None => Vec::new(),
+    };
+    Some(Resume {
+        channel,
+        below,
+        done,
+    })
+}
+
+/// Keep `r` in `file` (written aside and renamed: a crash leaves the old one).
+pub fn write_resume(file: &Path, r: &Resume) -> io::Result<()> {
+    if let Some(d) = file.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let done: Vec<String> = r.done.iter().map(|d| d.to_string()).collect();
+    let text = format!("{:016x} {} {}\n", r.channel, r.below, done.join(","));
+    let mut tmp = file.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resume_point_survives_the_file() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("state/channel-x");
+        let r = Resume {
+            channel: 0xabc,
+            below: 17,
+            done: vec![19, 22],
+        };
+        write_resume(&f, &r).unwrap();
+        assert_eq!(read_resume(&f), Some(r));
+        std::fs::write(&f, "junk").unwrap();
+        assert_eq!(read_resume(&f), None);
+    }
+
+    #[test]
+    fn a_file_that_does_not_verify_is_not_named() {
+        let t = tempfile::tempdir().unwrap();
+        let mut s = ChannelStore::new(t.path(), false, Policy::default()).unwrap();
+        let item = |hash| Item {
+            path: b"a/b/f.dat".to_vec(),
+            kind: EntryKind::File,
+            size: 5,
+            mode: 0o640,
+            mtime_ns: 1_500_000_000_000_000_000,
+            link: vec![],
+            hash,
+            extents: None,
+            owner: None,
+            xattrs: vec![],
+        };
+        s.begin(1, &item([0; 32])).unwrap();
+        s.write(1, 0, b"hello").unwrap();
+        let e = s.finish(1).unwrap_err();
+        assert!(e.contains("does not verify"), "{e}");
+        assert!(!t.path().join("a/b/f.dat").exists());
+        assert_eq!(std::fs::read_dir(t.path().join("a/b")).unwrap().count(), 0);
+        s.begin(2, &item(*blake3::hash(b"hello").as_bytes()))
+            .unwrap();
+        s.write(2, 0, b"hello").unwrap();
+        s.finish(2).unwrap();
+        assert_eq!(std::fs::read(t.path().join("a/b/f.dat")).unwrap(), b"hello");
+        use std::os::unix::fs::PermissionsExt;
+        let m = std::fs::metadata(t.path().join("a/b/f.dat")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o640);
+    }
+}
