@@ -575,6 +575,30 @@ fn follow(
         xattrs: a.xattrs,
         acls: a.acls,
     };
+    // Watching and hashing on a thread of their own: a file of many MB is
+    // hashed while the channel keeps its pace. Each ready file comes with
+    // when it was found ready, its latency's start.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let reader = Spool::new(&dir).with_context(|| format!("--follow {}", dir.display()))?;
+    let watching = Arc::new(AtomicBool::new(true));
+    let w = watching.clone();
+    let watcher = std::thread::spawn(move || -> std::io::Result<()> {
+        while w.load(Ordering::Relaxed) {
+            for path in watch.ready()? {
+                let ready_us = longhaul_mcast::store::wall_clock_us();
+                let item = reader.item(&path, want);
+                if ready_tx.send((path, item, ready_us)).is_err() {
+                    return Ok(());
+                }
+            }
+            let mut fds = [nix::poll::PollFd::new(
+                watch.fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(100u16));
+        }
+        Ok(())
+    });
     let json = a.json;
     let say = |line: String, j: serde_json::Value| {
         if json {
@@ -597,7 +621,6 @@ fn follow(
     );
     let mut names: std::collections::HashMap<u32, String> = Default::default();
     let mut last_status = Instant::now();
-    let mut failed_watch = None;
     let r = udp::run_channel_sender(
         &sock,
         &targets,
@@ -640,21 +663,16 @@ fn follow(
                     }
                 }
             }
-            let ready = match watch.ready() {
-                Ok(r) => r,
-                Err(e) => {
-                    failed_watch = Some(e.to_string());
-                    stop.store(true, Ordering::Relaxed);
-                    return;
-                }
-            };
-            for path in ready {
+            if watcher.is_finished() {
+                stop.store(true, Ordering::Relaxed);
+                return;
+            }
+            while let Ok((path, item, ready_us)) = ready_rx.try_recv() {
                 let shown = path.display();
-                match spool.item(&path, want) {
+                match item {
                     Ok(item) => {
                         let size = item.size;
                         let hot = urgent.excludes(path.as_bytes(), false);
-                        let ready_us = longhaul_mcast::store::wall_clock_us();
                         match core.offer(now, item, ready_us, hot) {
                             Ok(oid) => {
                                 spool.add(oid, path);
@@ -688,9 +706,14 @@ fn follow(
             }
         },
     );
-    if let Some(e) = failed_watch {
-        eprintln!("error: {e}");
-        return Ok(5);
+    watching.store(false, Ordering::Relaxed);
+    match watcher.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            eprintln!("error: --follow {}: {e}", dir.display());
+            return Ok(5);
+        }
+        Err(_) => anyhow::bail!("the watching thread panicked"),
     }
     r.context("sending")?;
     let st = core.stats();
