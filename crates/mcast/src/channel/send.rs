@@ -21,6 +21,17 @@ pub trait ObjectSource {
     fn read(&mut self, oid: u32, offset: u64, buf: &mut [u8]) -> io::Result<()>;
 }
 
+/// Repair of a file whose first pass ended this long ago is a receiver's
+/// catch-up (it was away), not a loss of the live traffic.
+const CATCH_UP_AFTER: Duration = Duration::from_secs(5);
+
+/// Catch-up takes at least this share of the rate, and otherwise only what
+/// the live files leave: a receiver that comes back never stalls the others.
+const CATCH_UP_SHARE: f64 = 0.05;
+
+/// Blocks kept read (and encoded) at once.
+const CACHED_BLOCKS: usize = 4;
+
 /// Files at most under their first pass at once, taking turns a block each.
 const ACTIVE: usize = 8;
 
@@ -170,6 +181,8 @@ struct Obj {
     /// The last beat sent before each block's latest repair.
     repaired_at_beat: Vec<u64>,
     first_done: bool,
+    /// When its first pass ended.
+    first_done_at: Option<Instant>,
     /// Offered as urgent: sent before the files waiting.
     urgent: bool,
     /// Could not be read: receivers are told it is gone.
@@ -217,9 +230,17 @@ pub struct ChannelSender {
     active: VecDeque<Cursor>,
     /// OFFERs to send.
     offers: VecDeque<u32>,
-    /// (oid, block) → symbols asked.
+    /// (oid, block) → symbols asked, of files sent lately (losses of the
+    /// live traffic: they go first, within `repair_share`).
     repairs: BTreeMap<(u32, u32), u32>,
-    cache: Option<Cached>,
+    /// The same for files sent [`CATCH_UP_AFTER`] or longer ago (a receiver
+    /// that was away): they take what the live files leave, and at least
+    /// [`CATCH_UP_SHARE`] of the rate.
+    catchup: BTreeMap<(u32, u32), u32>,
+    /// The blocks read lately, the one in use first (the first passes',
+    /// a live repair's and a catch-up's take turns without reading and
+    /// encoding again).
+    cache: VecDeque<Cached>,
     rx: HashMap<String, Rx>,
     /// Answers to JOINs: (to, kind, name).
     acks: VecDeque<(SocketAddr, AckKind, String)>,
@@ -230,6 +251,7 @@ pub struct ChannelSender {
     seq: u64,
     repair_bytes: u64,
     first_bytes: u64,
+    catchup_bytes: u64,
     events: VecDeque<ChannelEvent>,
     stats: ChannelStats,
 }
@@ -261,7 +283,8 @@ impl ChannelSender {
             active: VecDeque::new(),
             offers: VecDeque::new(),
             repairs: BTreeMap::new(),
-            cache: None,
+            catchup: BTreeMap::new(),
+            cache: VecDeque::new(),
             rx: HashMap::new(),
             acks: VecDeque::new(),
             beat: 0,
@@ -271,6 +294,7 @@ impl ChannelSender {
             seq: 0,
             repair_bytes: 0,
             first_bytes: 0,
+            catchup_bytes: 0,
             events: VecDeque::new(),
             stats: ChannelStats::default(),
         })
@@ -325,6 +349,7 @@ impl ChannelSender {
                 repaired_at_beat: vec![0; blocks as usize],
                 layout,
                 first_done: false,
+                first_done_at: None,
                 urgent,
                 gone: false,
                 offered_at_beat: None,
@@ -382,6 +407,7 @@ impl ChannelSender {
         let busy = !self.active.is_empty()
             || !self.queue.is_empty()
             || !self.repairs.is_empty()
+            || !self.catchup.is_empty()
             || !self.offers.is_empty()
             || !self.acks.is_empty();
         Some(match busy {
@@ -486,7 +512,10 @@ impl ChannelSender {
                 continue;
             }
             let k = o.layout.k(block) as u32;
-            let e = self.repairs.entry((oid, block)).or_insert(0);
+            let old = o
+                .first_done_at
+                .is_some_and(|t| now.saturating_duration_since(t) >= CATCH_UP_AFTER);
+            let e = self.queue_of(old).entry((oid, block)).or_insert(0);
             *e = (*e).max(n.min(2 * k + MARGIN));
         }
     }
@@ -541,10 +570,9 @@ impl ChannelSender {
         for (oid, missing) in gone {
             self.objects.remove(&oid);
             self.repairs.retain(|&(o, _), _| o != oid);
+            self.catchup.retain(|&(o, _), _| o != oid);
             self.offers.retain(|&o| o != oid);
-            if self.cache.as_ref().is_some_and(|c| c.oid == oid) {
-                self.cache = None;
-            }
+            self.cache.retain(|c| c.oid != oid);
             self.stats.forgotten += 1;
             self.events
                 .push_back(ChannelEvent::Forgotten { oid, missing });
@@ -593,14 +621,26 @@ impl ChannelSender {
             self.stats.offers += 1;
             return Ok(Some(self.sent(now, out.len(), SendTo::Group)));
         }
+        // Live repair first (within its share while files wait), then a
+        // receiver's catch-up within its own small share, then the files'
+        // first passes; what is left goes to catch-up.
         let first = !self.active.is_empty() || !self.queue.is_empty();
         let share = self.repair_bytes as f64
             <= self.cfg.repair_share * (self.repair_bytes + self.first_bytes) as f64;
-        if !self.repairs.is_empty() && (!first || share) && self.repair_symbol(src, out)? {
+        let all = self.repair_bytes + self.first_bytes + self.catchup_bytes;
+        let catch_share = self.catchup_bytes as f64 <= CATCH_UP_SHARE * all as f64;
+        if !self.repairs.is_empty() && (!first || share) && self.repair_symbol(src, out, false)? {
             self.repair_bytes += out.len() as u64;
             return Ok(Some(self.sent(now, out.len(), SendTo::Group)));
         }
-        if self.first_symbol(src, out)? {
+        if !self.catchup.is_empty()
+            && (!first || catch_share)
+            && self.repair_symbol(src, out, true)?
+        {
+            self.catchup_bytes += out.len() as u64;
+            return Ok(Some(self.sent(now, out.len(), SendTo::Group)));
+        }
+        if self.first_symbol(now, src, out)? {
             self.first_bytes += out.len() as u64;
             return Ok(Some(self.sent(now, out.len(), SendTo::Group)));
         }
@@ -639,8 +679,8 @@ impl ChannelSender {
         to
     }
 
-    /// Make sure the cache holds block `block` of file `oid` (its encoder too
-    /// with `enc`). Err: the file could not be read.
+    /// Make sure the cache's first entry is block `block` of file `oid` (its
+    /// encoder too with `enc`). Err: the file could not be read.
     fn load(
         &mut self,
         src: &mut dyn ObjectSource,
@@ -650,23 +690,31 @@ impl ChannelSender {
     ) -> io::Result<()> {
         let o = &self.objects[&oid];
         let t = self.cfg.symbol_size as usize;
-        if !self
+        match self
             .cache
-            .as_ref()
-            .is_some_and(|c| c.oid == oid && c.block == block)
+            .iter()
+            .position(|c| c.oid == oid && c.block == block)
         {
-            let len = o.layout.block_len(block);
-            let mut data = vec![0u8; len.div_ceil(t) * t];
-            src.read(oid, o.layout.offset(block), &mut data[..len])?;
-            self.cache = Some(Cached {
-                oid,
-                block,
-                data,
-                enc: None,
-            });
+            Some(0) => {}
+            Some(i) => {
+                let c = self.cache.remove(i).expect("found");
+                self.cache.push_front(c);
+            }
+            None => {
+                let len = o.layout.block_len(block);
+                let mut data = vec![0u8; len.div_ceil(t) * t];
+                src.read(oid, o.layout.offset(block), &mut data[..len])?;
+                self.cache.push_front(Cached {
+                    oid,
+                    block,
+                    data,
+                    enc: None,
+                });
+                self.cache.truncate(CACHED_BLOCKS);
+            }
         }
         let k = o.layout.k(block);
-        let c = self.cache.as_mut().expect("loaded");
+        let c = self.cache.front_mut().expect("loaded");
         if enc && c.enc.is_none() {
             c.enc = Some(Encoder::new(&c.data, k, self.cfg.symbol_size));
         }
@@ -681,8 +729,9 @@ impl ChannelSender {
             o.first_done = true;
         }
         self.active.retain(|c| c.oid != oid);
-        self.cache = None;
+        self.cache.retain(|c| c.oid != oid);
         self.repairs.retain(|&(o, _), _| o != oid);
+        self.catchup.retain(|&(o, _), _| o != oid);
         self.offers.push_back(oid);
         self.events.push_back(ChannelEvent::Unreadable {
             oid,
@@ -691,7 +740,7 @@ impl ChannelSender {
     }
 
     fn chunk(&mut self, oid: u32, block: u32, esi: u32, out: &mut Vec<u8>) {
-        let c = self.cache.as_ref().expect("loaded");
+        let c = self.cache.front().expect("loaded");
         let t = self.cfg.symbol_size as usize;
         let k = c.data.len() / t;
         let repair;
@@ -711,15 +760,28 @@ impl ChannelSender {
         wire::encode(self.channel, &Msg::Chunk(h, sym), self.key.as_ref(), out);
     }
 
-    fn repair_symbol(&mut self, src: &mut dyn ObjectSource, out: &mut Vec<u8>) -> io::Result<bool> {
-        while let Some((&(oid, block), &n)) = self.repairs.iter().next() {
+    /// Live repairs, or with `old` a receiver's catch-up.
+    fn queue_of(&mut self, old: bool) -> &mut BTreeMap<(u32, u32), u32> {
+        match old {
+            true => &mut self.catchup,
+            false => &mut self.repairs,
+        }
+    }
+
+    fn repair_symbol(
+        &mut self,
+        src: &mut dyn ObjectSource,
+        out: &mut Vec<u8>,
+        old: bool,
+    ) -> io::Result<bool> {
+        while let Some((&(oid, block), &n)) = self.queue_of(old).iter().next() {
             let Some(o) = self.objects.get(&oid) else {
-                self.repairs.remove(&(oid, block));
+                self.queue_of(old).remove(&(oid, block));
                 continue;
             };
             let esi = o.next_esi[block as usize];
             if n == 0 || esi > MAX_ESI {
-                self.repairs.remove(&(oid, block));
+                self.queue_of(old).remove(&(oid, block));
                 continue;
             }
             if let Err(e) = self.load(src, oid, block, true) {
@@ -731,8 +793,8 @@ impl ChannelSender {
             o.next_esi[block as usize] += 1;
             o.repaired_at_beat[block as usize] = beat;
             match n {
-                1 => self.repairs.remove(&(oid, block)),
-                _ => self.repairs.insert((oid, block), n - 1),
+                1 => self.queue_of(old).remove(&(oid, block)),
+                _ => self.queue_of(old).insert((oid, block), n - 1),
             };
             self.chunk(oid, block, esi, out);
             self.stats.repair_symbols += 1;
@@ -744,7 +806,12 @@ impl ChannelSender {
     /// The next symbol of the first passes: files take turns a block each
     /// (up to [`ACTIVE`] at once), so that a small file written behind a
     /// large one is not held up by all of it.
-    fn first_symbol(&mut self, src: &mut dyn ObjectSource, out: &mut Vec<u8>) -> io::Result<bool> {
+    fn first_symbol(
+        &mut self,
+        now: Instant,
+        src: &mut dyn ObjectSource,
+        out: &mut Vec<u8>,
+    ) -> io::Result<bool> {
         loop {
             if self.active.len() < ACTIVE {
                 if let Some(oid) = self.queue.pop_front() {
@@ -781,7 +848,7 @@ impl ChannelSender {
             let layout = self.objects[&oid].layout;
             if block >= layout.blocks() {
                 self.active.pop_front();
-                self.first_done(oid);
+                self.first_done(oid, now);
                 continue;
             }
             let k = layout.k(block) as u32;
@@ -804,7 +871,7 @@ impl ChannelSender {
                 // The next file's turn (a finished one leaves at its turn).
                 let c = self.active.pop_front().expect("active");
                 match c.block >= layout.blocks() {
-                    true => self.first_done(c.oid),
+                    true => self.first_done(c.oid, now),
                     false => self.active.push_back(c),
                 }
             }
@@ -812,9 +879,10 @@ impl ChannelSender {
         }
     }
 
-    fn first_done(&mut self, oid: u32) {
+    fn first_done(&mut self, oid: u32, now: Instant) {
         if let Some(o) = self.objects.get_mut(&oid) {
             o.first_done = true;
+            o.first_done_at = Some(now);
         }
         self.finished.push_back(oid);
         while self.finished.len() > MAX_FINISHED {
