@@ -116,12 +116,23 @@ impl ObjectSource for Spool {
 
 /// A directory watched for files that are ready: closed after writing, or
 /// renamed into it (at any depth; names that start with a dot are not
-/// watched: a producer's temporary files).
+/// watched: a producer's temporary files). A directory made or moved in is
+/// watched too, and the files already in it are ready: producers should
+/// write under a dot name and rename, as a file written in place in a
+/// directory made a moment before may be found before it is closed.
 pub struct Watch {
     fd: Inotify,
     root: PathBuf,
     dirs: HashMap<WatchDescriptor, RelPath>,
+    /// The files reported lately, with their size and mtime: a file found
+    /// by scanning a new directory and then closed after writing is
+    /// reported once.
+    recent: HashMap<RelPath, (u64, std::time::SystemTime)>,
+    order: std::collections::VecDeque<RelPath>,
 }
+
+/// Files remembered as reported, at most.
+const RECENT: usize = 4096;
 
 impl Watch {
     /// Watch `dir` and the directories beneath it.
@@ -131,6 +142,8 @@ impl Watch {
             fd,
             root: dir.to_path_buf(),
             dirs: HashMap::new(),
+            recent: HashMap::new(),
+            order: Default::default(),
         };
         w.add(&RelPath::root(), &mut Vec::new())?;
         Ok(w)
@@ -211,7 +224,30 @@ impl Watch {
                 }
             }
         }
+        // Each file once, unless it changed since (written again).
+        out.retain(|p| self.first_report(p));
         Ok(out)
+    }
+
+    /// Whether `p` is reported now: not reported before with its current
+    /// size and mtime (one that cannot be read is: its reader will say why).
+    fn first_report(&mut self, p: &RelPath) -> bool {
+        let Ok(m) = std::fs::symlink_metadata(self.root.join(p.as_path())) else {
+            return true;
+        };
+        let stamp = (m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH));
+        if self.recent.get(p) == Some(&stamp) {
+            return false;
+        }
+        if self.recent.insert(p.clone(), stamp).is_none() {
+            self.order.push_back(p.clone());
+            while self.order.len() > RECENT {
+                if let Some(old) = self.order.pop_front() {
+                    self.recent.remove(&old);
+                }
+            }
+        }
+        true
     }
 
     /// The inotify descriptor, to wait on.
@@ -370,6 +406,40 @@ mod tests {
         assert_eq!(read_resume(&f), Some(r));
         std::fs::write(&f, "junk").unwrap();
         assert_eq!(read_resume(&f), None);
+    }
+
+    #[test]
+    fn a_file_is_ready_once_when_it_is_closed_or_renamed_in_at_any_depth() {
+        use std::io::Write;
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("old"), b"there before").unwrap();
+        let mut w = Watch::new(t.path()).unwrap();
+        let names = |v: Vec<RelPath>| -> Vec<String> { v.iter().map(|p| p.display()).collect() };
+        assert!(
+            w.ready().unwrap().is_empty(),
+            "files there before are not new"
+        );
+        std::fs::write(t.path().join("a"), b"1").unwrap();
+        std::fs::write(t.path().join(".b"), b"2").unwrap();
+        std::fs::rename(t.path().join(".b"), t.path().join("b")).unwrap();
+        assert_eq!(names(w.ready().unwrap()), ["a", "b"]);
+        // A directory made, and a file in it written before the directory is
+        // watched and closed after (the scan finds it, then its close comes):
+        // once.
+        std::fs::create_dir(t.path().join("d")).unwrap();
+        let mut f = std::fs::File::create(t.path().join("d/c")).unwrap();
+        f.write_all(b"3").unwrap();
+        assert_eq!(names(w.ready().unwrap()), ["d/c"]);
+        drop(f);
+        assert!(w.ready().unwrap().is_empty());
+        // Written again: ready again.
+        std::fs::write(t.path().join("d/c"), b"33").unwrap();
+        assert_eq!(names(w.ready().unwrap()), ["d/c"]);
+        // A directory moved in with its files.
+        std::fs::create_dir_all(t.path().join(".x/y")).unwrap();
+        std::fs::write(t.path().join(".x/y/z"), b"4").unwrap();
+        std::fs::rename(t.path().join(".x"), t.path().join("x")).unwrap();
+        assert_eq!(names(w.ready().unwrap()), ["x/y/z"]);
     }
 
     #[test]
