@@ -117,9 +117,10 @@ impl ObjectSource for Spool {
 /// A directory watched for files that are ready: closed after writing, or
 /// renamed into it (at any depth; names that start with a dot are not
 /// watched: a producer's temporary files). A directory made or moved in is
-/// watched too, and the files already in it are ready: producers should
-/// write under a dot name and rename, as a file written in place in a
-/// directory made a moment before may be found before it is closed.
+/// watched too: the files moved in with it are ready, and those found in
+/// a directory just made are ready at their close or once not written for
+/// a second (a producer that writes under a dot name and renames is never
+/// caught in between).
 pub struct Watch {
     fd: Inotify,
     root: PathBuf,
@@ -129,7 +130,14 @@ pub struct Watch {
     /// reported once.
     recent: HashMap<RelPath, (u64, std::time::SystemTime)>,
     order: std::collections::VecDeque<RelPath>,
+    /// Files found in a directory just made, perhaps still being written:
+    /// ready at their close, or once unchanged for [`SETTLED`].
+    pending: Vec<RelPath>,
 }
+
+/// A file found in a directory just made is ready once it has not been
+/// written for this long (if its close did not come first).
+const SETTLED: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Files remembered as reported, at most.
 const RECENT: usize = 4096;
@@ -144,6 +152,7 @@ impl Watch {
             dirs: HashMap::new(),
             recent: HashMap::new(),
             order: Default::default(),
+            pending: Vec::new(),
         };
         w.add(&RelPath::root(), &mut Vec::new())?;
         Ok(w)
@@ -184,7 +193,9 @@ impl Watch {
         Ok(())
     }
 
-    /// The files that became ready since the last call (none if nothing happened).
+    /// The files that became ready since the last call (none if nothing
+    /// happened). Call it at least every [`SETTLED`]: files found in a new
+    /// directory are ready from here once settled.
     pub fn ready(&mut self) -> io::Result<Vec<RelPath>> {
         let mut out = Vec::new();
         loop {
@@ -205,25 +216,42 @@ impl Watch {
                     continue;
                 };
                 let is_dir = ev.mask.contains(AddWatchFlags::IN_ISDIR);
-                if is_dir
-                    && ev
-                        .mask
-                        .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)
-                {
-                    // Files already in it are ready too (a directory moved in).
+                if is_dir && ev.mask.contains(AddWatchFlags::IN_MOVED_TO) {
+                    // A directory moved in: the files in it are ready.
                     let mut found = Vec::new();
                     if self.add(&child, &mut found).is_ok() {
                         out.extend(found);
+                    }
+                } else if is_dir && ev.mask.contains(AddWatchFlags::IN_CREATE) {
+                    // A directory just made: a file already in it may still
+                    // be being written (its close comes), or be done (it
+                    // was closed before the watch: ready once settled).
+                    let mut found = Vec::new();
+                    if self.add(&child, &mut found).is_ok() {
+                        self.pending.extend(found);
                     }
                 } else if !is_dir
                     && ev
                         .mask
                         .intersects(AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO)
                 {
+                    self.pending.retain(|p| *p != child);
                     out.push(child);
                 }
             }
         }
+        let now = std::time::SystemTime::now();
+        let root = &self.root;
+        self.pending.retain(|p| {
+            match std::fs::symlink_metadata(root.join(p.as_path())).and_then(|m| m.modified()) {
+                Ok(t) if now.duration_since(t).unwrap_or_default() >= SETTLED => {
+                    out.push(p.clone());
+                    false
+                }
+                Ok(_) => true,
+                Err(_) => false, // gone
+            }
+        });
         // Each file once, unless it changed since (written again).
         out.retain(|p| self.first_report(p));
         Ok(out)
@@ -429,8 +457,17 @@ mod tests {
         std::fs::create_dir(t.path().join("d")).unwrap();
         let mut f = std::fs::File::create(t.path().join("d/c")).unwrap();
         f.write_all(b"3").unwrap();
-        assert_eq!(names(w.ready().unwrap()), ["d/c"]);
+        assert!(w.ready().unwrap().is_empty(), "still being written");
+        f.write_all(b"3").unwrap();
         drop(f);
+        assert_eq!(names(w.ready().unwrap()), ["d/c"]);
+        assert!(w.ready().unwrap().is_empty());
+        // One closed before its directory was watched: ready once settled.
+        std::fs::create_dir(t.path().join("e")).unwrap();
+        std::fs::write(t.path().join("e/done"), b"5").unwrap();
+        assert!(w.ready().unwrap().is_empty());
+        std::thread::sleep(SETTLED + std::time::Duration::from_millis(100));
+        assert_eq!(names(w.ready().unwrap()), ["e/done"]);
         assert!(w.ready().unwrap().is_empty());
         // Written again: ready again.
         std::fs::write(t.path().join("d/c"), b"33").unwrap();
