@@ -194,7 +194,7 @@ impl Watch {
     }
 
     /// The files that became ready since the last call (none if nothing
-    /// happened). Call it at least every [`SETTLED`]: files found in a new
+    /// happened). Call it at least every second: files found in a new
     /// directory are ready from here once settled.
     pub fn ready(&mut self) -> io::Result<Vec<RelPath>> {
         let mut out = Vec::new();
