@@ -3,7 +3,10 @@
 //! (the suite's measure: mean Mbit/s, or seconds where time separates the
 //! tools) beside the study's own figures, what each receiver's link delivered
 //! over time (the whole run, and its first seconds drawn large), and every
-//! run's numbers.
+//! run's numbers. A dissemination scenario (runs with [`Run::feed`]) has no
+//! bars and no overview row: per receiver, its latency over time and its
+//! latency distribution, and tables of what the sender and each receiver
+//! did.
 //!
 //! Layout: every text of free length (tool, scenario and series names,
 //! titles, legends, values) is HTML, which the browser flows and wraps;
@@ -12,7 +15,8 @@
 //! is; `tests/report_browser.rs` checks that in Chromium.
 
 use crate::results::{
-    axes, cell_of, jain_text, kept_text, rate_text, runs_of, share_text, Results, Run, Status,
+    axes, cell_of, jain_text, kept_text, rate_text, runs_of, share_text, FeedReceiver, Results,
+    Run, Status,
 };
 use crate::scenario::{down_rate_bps, mtu_note, Metric, Published, Sweep};
 use std::fmt::Write as _;
@@ -105,7 +109,7 @@ fn tick_text(v: f64, step: f64) -> String {
 }
 
 /// A number for a label: whole from 100 up, else a few significant digits.
-fn fmt_num(v: f64) -> String {
+pub(crate) fn fmt_num(v: f64) -> String {
     if v >= 100.0 || v == v.trunc() {
         format!("{v:.0}")
     } else if v >= 10.0 {
@@ -957,6 +961,269 @@ fn receivers_done(r: &Results, sc: &str) -> String {
     s
 }
 
+/// Whether `sc` is a dissemination scenario: one of its runs has
+/// [`Run::feed`]. Its throughput numbers mean little (every tool is fed at
+/// the same load), so the reports show what each receiver had, and when.
+pub(crate) fn is_feed(r: &Results, sc: &str) -> bool {
+    r.runs.iter().any(|x| x.scenario == sc && x.feed.is_some())
+}
+
+/// A resident-memory sample (kB as /proc counts them, 1024 bytes) in MB.
+fn rss_mb(kb: u64) -> f64 {
+    kb as f64 * 1024.0 / 1e6
+}
+
+/// Resident-memory samples as MB, "first→last" or with `with_max`
+/// "first→max→last"; "-" without samples.
+pub(crate) fn rss_text(samples: &[(f64, u64)], with_max: bool) -> String {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return "-".into();
+    };
+    let (a, z) = (rss_mb(first.1), rss_mb(last.1));
+    if with_max {
+        let m = rss_mb(samples.iter().map(|p| p.1).max().unwrap_or(0));
+        format!("{a:.1}→{m:.1}→{z:.1}")
+    } else {
+        format!("{a:.1}→{z:.1}")
+    }
+}
+
+/// A latency for a table: seconds with 2 decimals, "-" for none.
+pub(crate) fn latency_text(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.2}"))
+}
+
+/// The receivers of a dissemination scenario, one per host in the order
+/// they first appear (their link and role as its first run recorded them).
+fn feed_hosts<'a>(r: &'a Results, sc: &str) -> Vec<&'a FeedReceiver> {
+    let mut hosts: Vec<&FeedReceiver> = Vec::new();
+    for f in r
+        .runs
+        .iter()
+        .filter(|x| x.scenario == sc)
+        .filter_map(|x| x.feed.as_ref())
+    {
+        for v in &f.receivers {
+            if !hosts.iter().any(|h| h.host == v.host) {
+                hosts.push(v);
+            }
+        }
+    }
+    hosts
+}
+
+/// A receiver as the charts title it: its host, link and role.
+fn receiver_title(v: &FeedReceiver) -> String {
+    let mut t = format!("{} (link {}", v.host, v.link);
+    if !v.role.is_empty() {
+        let _ = write!(t, "; {}", v.role);
+    }
+    t.push(')');
+    t
+}
+
+/// A dissemination scenario's section after its heading: each run's
+/// producer and sender, each receiver's products and latencies, and per
+/// receiver its latency over time and its latency distribution (each
+/// tool's first run with numbers).
+fn feed_section(r: &Results, sc: &str, tools: &[String]) -> String {
+    let mut s = String::from(
+        "<p class=meta>A dissemination run: a producer writes products into the sender's spool for a set time, at a set load; receivers (some join late or are restarted) must each have every product that was ready once they had joined. Latency: from ready at the sender to verified (by hash) at the receiver, of the due products it had. RSS: resident memory of the tool's processes, MB, first sample → largest → last.</p><div class=scroll><table><tr><th class=l>tool</th><th>run</th><th class=l>status</th><th>products</th><th>MB</th><th>producer s</th><th>load Mbit/s</th><th>s</th><th>sender CPU s</th><th>sender RSS MB</th><th>receivers' CPU s</th><th>emulator CPU s</th><th>runner CPU s</th><th>machine CPU s</th><th>busiest 5 s, cores</th><th class=l>note</th></tr>",
+    );
+    let runs: Vec<&Run> = r.runs.iter().filter(|x| x.scenario == sc).collect();
+    for x in &runs {
+        let class = if x.status == Status::Ok { "ok" } else { "bad" };
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td class=\"l {class}\">{}</td>",
+            esc(&x.tool),
+            x.rep,
+            esc(x.status.as_str())
+        );
+        for cell in crate::report::feed_cells(x) {
+            let _ = write!(s, "<td>{}</td>", esc(&cell));
+        }
+        let _ = write!(s, "<td class=l>{}</td></tr>", esc(&x.note));
+    }
+    s.push_str("</table></div><div class=scroll><table><tr><th class=l>tool</th><th>run</th><th class=l>receiver</th><th class=l>link</th><th class=l>role</th><th>had/due</th><th>extra</th><th>duplicates</th><th>corrupt</th><th>latency p50 s</th><th>p99 s</th><th>max s</th><th>CPU s</th><th>RSS MB</th></tr>");
+    for x in &runs {
+        for v in x.feed.iter().flat_map(|f| &f.receivers) {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td class=l>{}</td><td class=link><code>{}</code></td><td class=l>{}</td><td class=\"{}\">{}/{}</td><td>{}</td><td>{}</td>{}<td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+                esc(&x.tool),
+                x.rep,
+                esc(&v.host),
+                esc(&v.link),
+                esc(if v.role.is_empty() { "-" } else { &v.role }),
+                if v.had < v.due { "bad" } else { "ok" },
+                v.had,
+                v.due,
+                v.extra,
+                v.duplicates,
+                if v.corrupt > 0 {
+                    format!("<td class=bad>{}</td>", v.corrupt)
+                } else {
+                    "<td>0</td>".into()
+                },
+                latency_text(v.p50_s),
+                latency_text(v.p99_s),
+                latency_text(v.max_s),
+                v.cpu_s,
+                rss_text(&v.rss_kb, false),
+            );
+        }
+    }
+    s.push_str("</table></div>");
+    // Per receiver, each tool's first run that has numbers for it.
+    for host in feed_hosts(r, sc) {
+        let mine: Vec<(&Run, &FeedReceiver)> = tools
+            .iter()
+            .filter_map(|t| {
+                runs.iter().filter(|x| &x.tool == t).find_map(|x| {
+                    let f = x.feed.as_ref()?;
+                    let v = f.receivers.iter().find(|v| v.host == host.host)?;
+                    Some((*x, v))
+                })
+            })
+            .collect();
+        s.push_str(&latency_chart(sc, tools, host, &mine));
+        s.push_str(&distribution_chart(sc, tools, host, &mine));
+    }
+    s
+}
+
+/// Whether values spread more than 30x: a log axis shows them better.
+fn spread_30x(vs: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    let (lo, hi) = vs
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    (lo.is_finite() && hi / lo > 30.0).then_some((lo, hi))
+}
+
+/// One receiver's latency over time: per second of ready time, each tool's
+/// median (solid) and largest (dashed, the same colour) latency.
+fn latency_chart(
+    sc: &str,
+    tools: &[String],
+    host: &FeedReceiver,
+    mine: &[(&Run, &FeedReceiver)],
+) -> String {
+    let title = receiver_title(host);
+    let mut lines = Vec::new();
+    for (x, v) in mine.iter().filter(|(_, v)| !v.latency_by_second.is_empty()) {
+        let c = color(tools, &x.tool);
+        let points = |f: fn(&(f64, f64, f64)) -> (f64, f64)| {
+            v.latency_by_second.iter().map(f).collect::<Vec<_>>()
+        };
+        lines.push(Line {
+            label: format!("{}: median", x.tool),
+            color: c,
+            dash: "",
+            points: points(|p| (p.0, p.1)),
+            markers: false,
+            hollow: false,
+        });
+        lines.push(Line {
+            label: format!("{}: largest", x.tool),
+            color: c,
+            dash: "5 4",
+            points: points(|p| (p.0, p.2)),
+            markers: false,
+            hollow: false,
+        });
+    }
+    if lines.is_empty() {
+        return format!(
+            "<p class=meta>Latency over time at {}: no tool delivered it a due product.</p>",
+            esc(&title)
+        );
+    }
+    let end = mine
+        .iter()
+        .filter_map(|(x, _)| x.feed.as_ref().map(|f| f.seconds))
+        .chain(lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)))
+        .fold(0.0, f64::max);
+    let y_log = spread_30x(lines.iter().flat_map(|l| l.points.iter().map(|p| p.1))).is_some();
+    line_chart(&LineChart {
+        kind: "latency",
+        scenario: sc,
+        caption: esc(&format!(
+            "Latency over time at {title}: seconds from ready at the sender to verified here, per second of ready time, the median (solid) and the largest (dashed){}; each tool's first run",
+            if y_log { ", on a log scale" } else { "" }
+        )),
+        x_title: "seconds since the producer's start (ready time)".into(),
+        x: XAxis::Time { end },
+        y_log,
+        lines,
+    })
+}
+
+/// One receiver's latency distribution: per tool, the share of the due
+/// products it had (%) against their latency (a log axis where the
+/// latencies spread more than 30x).
+fn distribution_chart(
+    sc: &str,
+    tools: &[String],
+    host: &FeedReceiver,
+    mine: &[(&Run, &FeedReceiver)],
+) -> String {
+    let title = receiver_title(host);
+    let lines: Vec<Line> = mine
+        .iter()
+        .filter(|(_, v)| !v.percentiles.is_empty())
+        .map(|(x, v)| Line {
+            label: x.tool.clone(),
+            color: color(tools, &x.tool),
+            dash: "",
+            points: v
+                .percentiles
+                .iter()
+                .enumerate()
+                .map(|(k, l)| (*l, k as f64))
+                .collect(),
+            markers: false,
+            hollow: false,
+        })
+        .collect();
+    if lines.is_empty() {
+        return format!(
+            "<p class=meta>Latency distribution at {}: no tool delivered it a due product.</p>",
+            esc(&title)
+        );
+    }
+    let xs = || lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+    let (x, log) = match spread_30x(xs()) {
+        Some((lo, hi)) => (XAxis::Values { lo, hi, log: true }, true),
+        None => {
+            let hi = xs().filter(|v| v.is_finite()).fold(0.0, f64::max);
+            let hi = if hi > 0.0 { hi } else { 1.0 };
+            (
+                XAxis::Values {
+                    lo: 0.0,
+                    hi,
+                    log: false,
+                },
+                false,
+            )
+        }
+    };
+    line_chart(&LineChart {
+        kind: "distribution",
+        scenario: sc,
+        caption: esc(&format!(
+            "Latency distribution at {title}: % of the due products it had with at most that latency{}; each tool's first run",
+            if log { " (latency on a log scale)" } else { "" }
+        )),
+        x_title: "latency, seconds".into(),
+        x,
+        y_log: false,
+        lines,
+    })
+}
+
 /// The study's figures beside this lab's: per figure, the replaying tool's
 /// and longhaul's measure and their ratio to it.
 fn study_table(r: &Results, scenarios: &[String], tools: &[String]) -> String {
@@ -1037,7 +1304,7 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;margin-top:2em;border
 .meta{color:#555} code{background:#f3f3f3;padding:0 .3em;border-radius:3px;overflow-wrap:anywhere}
 .scroll{overflow-x:auto}
 table{border-collapse:collapse;margin:.8em 0;font-size:.92em} th,td{border-bottom:1px solid #e4e4e4;padding:.3em .6em;text-align:right}
-th:first-child,td:first-child,td.l,th.l{text-align:left} th{background:#fafafa} td{white-space:nowrap} td.l{white-space:normal}
+th:first-child,td:first-child,td.l,th.l,td.link{text-align:left} th{background:#fafafa} td{white-space:nowrap} td.l{white-space:normal}
 .ok{color:#1a7f37} .bad{color:#b42318}
 figure.chart{margin:1em 0 1.4em;max-width:680px}
 figure.chart figcaption{font-size:13px;color:#444;margin-bottom:.3em}
@@ -1061,40 +1328,11 @@ figure.chart svg{display:block;max-width:100%;height:auto}
 .bars .val.missing{color:#b42318;font-weight:normal}
 "#;
 
-/// The whole page.
-pub(crate) fn render(r: &Results) -> String {
-    CHART_ID.with(|c| c.set(0));
+/// The overview table: a row per scenario, a column per tool, the suite's
+/// measure in each cell.
+fn overview(s: &mut String, r: &Results, scenarios: &[&String], tools: &[&String]) {
     let info = &r.suite.suite;
-    let (scenarios, tools) = axes(r);
     let m = measure(r);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>longhaul lab: {name}</title><style>{STYLE}</style></head><body>
-<h1>{name}</h1><p>{desc}</p>"#,
-        name = esc(&info.name),
-        desc = esc(&info.description)
-    );
-    if !info.cites.is_empty() {
-        let _ = write!(s, "<p class=meta>Replays: {}</p>", esc(&info.cites));
-    }
-    let _ = write!(
-        s,
-        "<p class=meta>Line rate {} bit/s{}{}. Machine: {} cores ({}), kernel {}; the sender, the receiver and the emulator share those cores.</p>",
-        esc(&info.line_rate),
-        info.target_mbps
-            .map_or(String::new(), |t| format!("; target {t} Mbit/s")),
-        info.cc
-            .as_ref()
-            .map_or(String::new(), |c| format!("; TCP tools use {}", esc(c))),
-        esc(r.machine.get("cores").map_or("?", |x| x)),
-        esc(r.machine.get("cpu").map_or("?", |x| x)),
-        esc(r.machine.get("kernel").map_or("?", |x| x)),
-    );
-    if !r.profile_note.is_empty() {
-        let _ = write!(s, "<p class=meta>Scaled: {}.</p>", esc(&r.profile_note));
-    }
-    // Overview table.
     let _ = write!(
         s,
         "<h2>Overview: {}</h2><div class=scroll><table><tr><th>scenario</th>",
@@ -1103,11 +1341,11 @@ pub(crate) fn render(r: &Results) -> String {
             _ => "Mbit/s",
         }
     );
-    for t in &tools {
+    for t in tools {
         let _ = write!(s, "<th>{}</th>", esc(t));
     }
     s.push_str("</tr>");
-    for sc in &scenarios {
+    for sc in scenarios {
         let _ = write!(s, "<tr><td><a href=\"#{0}\">{0}</a></td>", esc(sc));
         let best = tools
             .iter()
@@ -1119,7 +1357,7 @@ pub(crate) fn render(r: &Results) -> String {
                     a.max(b)
                 }
             });
-        for t in &tools {
+        for t in tools {
             let runs = runs_of(r, sc, t);
             if runs.is_empty() {
                 s.push_str("<td></td>");
@@ -1152,6 +1390,64 @@ pub(crate) fn render(r: &Results) -> String {
     } else if info.target_mbps.is_some() {
         s.push_str(
             "<p class=meta>Green: at or above the target; red: below it, or no verified run. †: stopped at the time cap; the rate of what it had delivered by then.</p>",
+        );
+    }
+}
+
+/// The whole page.
+pub(crate) fn render(r: &Results) -> String {
+    CHART_ID.with(|c| c.set(0));
+    let info = &r.suite.suite;
+    let (scenarios, tools) = axes(r);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>longhaul lab: {name}</title><style>{STYLE}</style></head><body>
+<h1>{name}</h1><p>{desc}</p>"#,
+        name = esc(&info.name),
+        desc = esc(&info.description)
+    );
+    if !info.cites.is_empty() {
+        let _ = write!(s, "<p class=meta>Replays: {}</p>", esc(&info.cites));
+    }
+    let _ = write!(
+        s,
+        "<p class=meta>Line rate {} bit/s{}{}. Machine: {} cores ({}), kernel {}; the sender, the receiver and the emulator share those cores.</p>",
+        esc(&info.line_rate),
+        info.target_mbps
+            .map_or(String::new(), |t| format!("; target {t} Mbit/s")),
+        info.cc
+            .as_ref()
+            .map_or(String::new(), |c| format!("; TCP tools use {}", esc(c))),
+        esc(r.machine.get("cores").map_or("?", |x| x)),
+        esc(r.machine.get("cpu").map_or("?", |x| x)),
+        esc(r.machine.get("kernel").map_or("?", |x| x)),
+    );
+    if !r.profile_note.is_empty() {
+        let _ = write!(s, "<p class=meta>Scaled: {}.</p>", esc(&r.profile_note));
+    }
+    // Dissemination scenarios have no throughput to compare: the overview
+    // and the bars leave them out; their sections say what they measured.
+    let (feeds, plain): (Vec<&String>, Vec<&String>) =
+        scenarios.iter().partition(|sc| is_feed(r, sc));
+    let plain_tools: Vec<&String> = tools
+        .iter()
+        .filter(|t| plain.iter().any(|sc| !runs_of(r, sc, t).is_empty()))
+        .collect();
+    if !plain.is_empty() {
+        overview(&mut s, r, &plain, &plain_tools);
+    } else {
+        s.push_str("<h2>Overview</h2>");
+    }
+    if !feeds.is_empty() {
+        let links: Vec<String> = feeds
+            .iter()
+            .map(|sc| format!("<a href=\"#{0}\">{0}</a>", esc(sc)))
+            .collect();
+        let _ = write!(
+            s,
+            "<p class=meta>Dissemination scenarios (products delivered as they are made, to receivers that may join late or restart; what each receiver had, and how late, rather than a rate): {}.</p>",
+            links.join(", ")
         );
     }
     s.push_str(&study_table(r, &scenarios, &tools));
@@ -1193,6 +1489,13 @@ pub(crate) fn render(r: &Results) -> String {
             },
             mtu_note(first.mtu)
         );
+        if feeds.contains(&sc) {
+            // What the links carried, where the runs recorded it, then
+            // what each receiver had, and when.
+            s.push_str(&series(r, sc, &tools, first));
+            s.push_str(&feed_section(r, sc, &tools));
+            continue;
+        }
         s.push_str(&scenario_bars(r, sc, &tools, first));
         s.push_str(&series(r, sc, &tools, first));
         s.push_str(&receivers_done(r, sc));
@@ -1235,8 +1538,281 @@ pub(crate) fn render(r: &Results) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::results::FeedRun;
+
+    /// A run as results.json would hold it: `mbps` over 10 s, verified.
+    fn plain_run(sc: &str, tool: &str, status: &str, mbps: f64) -> Run {
+        serde_json::from_value(serde_json::json!({
+            "scenario": sc, "tool": tool, "rep": 1, "link": "delay=35ms",
+            "status": status, "note": if status == "skipped" { "not installed" } else { "" },
+            "files": 2, "bytes": 1_000_000, "wall_s": 10.0, "mbps": mbps, "ttp": 0.5,
+            "goodput": 0.97, "wire_bytes": 1_030_000, "client_cpu_s": 0.1,
+            "server_cpu_s": 0.2, "verified": status == "ok",
+            "series_mbps": if status == "skipped" { vec![] } else { vec![mbps; 10] }
+        }))
+        .unwrap()
+    }
+
+    /// A receiver of a 60 s feed: latencies from `lo` to `hi` s (its
+    /// percentiles rise as a cube), from second `from` of the producer's.
+    #[allow(clippy::too_many_arguments)]
+    fn receiver(
+        host: &str,
+        link: &str,
+        role: &str,
+        (had, due): (u64, u64),
+        (p50, p99): (f64, f64),
+        (lo, hi): (f64, f64),
+        from: u32,
+        cpu_s: f64,
+    ) -> FeedReceiver {
+        FeedReceiver {
+            host: host.into(),
+            link: link.into(),
+            role: role.into(),
+            due,
+            had,
+            extra: if from > 0 { 3 } else { 0 },
+            duplicates: due - had + if from > 0 { 3 } else { 0 },
+            corrupt: 0,
+            p50_s: Some(p50),
+            p99_s: Some(p99),
+            max_s: Some(hi),
+            latency_by_second: (from..60)
+                .map(|t| {
+                    let top = if t == from + 5 { hi } else { p99 };
+                    (f64::from(t), p50 + 0.01 * f64::from(t % 5), top)
+                })
+                .collect(),
+            percentiles: (0..=100)
+                .map(|k| lo + (hi - lo) * (f64::from(k) / 100.0).powi(3))
+                .collect(),
+            cpu_s,
+            rss_kb: vec![(0.0, 20_000), (30.0, 45_000), (60.0, 30_000)],
+        }
+    }
+
+    /// A suite run with a throughput scenario `a` (rsync) and a
+    /// dissemination scenario `feed`: longhaul-mc and uftp to two receivers
+    /// (the second joins late), and longhaul skipped.
+    pub(crate) fn feed_results() -> Results {
+        let link1 = "rate=20M delay=30ms";
+        let link2 = "rate=20M delay=30ms loss=1e-2";
+        let late = "joined at 12 s & restarted";
+        let feed = |tool: &str, status: &str, receivers: Vec<FeedReceiver>| {
+            let mut x = plain_run("feed", tool, status, 123.37);
+            x.link = format!("{link1} | {link2}");
+            x.receivers = 2;
+            x.files = 9253;
+            x.bytes = 925_300_000;
+            x.wall_s = 65.0;
+            x.ttp = 0.0;
+            x.goodput = 0.0;
+            x.series_mbps.clear();
+            x.client_cpu_s = receivers.iter().map(|v| v.cpu_s).sum();
+            x.server_cpu_s = 3.2;
+            x.emulator_cpu_s = 0.7;
+            x.machine_cpu_s = 9.0;
+            if status == "timeout" {
+                x.note = "cli2 had 7398 of 7400 due products".into();
+            }
+            x.feed = Some(FeedRun {
+                produced: 9253,
+                produced_bytes: 925_300_000,
+                seconds: 60.0,
+                load_mbps: 123.37,
+                sender_cpu_s: 3.2,
+                sender_rss_kb: vec![(0.0, 10_000), (20.0, 50_000), (60.0, 40_000)],
+                receivers,
+                busy_cores: vec![(5.0, 0.5), (10.0, 1.25)],
+                runner_cpu_s: 1.5,
+            });
+            x
+        };
+        let mc = feed(
+            "longhaul-mc",
+            "ok",
+            vec![
+                receiver(
+                    "cli",
+                    link1,
+                    "",
+                    (9253, 9253),
+                    (0.12, 0.45),
+                    (0.05, 0.8),
+                    0,
+                    1.5,
+                ),
+                receiver(
+                    "cli2",
+                    link2,
+                    late,
+                    (7400, 7400),
+                    (0.2, 0.9),
+                    (0.1, 1.4),
+                    12,
+                    1.5,
+                ),
+            ],
+        );
+        let uftp = feed(
+            "uftp",
+            "timeout",
+            vec![
+                receiver(
+                    "cli",
+                    link1,
+                    "",
+                    (9253, 9253),
+                    (0.5, 0.95),
+                    (0.1, 1.0),
+                    0,
+                    2.0,
+                ),
+                receiver(
+                    "cli2",
+                    link2,
+                    late,
+                    (7398, 7400),
+                    (0.6, 12.5),
+                    (0.2, 20.0),
+                    12,
+                    2.5,
+                ),
+            ],
+        );
+        let mut skipped = plain_run("feed", "longhaul", "skipped", 0.0);
+        skipped.link = mc.link.clone();
+        Results {
+            suite: crate::scenario::Suite::load("demo").unwrap(),
+            profile: "quick".into(),
+            profile_note: String::new(),
+            started_unix: 0,
+            machine: Default::default(),
+            versions: Default::default(),
+            line_rate_bps: 1_000_000_000,
+            runs: vec![plain_run("a", "rsync", "ok", 14.0), mc, uftp, skipped],
+        }
+    }
+
+    /// The figures of one kind drawn for scenario `sc`, each up to its end.
+    fn figures<'a>(page: &'a str, kind: &str, sc: &str) -> Vec<&'a str> {
+        page.split(&format!(
+            "<figure class=\"chart {kind}\" data-scenario=\"{sc}\">"
+        ))
+        .skip(1)
+        .map(|f| f.split("</figure>").next().unwrap())
+        .collect()
+    }
+
+    #[test]
+    fn a_dissemination_scenario_draws_each_receivers_latency_and_no_throughput() {
+        let r = feed_results();
+        let page = render(&r);
+        assert_eq!(page.matches("<svg").count(), page.matches("</svg>").count());
+        // No rate to compare: no bars and no overview row for it, a link.
+        assert!(figures(&page, "bars", "feed").is_empty());
+        assert_eq!(figures(&page, "bars", "a").len(), 1);
+        assert!(!page.contains("<td><a href=\"#feed\">"), "an overview row");
+        assert!(page.contains("<td><a href=\"#a\">a</a></td>"));
+        assert!(page.contains(": <a href=\"#feed\">feed</a>.</p>"));
+        assert!(
+            !page.contains("<th>longhaul-mc</th>"),
+            "a throughput column"
+        );
+        // Latency over time: one chart per receiver, titled with its host,
+        // link and role (escaped), a solid median and a dashed largest line
+        // per tool, in the tool's colour, on time from 0 to the 60 s.
+        let over = figures(&page, "latency", "feed");
+        assert_eq!(over.len(), 2, "a latency chart per receiver");
+        assert!(over[0]
+            .starts_with("<figcaption>Latency over time at cli (link rate=20M delay=30ms): "));
+        assert!(
+            over[1].starts_with("<figcaption>Latency over time at cli2 (link rate=20M delay=30ms loss=1e-2; joined at 12 s &amp; restarted): "),
+            "{}",
+            &over[1][..200]
+        );
+        assert!(!page.contains("12 s & restarted"), "unescaped");
+        let (mc, uftp) = (
+            color(&axes(&r).1, "longhaul-mc"),
+            color(&axes(&r).1, "uftp"),
+        );
+        assert_ne!(mc, uftp);
+        for f in &over {
+            assert_eq!(f.matches("<polyline").count(), 4, "{f}");
+            assert_eq!(f.matches("stroke-dasharray=\"5 4\"><title>").count(), 2);
+            for (tool, c) in [("longhaul-mc", mc), ("uftp", uftp)] {
+                assert!(f.contains(&format!(
+                    "stroke=\"{c}\" stroke-width=\"1.8\"><title>{tool}: median</title>"
+                )));
+                assert!(f.contains(&format!(
+                    "stroke=\"{c}\" stroke-width=\"1.8\" stroke-dasharray=\"5 4\"><title>{tool}: largest</title>"
+                )));
+                assert!(f.contains(&format!("<span class=\"name\">{tool}: largest</span>")));
+            }
+            assert!(
+                f.contains("text-anchor=\"middle\">60</text>")
+                    && !f.contains("text-anchor=\"middle\">70</text>"),
+                "{f}"
+            );
+        }
+        // cli2's uftp latencies run from 0.6 to 20 s: a log axis.
+        assert!(!over[0].contains("log scale") && over[1].contains("(dashed), on a log scale;"));
+        // Its points start at the second it joined.
+        let cli2_mc = over[1].split("<polyline points=\"").nth(1).unwrap();
+        let first_x: f64 = cli2_mc.split(',').next().unwrap().parse().unwrap();
+        let plot_left: f64 = over[1]
+            .split("class=\"plot-area\" x=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(first_x > plot_left + 80.0, "{first_x} vs {plot_left}");
+        // The distribution: a line per tool, 0 to 100 %, 101 points; a log
+        // latency axis where they spread more than 30x (cli2: 0.1 to 20 s).
+        let dist = figures(&page, "distribution", "feed");
+        assert_eq!(dist.len(), 2, "a distribution chart per receiver");
+        assert!(dist[0]
+            .starts_with("<figcaption>Latency distribution at cli (link rate=20M delay=30ms): "));
+        assert!(dist[1].starts_with("<figcaption>Latency distribution at cli2 (link rate=20M delay=30ms loss=1e-2; joined at 12 s &amp; restarted): "));
+        assert!(!dist[0].contains("log scale") && dist[1].contains("(latency on a log scale)"));
+        for f in &dist {
+            assert_eq!(f.matches("<polyline").count(), 2);
+            assert!(!f.contains("stroke-dasharray"));
+            assert!(
+                f.contains("text-anchor=\"end\">100</text>")
+                    && !f.contains("text-anchor=\"end\">120</text>"),
+                "{f}"
+            );
+            let pts = f.split("<polyline points=\"").nth(1).unwrap();
+            assert_eq!(
+                pts.split('"').next().unwrap().split_whitespace().count(),
+                101
+            );
+        }
+        assert!(
+            dist[1].contains("text-anchor=\"middle\">0.1</text>")
+                && dist[1].contains("text-anchor=\"middle\">10</text>"),
+            "{}",
+            dist[1]
+        );
+        // The tables: the sender's numbers per run, each receiver's had/due
+        // and latencies.
+        assert!(page.contains("<td>9253</td><td>925.3</td><td>60</td><td>123.4</td><td>65.00</td><td>3.20</td><td>10.2→51.2→41.0</td><td>3.00</td><td>0.70</td><td>1.50</td><td>9.00</td><td>1.25</td>"), "sender row");
+        assert!(page.contains("<td class=\"ok\">9253/9253</td><td>0</td><td>0</td><td>0</td><td>0.12</td><td>0.45</td><td>0.80</td><td>1.50</td><td>20.5→30.7</td>"));
+        assert!(page.contains("<td class=l>joined at 12 s &amp; restarted</td><td class=\"bad\">7398/7400</td><td>3</td><td>5</td><td>0</td><td>0.60</td><td>12.50</td><td>20.00</td>"));
+        assert!(
+            page.contains("<td>longhaul</td><td>1</td><td class=\"l bad\">skipped</td><td>-</td>")
+        );
+        // The generic per-run table (TTP, G, ...) is not drawn for it.
+        let section = page.split("<h2 id=\"feed\">").nth(1).unwrap();
+        assert!(!section.contains("<th>TTP</th>"));
+    }
 
     #[test]
     fn axes_are_round_and_fit_the_data() {

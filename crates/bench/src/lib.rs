@@ -14,6 +14,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod dataset;
+mod feed;
 mod host;
 mod html;
 mod live;

@@ -2,8 +2,9 @@
 //! terminal shows. All of them are rendered from results.json alone, so
 //! `lab report DIR` re-renders a run's reports.
 
+use crate::html::{is_feed, latency_text, rss_text};
 use crate::results::{
-    axes, cell, cell_of, jain_text, kept_text, rate_text, runs_of, share_text, Results,
+    axes, cell, cell_of, jain_text, kept_text, rate_text, runs_of, share_text, Results, Run,
 };
 use crate::scenario::{mtu_note, Metric, Suite, BUILTIN, DEFAULT_MTU};
 use anyhow::{Context, Result};
@@ -132,11 +133,20 @@ fn field(v: &str) -> String {
 }
 
 /// summary.md: the suite and machine, the tool × scenario table of mean Mbit/s
-/// (target marked), the sweeps' tables, every run, the tools' versions and what the
-/// columns mean.
+/// (target marked), each dissemination scenario's receivers (what each had,
+/// and how late), the sweeps' tables, every run, the tools' versions and what
+/// the columns mean.
 pub fn summary(r: &Results) -> String {
     let info = &r.suite.suite;
-    let (scenarios, tools) = axes(r);
+    let (all_scenarios, all_tools) = axes(r);
+    // Dissemination scenarios have no throughput to compare (every tool is
+    // fed at the same load): they get tables of their own.
+    let (feeds, scenarios): (Vec<String>, Vec<String>) =
+        all_scenarios.into_iter().partition(|sc| is_feed(r, sc));
+    let tools: Vec<String> = all_tools
+        .into_iter()
+        .filter(|t| scenarios.iter().any(|sc| !runs_of(r, sc, t).is_empty()))
+        .collect();
     let mut s = format!("# {}\n\n", info.name);
     if !info.description.is_empty() {
         let _ = writeln!(s, "{}\n", info.description);
@@ -160,39 +170,10 @@ pub fn summary(r: &Results) -> String {
     if !r.profile_note.is_empty() {
         let _ = writeln!(s, "Scaled: {}.\n", r.profile_note);
     }
-    let _ = writeln!(
-        s,
-        "Mbit/s per receiver (payload bytes × 8 / wall time; below 1 Mbit/s in kbit/s), mean of the runs that completed and verified; ⏱ = stopped at the time cap, the rate of what it had delivered by then:\n"
-    );
-    s.push_str(&table_head("scenario | link", "|---|---|", &tools));
-    for sc in &scenarios {
-        let (link, mtu) = r
-            .runs
-            .iter()
-            .find(|x| &x.scenario == sc)
-            .map_or(("", DEFAULT_MTU), |x| (x.link.as_str(), x.mtu));
-        let _ = write!(s, "| {sc} | `{}`{} |", md(link), mtu_note(mtu));
-        for t in &tools {
-            let runs = runs_of(r, sc, t);
-            if runs.is_empty() {
-                let _ = write!(s, " |");
-                continue;
-            }
-            match cell(&runs) {
-                (Some(m), note) => {
-                    let mark = info
-                        .target_mbps
-                        .map_or("", |tg| if m >= tg { " ✓" } else { " ✗" });
-                    let _ = write!(s, " {}{mark}{note} |", rate_text(m));
-                }
-                (None, why) => {
-                    let _ = write!(s, " {why} |");
-                }
-            }
-        }
-        s.push('\n');
+    if !scenarios.is_empty() {
+        s.push_str(&throughput_table(r, &scenarios, &tools));
     }
-    if info.measure == Metric::Seconds {
+    if info.measure == Metric::Seconds && !scenarios.is_empty() {
         let _ = writeln!(
             s,
             "\nSeconds to move the data set (the measure that separates the tools here; mean of the same runs):\n"
@@ -214,6 +195,9 @@ pub fn summary(r: &Results) -> String {
             }
             s.push('\n');
         }
+    }
+    for sc in &feeds {
+        s.push_str(&feed_summary(r, sc));
     }
     let published: Vec<_> = r
         .suite
@@ -252,6 +236,7 @@ pub fn summary(r: &Results) -> String {
     }
     let data: Vec<(&String, &str)> = scenarios
         .iter()
+        .chain(&feeds)
         .filter_map(|sc| {
             let x = r.runs.iter().find(|x| &x.scenario == sc)?;
             (!x.data.is_empty()).then_some((sc, x.data.as_str()))
@@ -268,12 +253,37 @@ pub fn summary(r: &Results) -> String {
             let _ = write!(s, "{}", sweep_table(r, name, &sw.x, *m, &tools));
         }
     }
+    if !scenarios.is_empty() {
+        s.push_str(&every_run(r, &feeds));
+    }
+    let _ = writeln!(s, "\nTools:\n");
+    for (t, v) in &r.versions {
+        let _ = writeln!(s, "- {t}: {v}");
+    }
+    let _ = writeln!(
+        s,
+        "\nTTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte on disk (longhaul writes a chunk of up to 1 MiB once all of it is in and hashed: on a slow link that comes long after its first data; its `--json` says when that came, `first_data_s`). To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips). At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). Share (beside background traffic): the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). Jain: Jain's fairness index over the tool's rate and each background TCP flow's (IP bytes the emulator delivered over the run; 1 when all got the same, 1/(N+1) when one took everything). Bg kept: the background's rate in the tool's first 10 round trips over its rate in the span before the tool started (10 round trips, at least 1 s; 1.0 = the start took nothing from a full link at first). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included{CPU_NOTE}"
+    );
+    s
+}
+
+/// summary.md's table of every run but those of the dissemination
+/// scenarios `feeds` (which have tables of their own).
+fn every_run(r: &Results, feeds: &[String]) -> String {
+    let mut s = String::new();
     let _ = writeln!(s, "\n## Every run\n");
+    if !feeds.is_empty() {
+        let _ = writeln!(
+            s,
+            "Dissemination runs ({}) are in their own tables above.\n",
+            feeds.join(", ")
+        );
+    }
     let _ = writeln!(
         s,
         "| scenario | tool | rep | status | files | MB | s | first byte s | to 90 % s | Mbit/s | TTP | G | share | Jain | bg kept | at speed, wire Mbit/s | queue ms (max) | client CPU s | server CPU s | emulator CPU s | machine CPU s | limit | verified | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
     );
-    for x in &r.runs {
+    for x in r.runs.iter().filter(|x| !feeds.contains(&x.scenario)) {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
@@ -306,15 +316,119 @@ pub fn summary(r: &Results) -> String {
             md(&x.note)
         );
     }
-    let _ = writeln!(s, "\nTools:\n");
-    for (t, v) in &r.versions {
-        let _ = writeln!(s, "- {t}: {v}");
-    }
-    let _ = writeln!(
-        s,
-        "\nTTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy of the data, so multicast stays near 1 and unicast to two falls to about 0.5). First byte: seconds until a file at a receiver had its first byte on disk (longhaul writes a chunk of up to 1 MiB once all of it is in and hashed: on a slow link that comes long after its first data; its `--json` says when that came, `first_data_s`). To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips). At speed: the mean rate the emulator delivered to the receiver (IP bytes, retransmissions included; times G for payload) over the whole seconds from the first that delivered 90 % of the run's best second to the last that delivered half of it (start-up and tail left out). Queue: the standing queue at the bottleneck over those seconds, from the emulator: the least wait a packet met in each second, median (and largest). Share (beside background traffic): the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). Jain: Jain's fairness index over the tool's rate and each background TCP flow's (IP bytes the emulator delivered over the run; 1 when all got the same, 1/(N+1) when one took everything). Bg kept: the background's rate in the tool's first 10 round trips over its rate in the span before the tool started (10 round trips, at least 1 s; 1.0 = the start took nothing from a full link at first). CPU: user+system seconds of what the tool ran in the receivers (client) and in the server, children included{CPU_NOTE}"
-    );
     s
+}
+
+/// summary.md's main table: a row per scenario (its link), a column per
+/// tool, mean Mbit/s (target marked) or why there is none.
+fn throughput_table(r: &Results, scenarios: &[String], tools: &[String]) -> String {
+    let info = &r.suite.suite;
+    let mut s = String::from(
+        "Mbit/s per receiver (payload bytes × 8 / wall time; below 1 Mbit/s in kbit/s), mean of the runs that completed and verified; ⏱ = stopped at the time cap, the rate of what it had delivered by then:\n\n",
+    );
+    s.push_str(&table_head("scenario | link", "|---|---|", tools));
+    for sc in scenarios {
+        let (link, mtu) = r
+            .runs
+            .iter()
+            .find(|x| &x.scenario == sc)
+            .map_or(("", DEFAULT_MTU), |x| (x.link.as_str(), x.mtu));
+        let _ = write!(s, "| {sc} | `{}`{} |", md(link), mtu_note(mtu));
+        for t in tools {
+            let runs = runs_of(r, sc, t);
+            if runs.is_empty() {
+                let _ = write!(s, " |");
+                continue;
+            }
+            match cell(&runs) {
+                (Some(m), note) => {
+                    let mark = info
+                        .target_mbps
+                        .map_or("", |tg| if m >= tg { " ✓" } else { " ✗" });
+                    let _ = write!(s, " {}{mark}{note} |", rate_text(m));
+                }
+                (None, why) => {
+                    let _ = write!(s, " {why} |");
+                }
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// A dissemination scenario in summary.md: per run, the producer, the
+/// sender and the machine; per run and receiver, which products it had and
+/// how late.
+fn feed_summary(r: &Results, sc: &str) -> String {
+    let runs: Vec<&Run> = r.runs.iter().filter(|x| x.scenario == sc).collect();
+    let link = runs.first().map_or("", |x| x.link.as_str());
+    let mut s = format!(
+        "\n## Dissemination: {sc}\n\nLinks `{}`. A producer wrote products into the sender's spool; each receiver was due every product ready once it had joined. Latency: seconds from ready at the sender to verified (by hash) at the receiver, of the due products it had. RSS: resident memory of the tool's processes, MB.\n\n",
+        md(link)
+    );
+    s.push_str("| tool | rep | status | products | MB | producer s | load Mbit/s | s | sender CPU s | sender RSS MB first→max→last | receivers' CPU s | emulator CPU s | runner CPU s | machine CPU s | busiest 5 s, cores | note |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for x in &runs {
+        let _ = write!(s, "| {} | {} | {} |", md(&x.tool), x.rep, x.status);
+        for cell in feed_cells(x) {
+            let _ = write!(s, " {cell} |");
+        }
+        let _ = writeln!(s, " {} |", md(&x.note));
+    }
+    s.push_str("\n| tool | rep | receiver | link | role | had/due | extra | duplicates | corrupt | latency p50 s | p99 s | max s | CPU s | RSS MB first→last |\n|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for x in &runs {
+        for v in x.feed.iter().flat_map(|f| &f.receivers) {
+            let _ =
+                writeln!(
+                s,
+                "| {} | {} | {} | `{}` | {} | {}/{} | {} | {} | {} | {} | {} | {} | {:.2} | {} |",
+                md(&x.tool),
+                x.rep,
+                md(&v.host),
+                md(&v.link),
+                if v.role.is_empty() { "-".into() } else { md(&v.role) },
+                v.had,
+                v.due,
+                v.extra,
+                v.duplicates,
+                v.corrupt,
+                latency_text(v.p50_s),
+                latency_text(v.p99_s),
+                latency_text(v.max_s),
+                v.cpu_s,
+                rss_text(&v.rss_kb, false),
+            );
+        }
+    }
+    s
+}
+
+/// A dissemination run's numbers for the per-run tables (markdown and
+/// HTML): products, MB, producer s, load, s, sender CPU, sender RSS,
+/// receivers' CPU, emulator CPU, runner CPU, machine CPU, the busiest 5 s;
+/// `-` in each for a run that did not measure.
+pub(crate) fn feed_cells(x: &Run) -> Vec<String> {
+    let Some(f) = &x.feed else {
+        return vec!["-".into(); 12];
+    };
+    vec![
+        f.produced.to_string(),
+        format!("{:.1}", f.produced_bytes as f64 / 1e6),
+        crate::html::fmt_num(f.seconds),
+        rate_text(f.load_mbps),
+        format!("{:.2}", x.wall_s),
+        format!("{:.2}", f.sender_cpu_s),
+        rss_text(&f.sender_rss_kb, true),
+        format!("{:.2}", x.client_cpu_s),
+        format!("{:.2}", x.emulator_cpu_s),
+        format!("{:.2}", f.runner_cpu_s),
+        format!("{:.2}", x.machine_cpu_s),
+        f.busy_cores
+            .iter()
+            .map(|b| b.1)
+            .reduce(f64::max)
+            .map_or("-".into(), |b| format!("{b:.2}")),
+    ]
 }
 
 /// A sweep as a table: a row per x, a column per tool.
@@ -383,6 +497,41 @@ pub fn table(r: &Results) -> String {
     for sc in &scenarios {
         for t in &tools {
             for x in r.runs.iter().filter(|x| &x.scenario == sc && &x.tool == t) {
+                if let Some(f) = &x.feed {
+                    // A dissemination run: its load, and what the receivers had.
+                    let (had, due) = f
+                        .receivers
+                        .iter()
+                        .fold((0, 0), |(h, d), v| (h + v.had, d + v.due));
+                    let worst = f
+                        .receivers
+                        .iter()
+                        .filter_map(|v| v.p99_s)
+                        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+                    let _ = writeln!(
+                        s,
+                        "{:<24} {:<9} {:>11} {:>8.2} {:>7} {:>6} {:>6} {:>6} {:>8.2} {:>8.2}  {}: load, {} products; receivers had {had}/{due}, worst p99 {} s{}",
+                        x.scenario,
+                        x.tool,
+                        rate_text(f.load_mbps),
+                        x.wall_s,
+                        "-",
+                        "-",
+                        "-",
+                        "-",
+                        x.client_cpu_s,
+                        x.server_cpu_s,
+                        x.status,
+                        f.produced,
+                        latency_text(worst),
+                        if x.note.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; {}", x.note)
+                        }
+                    );
+                    continue;
+                }
                 let _ = writeln!(
                     s,
                     "{:<24} {:<9} {:>11} {:>8.2} {:>7} {:>6.3} {:>6.3} {:>6} {:>8.2} {:>8.2}  {}{}",
@@ -472,6 +621,7 @@ mod tests {
             emulator_cpu_s: 0.0,
             machine_cpu_s: 0.0,
             limit: String::new(),
+            feed: None,
         }
     }
 
@@ -562,6 +712,87 @@ mod tests {
         let series = page.split("<figure class=\"chart series\"").nth(1).unwrap();
         assert!(series.contains(">0.5</text>"), "{series}");
         assert!(!series.contains(">0.6</text>"), "{series}");
+    }
+
+    #[test]
+    fn a_dissemination_scenario_lists_each_receivers_products_and_latency() {
+        let r = crate::html::tests::feed_results();
+        let md = summary(&r);
+        // Its own section: the sender's numbers per run ...
+        let feed = md
+            .split("\n## Dissemination: feed\n")
+            .nth(1)
+            .expect("a section");
+        assert!(
+            feed.contains("Links `rate=20M delay=30ms \\| rate=20M delay=30ms loss=1e-2`."),
+            "{feed}"
+        );
+        assert!(
+            feed.contains("| longhaul-mc | 1 | ok | 9253 | 925.3 | 60 | 123.4 | 65.00 | 3.20 | 10.2→51.2→41.0 | 3.00 | 0.70 | 1.50 | 9.00 | 1.25 |  |\n"),
+            "{feed}"
+        );
+        assert!(
+            feed.contains("| uftp | 1 | timeout | 9253 | 925.3 | 60 | 123.4 | 65.00 | 3.20 | 10.2→51.2→41.0 | 4.50 | 0.70 | 1.50 | 9.00 | 1.25 | cli2 had 7398 of 7400 due products |\n"),
+            "{feed}"
+        );
+        assert!(
+            feed.contains("| longhaul | 1 | skipped | - | - | - | - | - | - | - | - | - | - | - | - | not installed |\n"),
+            "{feed}"
+        );
+        // ... and a row per tool and receiver: had/due, extra, duplicates,
+        // corrupt, p50/p99/max, CPU, RSS.
+        let rows: Vec<&str> = feed.lines().filter(|l| l.contains("| `rate=20M")).collect();
+        assert_eq!(
+            rows,
+            [
+                "| longhaul-mc | 1 | cli | `rate=20M delay=30ms` | - | 9253/9253 | 0 | 0 | 0 | 0.12 | 0.45 | 0.80 | 1.50 | 20.5→30.7 |",
+                "| longhaul-mc | 1 | cli2 | `rate=20M delay=30ms loss=1e-2` | joined at 12 s & restarted | 7400/7400 | 3 | 3 | 0 | 0.20 | 0.90 | 1.40 | 1.50 | 20.5→30.7 |",
+                "| uftp | 1 | cli | `rate=20M delay=30ms` | - | 9253/9253 | 0 | 0 | 0 | 0.50 | 0.95 | 1.00 | 2.00 | 20.5→30.7 |",
+                "| uftp | 1 | cli2 | `rate=20M delay=30ms loss=1e-2` | joined at 12 s & restarted | 7398/7400 | 3 | 5 | 0 | 0.60 | 12.50 | 20.00 | 2.50 | 20.5→30.7 |",
+            ]
+        );
+        // No latency: "-".
+        let mut r2 = r.clone();
+        let v = &mut r2.runs[1].feed.as_mut().unwrap().receivers[0];
+        (v.had, v.p50_s, v.p99_s, v.max_s) = (0, None, None, None);
+        v.rss_kb.clear();
+        assert!(summary(&r2).contains("| longhaul-mc | 1 | cli | `rate=20M delay=30ms` | - | 0/9253 | 0 | 0 | 0 | - | - | - | 1.50 | - |"));
+        // The throughput table and every run's table leave it out.
+        assert!(
+            md.contains(
+                "| scenario | link | rsync |\n|---|---|---:|\n| a | `delay=35ms` | 14.0 ✗ |\n\n"
+            ),
+            "{md}"
+        );
+        assert!(!md.contains("| feed |"), "{md}");
+        assert!(
+            md.contains("| a | rsync | 1 | ok | 2 | 1.0 | 10.00 |"),
+            "{md}"
+        );
+        assert!(md.contains("Dissemination runs (feed) are in their own tables above."));
+        // The terminal's table: the load and what the receivers had.
+        let t = table(&r);
+        let line = |tool: &str| {
+            t.lines()
+                .find(|l| l.starts_with(&format!("{:<24} {tool} ", "feed")))
+                .unwrap_or_else(|| panic!("{tool}: {t}"))
+                .to_string()
+        };
+        assert!(
+            line("longhaul-mc")
+                .ends_with("ok: load, 9253 products; receivers had 16653/16653, worst p99 0.90 s"),
+            "{t}"
+        );
+        assert!(line("uftp").contains("  123.4 "), "{t}");
+        assert!(
+            line("uftp").ends_with("timeout: load, 9253 products; receivers had 16651/16653, worst p99 12.50 s; cli2 had 7398 of 7400 due products"),
+            "{t}"
+        );
+        assert!(line("longhaul").ends_with("skipped: not installed"), "{t}");
+        // The CSV keeps its columns, a line per run.
+        let c = csv(&r);
+        assert_eq!(c.lines().count(), 5);
+        assert!(c.contains(",quick,feed,uftp,1,rate=20M delay=30ms | rate=20M delay=30ms loss=1e-2,2,timeout,9253,925300000,"), "{c}");
     }
 
     #[test]

@@ -198,6 +198,84 @@ pub struct Run {
     /// for a run that did not measure.
     #[serde(default)]
     pub limit: String,
+    /// A dissemination scenario's run (a producer writing products for
+    /// receivers that come and go): what each receiver had, and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feed: Option<FeedRun>,
+}
+
+/// What a dissemination run measured ([`Run::feed`]): the producer's
+/// products and, per receiver, which of them it had verified and how long
+/// after each was ready at the sender.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FeedRun {
+    /// Products the producer wrote.
+    pub produced: u64,
+    /// Their bytes.
+    pub produced_bytes: u64,
+    /// Seconds the producer wrote for.
+    pub seconds: f64,
+    /// The rate it wrote them at, Mbit/s of file bytes.
+    pub load_mbps: f64,
+    /// The sender's processes: CPU seconds over the run.
+    pub sender_cpu_s: f64,
+    /// The sender's resident memory, sampled: (seconds since the
+    /// producer's start, kB), summed over its processes.
+    pub sender_rss_kb: Vec<(f64, u64)>,
+    /// One per receiver, in host order.
+    pub receivers: Vec<FeedReceiver>,
+    /// How busy the machine's cores were, every 5 s: (seconds since the
+    /// producer's start, cores busy over the 5 s before; /proc/stat).
+    #[serde(default)]
+    pub busy_cores: Vec<(f64, f64)>,
+    /// CPU seconds of the runner itself over the run: the producer (writing
+    /// and hashing products) and the stations (reading and hashing what
+    /// lands), which share the cores with the tools.
+    #[serde(default)]
+    pub runner_cpu_s: f64,
+}
+
+/// One receiver of a dissemination run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FeedReceiver {
+    /// Its lab host (cli, cli2, ...).
+    pub host: String,
+    /// Its link.
+    pub link: String,
+    /// What happened to it: empty, `joined at 12 s`, `down 20-30 s`.
+    pub role: String,
+    /// Products it was due: every one ready once it had joined (and all of
+    /// them for one that was only restarted).
+    pub due: u64,
+    /// Of those, how many it had verified (hash equal to the product's).
+    pub had: u64,
+    /// Products it had that it was not due (ready before it joined).
+    pub extra: u64,
+    /// Products that arrived a second time (after a first verified copy).
+    pub duplicates: u64,
+    /// Files under a product's name whose bytes were not the product's
+    /// when the run ended (corrupt, or a tool that writes in place was
+    /// mid-file).
+    pub corrupt: u64,
+    /// Latency from ready at the sender to verified at the receiver, of
+    /// the due products it had: median, 99th percentile, largest (s).
+    pub p50_s: Option<f64>,
+    /// See `p50_s`.
+    pub p99_s: Option<f64>,
+    /// See `p50_s`.
+    pub max_s: Option<f64>,
+    /// Latency over time: per second of ready time (seconds since the
+    /// producer's start), the median and the largest latency of the
+    /// products ready in that second that it had: (t, p50, max).
+    pub latency_by_second: Vec<(f64, f64, f64)>,
+    /// The latency distribution: its 0th, 1st, ..., 100th percentile (s);
+    /// empty when it had none.
+    pub percentiles: Vec<f64>,
+    /// CPU seconds of the tool's processes in this receiver (every
+    /// instance, over a restart).
+    pub cpu_s: f64,
+    /// Its resident memory, sampled as the sender's: (s, kB).
+    pub rss_kb: Vec<(f64, u64)>,
 }
 
 fn one() -> u32 {

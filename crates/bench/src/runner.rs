@@ -148,15 +148,16 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
         );
     }
     let data = match &plan.data {
-        Data::Files(groups) => dataset::prepare(&out.join("data"), groups)?,
+        Data::Files(groups) => Some(dataset::prepare(&out.join("data"), groups)?),
         Data::Tree(dir) => {
             let data =
                 dataset::existing(dir, out).with_context(|| format!("scenario '{}'", plan.name))?;
             if opts.progress {
                 eprintln!("  {}", data.describe());
             }
-            data
+            Some(data)
         }
+        Data::Feed(_) => None,
     };
     let mut hosts = vec![SERVER.to_string()];
     let per_host: Vec<String> = plan
@@ -186,10 +187,15 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
         bail!("a lab named '{lab}' is up: another `lab run`? (`longhaul lab down --name {lab}` removes it; `lab run --lab NAME` runs beside it)");
     }
     let work = out.join("work");
-    if plan.dest == Storage::Tmpfs {
-        // Room for every receiver's copy, and some.
-        let size = data.bytes * plan.links.len() as u64 + data.bytes / 10 + (64 << 20);
-        mount_tmpfs(&work, size)?;
+    match (&data, &plan.data) {
+        // The spool and the products in flight.
+        (_, Data::Feed(f)) => mount_tmpfs(&work, crate::feed::tmpfs_bytes(f, plan.links.len()))?,
+        (Some(data), _) if plan.dest == Storage::Tmpfs => {
+            // Room for every receiver's copy, and some.
+            let size = data.bytes * plan.links.len() as u64 + data.bytes / 10 + (64 << 20);
+            mount_tmpfs(&work, size)?;
+        }
+        _ => {}
     }
     live().lab = Some(lab.into());
     ops::up(&cfg, &opts.exe)?;
@@ -202,7 +208,33 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
     for tool in tools {
         let reps = opts.repeat.unwrap_or(plan.repeat);
         for rep in 1..=reps {
-            let run = run_tool(tool, rep, plan, &data, opts, out, &cfg, results)?;
+            let run = match (&data, &plan.data) {
+                (Some(data), _) => run_tool(tool, rep, plan, data, opts, out, &cfg, results)?,
+                (None, Data::Feed(f)) => {
+                    let run = new_run(tool, rep, plan, plan.data.line());
+                    match unavailable(tool.tool, &opts.exe, results) {
+                        Some(skip) => Run { note: skip, ..run },
+                        None => {
+                            let mut run = crate::feed::run_tool(
+                                tool,
+                                rep,
+                                plan,
+                                f,
+                                &opts.exe,
+                                out,
+                                &cfg,
+                                run,
+                                results.line_rate_bps,
+                                &receiver_name,
+                            )?;
+                            let cores = results.machine.get("cores").and_then(|c| c.parse().ok());
+                            run.limit = crate::results::limit(&run, cores.unwrap_or(0));
+                            run
+                        }
+                    }
+                }
+                (None, _) => unreachable!("a data set for every scenario but a feed"),
+            };
             if opts.progress {
                 eprintln!(
                     "  {:<9} {:>8.1} Mbit/s {:>7.2} s  {}{}",
@@ -253,72 +285,13 @@ fn run_tool(
 ) -> Result<Run> {
     let tool = spec.tool;
     let n = plan.links.len();
-    let mut run = Run {
-        scenario: plan.name.clone(),
-        tool: spec.label.clone(),
-        rep,
-        link: plan.link_line(),
-        mtu: plan.mtu,
-        sweep: plan.sweep.as_ref().map(|s| s.0.clone()),
-        x: plan.sweep.as_ref().map(|s| s.1),
-        background: plan
-            .background
-            .as_ref()
-            .map_or(String::new(), |b| b.describe()),
-        background_mbps: None,
-        background_flows_mbps: Vec::new(),
-        jain: None,
-        background_kept: None,
-        background_lost: None,
-        background_dropped: None,
-        outage_dropped: None,
-        receivers: n as u32,
-        status: Status::Skipped,
-        note: String::new(),
-        data: data.describe(),
-        files: data.files,
-        bytes: data.bytes,
-        delivered_bytes: 0,
-        wall_s: 0.0,
-        mbps: 0.0,
-        ttp: 0.0,
-        goodput: 0.0,
-        wire_bytes: 0,
-        wire_back_bytes: 0,
-        ttfb_s: None,
-        client_cpu_s: 0.0,
-        server_cpu_s: 0.0,
-        verified: None,
-        series_mbps: Vec::new(),
-        background_series_mbps: Vec::new(),
-        receiver_series_mbps: Vec::new(),
-        receiver_done_s: Vec::new(),
-        to_90pct_s: None,
-        steady_mbps: None,
-        queue_ms: None,
-        queue_max_ms: None,
-        emulator_cpu_s: 0.0,
-        machine_cpu_s: 0.0,
-        limit: String::new(),
-    };
-    // Programs Debian ships as source are built on first use.
-    if let Err(e) = tool.build_missing() {
-        run.note = format!("{e:#}");
+    let mut run = new_run(spec, rep, plan, data.describe());
+    run.files = data.files;
+    run.bytes = data.bytes;
+    if let Some(skip) = unavailable(tool, &opts.exe, results) {
+        run.note = skip;
         return Ok(run);
     }
-    let missing = tool.missing();
-    if !missing.is_empty() {
-        run.note = format!(
-            "{} not installed: {}",
-            missing.join(", "),
-            tool.install_hint()
-        );
-        return Ok(run);
-    }
-    results
-        .versions
-        .entry(tool.name().into())
-        .or_insert_with(|| version(tool, &opts.exe));
     let dir = out.join("runs").join(&plan.name).join(format!(
         "{}-{rep}",
         spec.label.replace([':', ',', '='], "_")
@@ -798,6 +771,82 @@ fn run_tool(
         std::fs::remove_dir_all(&r.dst)?;
     }
     Ok(run)
+}
+
+/// A run not yet run: skipped until it measures.
+fn new_run(spec: &ToolSpec, rep: u32, plan: &Plan, data: String) -> Run {
+    let n = plan.links.len();
+    Run {
+        scenario: plan.name.clone(),
+        tool: spec.label.clone(),
+        rep,
+        link: plan.link_line(),
+        mtu: plan.mtu,
+        sweep: plan.sweep.as_ref().map(|s| s.0.clone()),
+        x: plan.sweep.as_ref().map(|s| s.1),
+        background: plan
+            .background
+            .as_ref()
+            .map_or(String::new(), |b| b.describe()),
+        background_mbps: None,
+        background_flows_mbps: Vec::new(),
+        jain: None,
+        background_kept: None,
+        background_lost: None,
+        background_dropped: None,
+        outage_dropped: None,
+        receivers: n as u32,
+        status: Status::Skipped,
+        note: String::new(),
+        data,
+        files: 0,
+        bytes: 0,
+        delivered_bytes: 0,
+        wall_s: 0.0,
+        mbps: 0.0,
+        ttp: 0.0,
+        goodput: 0.0,
+        wire_bytes: 0,
+        wire_back_bytes: 0,
+        ttfb_s: None,
+        client_cpu_s: 0.0,
+        server_cpu_s: 0.0,
+        verified: None,
+        series_mbps: Vec::new(),
+        background_series_mbps: Vec::new(),
+        receiver_series_mbps: Vec::new(),
+        receiver_done_s: Vec::new(),
+        to_90pct_s: None,
+        steady_mbps: None,
+        queue_ms: None,
+        queue_max_ms: None,
+        emulator_cpu_s: 0.0,
+        machine_cpu_s: 0.0,
+        limit: String::new(),
+        feed: None,
+    }
+}
+
+/// Why `tool` cannot run here (a program missing, or a build of one that
+/// failed), or None; notes its version the first time.
+fn unavailable(tool: Tool, exe: &Path, results: &mut Results) -> Option<String> {
+    // Programs Debian ships as source are built on first use.
+    if let Err(e) = tool.build_missing() {
+        return Some(format!("{e:#}"));
+    }
+    let missing = tool.missing();
+    if !missing.is_empty() {
+        return Some(format!(
+            "{} not installed: {}",
+            missing.join(", "),
+            tool.install_hint()
+        ));
+    }
+    results
+        .versions
+        .entry(tool.name().into())
+        .or_insert_with(|| version(tool, exe));
+    None
 }
 
 /// Starts background traffic from the server to the first receiver, lets

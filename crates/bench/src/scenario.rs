@@ -355,6 +355,65 @@ pub struct Scenario {
     /// means the suite's.
     #[serde(default)]
     pub mtu: Option<usize>,
+    /// A dissemination run instead of a data set: a producer writes
+    /// products for a while and receivers come and go (instead of `files`
+    /// or `tree`).
+    #[serde(default)]
+    pub feed: Option<FeedSpec>,
+}
+
+/// A dissemination scenario as written: `feed = { load = "350M", seconds
+/// = 300, ... }`. The producer writes seed 000's mix of products (most of
+/// 10-500 kB, one in 25 of 5-50 MB) at `load` for `seconds`; each tool
+/// sends them to every receiver as they come; the run then drains.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FeedSpec {
+    /// The producer's rate of file bytes ("350M" = 350 Mbit/s).
+    pub load: String,
+    /// How long it writes (scaled by the profile's time_scale).
+    pub seconds: f64,
+    /// How long the run waits after the last product for every receiver
+    /// to have what it is due ("60s"; default 60 s).
+    #[serde(default)]
+    pub drain: Option<String>,
+    /// The senders' backlog: a receiver that was away is due what was
+    /// ready within it; the spool keeps products that long and 30 s more
+    /// ("600s"; default 600 s).
+    #[serde(default)]
+    pub backlog: Option<String>,
+    /// The channel's sending rate (default the tool's `rate` setting, else
+    /// 90 % of the line rate).
+    #[serde(default)]
+    pub rate: Option<String>,
+    /// A receiver (0-based) that joins late, and when (seconds into the
+    /// producer's run, scaled like `seconds`): it is due what is ready
+    /// from a second after it joined.
+    #[serde(default)]
+    pub late: Option<(usize, f64)>,
+    /// A receiver (0-based) stopped at a time and started again after a
+    /// while (seconds, both scaled): it is due everything.
+    #[serde(default)]
+    pub restart: Option<(usize, f64, f64)>,
+}
+
+/// A dissemination scenario, resolved and scaled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Feed {
+    /// The producer's rate, bit/s of file bytes.
+    pub load_bps: u64,
+    /// How long it writes.
+    pub seconds: Duration,
+    /// How long the run waits for receivers after the producer stops.
+    pub drain: Duration,
+    /// The senders' backlog.
+    pub backlog: Duration,
+    /// The channel's sending rate, if the scenario sets it.
+    pub rate_bps: Option<u64>,
+    /// (receiver, joins at).
+    pub late: Option<(usize, Duration)>,
+    /// (receiver, stopped at, down for).
+    pub restart: Option<(usize, Duration, Duration)>,
 }
 
 /// One group of a scenario's data set: `count` files of `size` each.
@@ -417,6 +476,8 @@ pub enum Data {
     Files(Vec<(u64, u64)>),
     /// An existing directory, used as it is.
     Tree(PathBuf),
+    /// Products written while the run goes (a dissemination scenario).
+    Feed(Feed),
 }
 
 impl Data {
@@ -429,6 +490,11 @@ impl Data {
                 groups.iter().map(|(size, n)| size * n).sum::<u64>() as f64 / 1e6
             ),
             Data::Tree(dir) => format!("tree {}", dir.display()),
+            Data::Feed(f) => format!(
+                "products at {:.0} Mbit/s for {:.0} s",
+                f.load_bps as f64 / 1e6,
+                f.seconds.as_secs_f64()
+            ),
         }
     }
 }
@@ -495,6 +561,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("bigdata", include_str!("../suites/bigdata.toml")),
     ("cc", include_str!("../suites/cc.toml")),
     ("demo", include_str!("../suites/demo.toml")),
+    (
+        "dissemination",
+        include_str!("../suites/dissemination.toml"),
+    ),
     ("eumetsat", include_str!("../suites/eumetsat.toml")),
     ("fairness", include_str!("../suites/fairness.toml")),
     (
@@ -677,6 +747,13 @@ impl Suite {
                     .with_context(ctx)?;
             }
             let data = match (&sc.tree, sc.files.is_empty()) {
+                _ if sc.feed.is_some() && (sc.tree.is_some() || !sc.files.is_empty()) => {
+                    bail!("{}: give feed, files or tree, one of them", ctx())
+                }
+                _ if sc.feed.is_some() => {
+                    let f = sc.feed.as_ref().expect("feed");
+                    Data::Feed(resolve_feed(f, links.len(), time_scale).with_context(ctx)?)
+                }
                 (Some(_), false) => bail!("{}: give files or tree, not both", ctx()),
                 (None, true) => bail!(
                     "{}: no data set (files = [{{ size = \"10kB\", count = 100 }}, ...] or tree = \"DIR\")",
@@ -818,6 +895,68 @@ impl Suite {
     }
 }
 
+/// Checks a `feed` and scales its times by the profile's `time_scale`.
+fn resolve_feed(f: &FeedSpec, receivers: usize, time_scale: f64) -> Result<Feed> {
+    let load_bps = parse_rate(&f.load).context("feed load")?;
+    if !(f.seconds.is_finite() && f.seconds >= 1.0 && f.seconds <= 86_400.0) {
+        bail!("feed seconds {} (1 to 86400)", f.seconds);
+    }
+    let secs = |v: f64| Duration::from_secs_f64(v * time_scale);
+    let dur = |v: &Option<String>, default: u64, what: &str| -> Result<Duration> {
+        v.as_ref().map_or(Ok(Duration::from_secs(default)), |d| {
+            parse_duration(d).with_context(|| format!("feed {what}"))
+        })
+    };
+    let seconds = secs(f.seconds);
+    let receiver = |i: usize, what: &str| -> Result<usize> {
+        if i >= receivers {
+            bail!("feed {what}: receiver {i} of {receivers} (0-based)");
+        }
+        Ok(i)
+    };
+    let within = |t: f64, what: &str| -> Result<Duration> {
+        if !(t.is_finite() && t >= 0.0 && t < f.seconds) {
+            bail!(
+                "feed {what}: {t} s is not within the producer's {} s",
+                f.seconds
+            );
+        }
+        Ok(secs(t))
+    };
+    let late = match f.late {
+        None => None,
+        Some((i, at)) => Some((receiver(i, "late")?, within(at, "late")?)),
+    };
+    let restart = match f.restart {
+        None => None,
+        Some((i, at, down)) => {
+            if !(down.is_finite() && down > 0.0) {
+                bail!("feed restart: down for {down} s");
+            }
+            Some((receiver(i, "restart")?, within(at, "restart")?, secs(down)))
+        }
+    };
+    if let (Some((a, _)), Some((b, _, _))) = (late, restart) {
+        if a == b {
+            bail!("feed: receiver {a} both joins late and restarts; give each its own");
+        }
+    }
+    Ok(Feed {
+        load_bps,
+        seconds,
+        drain: dur(&f.drain, 60, "drain")?,
+        backlog: dur(&f.backlog, 600, "backlog")?,
+        rate_bps: f
+            .rate
+            .as_deref()
+            .map(parse_rate)
+            .transpose()
+            .context("feed rate")?,
+        late,
+        restart,
+    })
+}
+
 fn check_name(what: &str, name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
@@ -893,6 +1032,51 @@ mod tests {
             assert_eq!(&s.suite.name, name);
             assert!(!s.plans().unwrap().is_empty());
         }
+    }
+
+    #[test]
+    fn a_feed_scales_with_the_profile_and_names_what_is_wrong() {
+        let s = Suite::load("dissemination").unwrap();
+        let quick = &s.plans_for("quick").unwrap()[0];
+        let Data::Feed(f) = &quick.data else {
+            panic!("{:?}", quick.data)
+        };
+        assert_eq!(f.load_bps, 350_000_000);
+        assert_eq!(f.seconds, Duration::from_secs(60));
+        assert_eq!(f.late, Some((3, Duration::from_secs(12))));
+        assert_eq!(
+            f.restart,
+            Some((1, Duration::from_secs(24), Duration::from_secs(6)))
+        );
+        assert_eq!(f.drain, Duration::from_secs(60), "not scaled");
+        let Data::Feed(full) = &s.plans_for("full").unwrap()[0].data else {
+            panic!()
+        };
+        assert_eq!(full.seconds, Duration::from_secs(300));
+        let base = BUILTIN
+            .iter()
+            .find(|(n, _)| *n == "dissemination")
+            .unwrap()
+            .1;
+        let bad = |from: &str, to: &str| {
+            let text = base.replace(from, to);
+            assert_ne!(text, base, "{from}");
+            format!(
+                "{:#}",
+                Suite::parse(&text).and_then(|s| s.plans()).unwrap_err()
+            )
+        };
+        let e = bad("late = [3, 60]", "late = [4, 60]");
+        assert!(e.contains("feed late: receiver 4 of 4"), "{e}");
+        let e = bad("late = [3, 60]", "late = [3, 300]");
+        assert!(e.contains("not within the producer's 300 s"), "{e}");
+        let e = bad("late = [3, 60]", "late = [1, 60]");
+        assert!(e.contains("both joins late and restarts"), "{e}");
+        let e = bad(
+            "late = [3, 60] }",
+            "late = [3, 60] }\nfiles = [{ size = \"1MB\", count = 1 }]",
+        );
+        assert!(e.contains("give feed, files or tree, one of them"), "{e}");
     }
 
     #[test]

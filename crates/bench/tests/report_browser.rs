@@ -68,6 +68,10 @@ fn synthetic(name: &str) -> Results {
                 g.iter().map(|x| x.0 * x.1).sum::<u64>(),
             ),
             Data::Tree(_) => (5_000, 300_000_000),
+            Data::Feed(f) => (
+                10_000,
+                (f.load_bps as f64 / 8.0 * f.seconds.as_secs_f64()) as u64,
+            ),
         };
         let rate = p.ttp_rate_bps(line) as f64 / 1e6;
         let rtt = p.max_rtt().as_secs_f64();
@@ -152,6 +156,7 @@ fn synthetic(name: &str) -> Results {
                     emulator_cpu_s: 0.0,
                     machine_cpu_s: 0.0,
                     limit: String::new(),
+                    feed: None,
                 });
             }
         }

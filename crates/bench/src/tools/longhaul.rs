@@ -82,6 +82,59 @@ impl Adapter for Longhaul {
             .collect()
     }
 
+    /// Unicast for reference: a server in every receiver, its root the
+    /// destination, and per receiver a loop that puts what arrived since
+    /// its last put (a put that fails, as when the receiver is down, is
+    /// tried again with what came meanwhile).
+    fn feed(&self, s: &FeedSetup) -> Result<Option<FeedCommands>> {
+        let exe = p(s.exe);
+        let mut receivers = Vec::new();
+        let mut senders = Vec::new();
+        let mut outboxes = Vec::new();
+        for (i, r) in s.receivers.iter().enumerate() {
+            receivers.push(Daemon {
+                proc: Proc {
+                    host: Host::Receiver(i),
+                    argv: put_server(&exe, r, &s.run.join(format!("serve-state-{i}"))),
+                    cwd: None,
+                },
+                ready: (Proto::Udp, 7878),
+            });
+            let mut put = longhaul_client(
+                &exe,
+                "put",
+                &s.run.join(format!("known_hosts-{i}")),
+                s.settings,
+            );
+            put.extend(["./".to_string(), format!("{}:./", r.addr)]);
+            let send = put
+                .iter()
+                .map(|a| sh_quote(a))
+                .collect::<Vec<_>>()
+                .join(" ")
+                + " >> "
+                + &sh_quote(&p(&s.run.join(format!("put-{i}.log"))))
+                + " 2>&1";
+            let outbox = s.feed_dir.join(format!("put-out-{i}"));
+            senders.push((
+                Some(i),
+                send_loop(
+                    &s.run.join(format!("put-loop-{i}.sh")),
+                    &outbox,
+                    &s.feed_dir.join(format!("put-batch-{i}")),
+                    &send,
+                    true,
+                )?,
+            ));
+            outboxes.push((Some(i), outbox));
+        }
+        Ok(Some(FeedCommands {
+            receivers,
+            senders,
+            outboxes,
+        }))
+    }
+
     fn commands(&self, s: &Setup) -> Result<Commands> {
         let a = s.server.to_string();
         Ok({
@@ -90,19 +143,7 @@ impl Adapter for Longhaul {
                 // to each from the data's host, in parallel.
                 let exe = p(s.exe);
                 let daemons = s.receiver_daemons(7878, &|i, r| {
-                    v(&[
-                        &exe,
-                        "serve",
-                        "--root",
-                        &p(&r.dst),
-                        "--listen",
-                        &format!("{}:7878", r.addr),
-                        "--state-dir",
-                        &p(&s.run.join(format!("serve-state-{i}"))),
-                        // (The lab's hosts are namespaces of this machine
-                        // alone.)
-                        "--allow-anonymous-put",
-                    ])
+                    put_server(&exe, r, &s.run.join(format!("serve-state-{i}")))
                 });
                 let actors = s
                     .receivers
@@ -157,6 +198,22 @@ impl Adapter for Longhaul {
             }
         })
     }
+}
+
+/// A server in a receiver that takes puts into its destination.
+fn put_server(exe: &str, r: &Receiver, state: &Path) -> Vec<String> {
+    v(&[
+        exe,
+        "serve",
+        "--root",
+        &p(&r.dst),
+        "--listen",
+        &format!("{}:7878", r.addr),
+        "--state-dir",
+        &p(state),
+        // (The lab's hosts are namespaces of this machine alone.)
+        "--allow-anonymous-put",
+    ])
 }
 
 /// What a `known=yes` warm-up asks the server for: a path no data set holds.

@@ -26,49 +26,33 @@ impl Adapter for LonghaulMc {
         true
     }
 
+    /// The channel: `multicast send --follow` on the spool, an open group,
+    /// a receive daemon in every receiver.
+    fn feed(&self, s: &FeedSetup) -> Result<Option<FeedCommands>> {
+        Ok(Some(channel(s)))
+    }
+
     fn commands(&self, s: &Setup) -> Result<Commands> {
         Ok({
             // A push like UFTP's: a receive daemon in every receiver, joined
             // to the group; the sender exits 0 once every one has completed
             // and verified.
             let exe = p(s.exe);
-            let group = format!("{LONGHAUL_GROUP}:{LONGHAUL_PORT}");
-            let daemons = s.receiver_daemons(LONGHAUL_PORT, &|i, r| {
-                v(&[
-                    &exe,
-                    "multicast",
-                    "receive",
-                    "--group",
-                    &group,
-                    "--dest",
-                    &p(&r.dst),
-                    "--id",
-                    &format!("rx{i}"),
-                    // (The lab's hosts are namespaces of this machine
-                    // alone.)
-                    "--accept-any-sender",
-                ])
-            });
-            let bps = s.push_rate()?;
+            let daemons = s.receiver_daemons(LONGHAUL_PORT, &|i, r| receive(&exe, i, &r.dst));
             let ids: Vec<String> = (0..s.receivers.len()).map(|i| format!("rx{i}")).collect();
+            let mut argv = send(&exe, s.push_rate()?);
+            argv.extend(v(&[
+                "--receivers",
+                &ids.join(","),
+                "--quiet",
+                // The directory's contents, not the directory.
+                &format!("{}/", p(s.src)),
+            ]));
             Commands {
                 daemons,
                 actors: vec![Proc {
                     host: Host::Server,
-                    argv: v(&[
-                        &exe,
-                        "multicast",
-                        "send",
-                        "--group",
-                        &group,
-                        "--rate",
-                        &bps.to_string(),
-                        "--receivers",
-                        &ids.join(","),
-                        "--quiet",
-                        // The directory's contents, not the directory.
-                        &format!("{}/", p(s.src)),
-                    ]),
+                    argv,
                     cwd: None,
                 }],
             }
@@ -79,3 +63,80 @@ impl Adapter for LonghaulMc {
 /// The group and port longhaul multicast uses in the lab.
 pub(super) const LONGHAUL_GROUP: &str = "239.7.7.7";
 pub(super) const LONGHAUL_PORT: u16 = 7000;
+
+/// `multicast receive` into `dst` as receiver `i`.
+fn receive(exe: &str, i: usize, dst: &Path) -> Vec<String> {
+    v(&[
+        exe,
+        "multicast",
+        "receive",
+        "--group",
+        &format!("{LONGHAUL_GROUP}:{LONGHAUL_PORT}"),
+        "--dest",
+        &p(dst),
+        "--id",
+        &format!("rx{i}"),
+        // (The lab's hosts are namespaces of this machine alone.)
+        "--accept-any-sender",
+    ])
+}
+
+/// `multicast send` at `bps`, up to what it sends and to whom.
+fn send(exe: &str, bps: u64) -> Vec<String> {
+    v(&[
+        exe,
+        "multicast",
+        "send",
+        "--group",
+        &format!("{LONGHAUL_GROUP}:{LONGHAUL_PORT}"),
+        "--rate",
+        &bps.to_string(),
+    ])
+}
+
+/// The channel (`multicast send --follow`) of a dissemination run.
+pub(super) fn channel(s: &FeedSetup) -> FeedCommands {
+    let exe = p(s.exe);
+    let receivers = s
+        .receivers
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut argv = receive(&exe, i, &r.dst);
+            argv.extend(v(&[
+                // Kept over a restart: where it left the channel.
+                "--state-dir",
+                &p(&s.run.join(format!("rx{i}-state"))),
+                "--json",
+            ]));
+            Daemon {
+                proc: Proc {
+                    host: Host::Receiver(i),
+                    argv,
+                    cwd: None,
+                },
+                ready: (Proto::Udp, LONGHAUL_PORT),
+            }
+        })
+        .collect();
+    let mut argv = send(&exe, s.rate_bps);
+    argv.extend(v(&[
+        "--open",
+        "--follow",
+        &p(s.spool),
+        "--backlog",
+        &format!("{}s", s.backlog.as_secs()),
+    ]));
+    FeedCommands {
+        receivers,
+        senders: vec![(
+            None,
+            Proc {
+                host: Host::Server,
+                argv,
+                cwd: None,
+            },
+        )],
+        outboxes: Vec::new(),
+    }
+}

@@ -80,6 +80,51 @@ pub trait Adapter: Sync {
     fn receiver_says_done(&self, _run: &Path, _i: usize, _files: u64) -> Option<bool> {
         None
     }
+    /// How it disseminates products as they are written (a `feed`
+    /// scenario); None: it does not, and the run is skipped.
+    fn feed(&self, _s: &FeedSetup) -> Result<Option<FeedCommands>> {
+        Ok(None)
+    }
+}
+
+/// What the runner gives a tool for a dissemination run.
+pub struct FeedSetup<'a> {
+    /// The longhaul executable.
+    pub exe: &'a Path,
+    /// A directory for config files, state and logs.
+    pub run: &'a Path,
+    /// Where products appear, each renamed in once written (and removed
+    /// once older than the backlog and 30 s).
+    pub spool: &'a Path,
+    /// A directory for the tool's own outboxes ([`FeedCommands::outboxes`]).
+    pub feed_dir: &'a Path,
+    /// The server host's address in the lab.
+    pub server: Ipv4Addr,
+    /// Every receiver; products go to each one's `dst`.
+    pub receivers: &'a [Receiver],
+    /// The rate a push tool sends at, bit/s.
+    pub rate_bps: u64,
+    /// How long a receiver that was away may ask for what it missed.
+    pub backlog: std::time::Duration,
+    /// The longest receiver's round trip.
+    pub rtt: std::time::Duration,
+    /// The suite's settings for this tool.
+    pub settings: &'a Settings,
+}
+
+/// How a tool runs a dissemination.
+#[derive(Debug, Clone)]
+pub struct FeedCommands {
+    /// What runs in each receiver (one per receiver, in order): started
+    /// when it joins, stopped and started again when it restarts.
+    pub receivers: Vec<Daemon>,
+    /// What runs in the server: each started with the run, or (`Some(i)`)
+    /// when receiver i first starts.
+    pub senders: Vec<(Option<usize>, Proc)>,
+    /// Directories the producer hard-links every product into before it
+    /// is ready in the spool (a loop's outgoing box): `(None, dir)` takes
+    /// every product, `(Some(i), dir)` those ready once receiver i joined.
+    pub outboxes: Vec<(Option<usize>, PathBuf)>,
 }
 
 /// Every tool the lab knows, in the order `--tools` lists them.
@@ -296,6 +341,11 @@ impl Tool {
             bail!("no receivers");
         }
         self.0.commands(s)
+    }
+
+    /// See [`Adapter::feed`].
+    pub fn feed(self, s: &FeedSetup) -> Result<Option<FeedCommands>> {
+        self.0.feed(s)
     }
 
     /// See [`Adapter::warmups`].
@@ -656,6 +706,46 @@ pub fn which(prog: &str) -> Option<std::path::PathBuf> {
 /// Single-quotes `s` for sh.
 pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A loop that sends what arrives in `outbox`: each turn moves what is
+/// there into `batch` (a product is whole once linked there) and runs
+/// `send` (a shell command run in `batch`); `keep_failed` keeps a batch
+/// whose send failed for the next turn (a unicast put), else it is
+/// dropped (a UFTP session that ended is over). The script is written
+/// to `script`; the process runs `sh` on it.
+fn send_loop(
+    script: &Path,
+    outbox: &Path,
+    batch: &Path,
+    send: &str,
+    keep_failed: bool,
+) -> Result<Proc> {
+    let on_fail = if keep_failed {
+        "sleep 1"
+    } else {
+        "rm -f -- ./*"
+    };
+    let text = format!(
+        "# A sender's loop over its outgoing box (written by the lab).\n\
+         set -u\n\
+         O={o}\nB={b}\n\
+         mkdir -p \"$B\"\n\
+         cd \"$B\" || exit 1\n\
+         while :; do\n\
+         \x20   find \"$O\" -maxdepth 1 -type f ! -name '.*' -exec mv -t \"$B\" {{}} +\n\
+         \x20   if [ -z \"$(ls -A)\" ]; then sleep 0.2; continue; fi\n\
+         \x20   if {send}; then rm -f -- ./*; else {on_fail}; fi\n\
+         done\n",
+        o = sh_quote(&p(outbox)),
+        b = sh_quote(&p(batch)),
+    );
+    std::fs::write(script, text)?;
+    Ok(Proc {
+        host: Host::Server,
+        argv: v(&["sh", &p(script)]),
+        cwd: None,
+    })
 }
 
 #[cfg(test)]

@@ -53,68 +53,61 @@ impl Adapter for Uftp {
         Some(done >= files)
     }
 
+    /// As a station's operator runs it: uftpd in every receiver, and a loop
+    /// in the server that sends what arrived since its last session as one
+    /// session to the closed group of every receiver (a receiver that is
+    /// away misses that session).
+    fn feed(&self, s: &FeedSetup) -> Result<Option<FeedCommands>> {
+        let receivers = s
+            .receivers
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Daemon {
+                proc: Proc {
+                    host: Host::Receiver(i),
+                    argv: uftpd(&r.dst, &s.run.join(format!("uftpd-{i}.status"))),
+                    cwd: None,
+                },
+                ready: (Proto::Udp, 1044),
+            })
+            .collect();
+        let mut argv = uftp(s.receivers, s.rate_bps, s.rtt);
+        argv.push("./*".into());
+        // (The batch's names are the producer's, none with a quote or a
+        // leading dash; the glob is the shell's.)
+        let send = argv
+            .iter()
+            .map(|a| if a == "./*" { a.clone() } else { sh_quote(a) })
+            .collect::<Vec<_>>()
+            .join(" ")
+            + " >> "
+            + &sh_quote(&p(&s.run.join("uftp-sessions.log")))
+            + " 2>&1";
+        let outbox = s.feed_dir.join("uftp-out");
+        let sender = send_loop(
+            &s.run.join("uftp-loop.sh"),
+            &outbox,
+            &s.feed_dir.join("uftp-batch"),
+            &send,
+            false,
+        )?;
+        Ok(Some(FeedCommands {
+            receivers,
+            senders: vec![(None, sender)],
+            outboxes: vec![(None, outbox)],
+        }))
+    }
+
     fn commands(&self, s: &Setup) -> Result<Commands> {
         Ok({
             // A push: uftpd waits in every receiver, uftp in the server
             // sends the tree's top-level entries once (multicast) or to
             // the one receiver (unicast), and exits when all are complete.
             let daemons = s.receiver_daemons(1044, &|i, r| {
-                v(&[
-                    "uftpd",
-                    "-d",
-                    "-q",
-                    "-x",
-                    "1",
-                    "-I",
-                    longhaul_lab::topology::PORT_NAME,
-                    "-B",
-                    "8388608",
-                    "-D",
-                    &p(&r.dst),
-                    "-F",
-                    &p(&s.run.join(format!("uftpd-{i}.status"))),
-                ])
+                uftpd(&r.dst, &s.run.join(format!("uftpd-{i}.status")))
             });
-            let ids: Vec<String> = s
-                .receivers
-                .iter()
-                .map(|r| format!("0x{:08X}", u32::from(r.addr)))
-                .collect();
-            let dest = if s.receivers.len() == 1 {
-                s.receivers[0].addr.to_string()
-            } else {
-                UFTP_PUBLIC.to_string()
-            };
-            let bps = s.push_rate()?;
-            let kbps = (bps / 1000).max(1).to_string();
-            // The first group round-trip estimate must cover the path, or
-            // the announce phase ends before a far receiver registers.
-            let grtt = format!("{:.3}:0.001:15", (s.rtt.as_secs_f64() * 1.5).max(0.01));
-            let mut argv = v(&[
-                "uftp",
-                "-M",
-                &dest,
-                "-P",
-                UFTP_PRIVATE,
-                "-I",
-                longhaul_lab::topology::PORT_NAME,
-                "-H",
-                &ids.join(","),
-                "-R",
-                &kbps,
-                "-Y",
-                "none",
-                "-B",
-                "8388608",
-                "-r",
-                &grtt,
-                "-s",
-                "10",
-                "-x",
-                "1",
-                "-S",
-                &p(&s.run.join("uftp.status")),
-            ]);
+            let mut argv = uftp(s.receivers, s.push_rate()?, s.rtt);
+            argv.extend(["-S".into(), p(&s.run.join("uftp.status"))]);
             argv.extend(top_level(s.src)?);
             Commands {
                 daemons,
@@ -131,3 +124,67 @@ impl Adapter for Uftp {
 /// The multicast group UFTP announces on and the one its data goes to.
 const UFTP_PUBLIC: &str = "230.4.4.1";
 const UFTP_PRIVATE: &str = "230.5.5.1";
+
+/// uftp up to its files: to every receiver as a closed group (by
+/// multicast; to the one receiver by unicast) at `bps`.
+fn uftp(receivers: &[Receiver], bps: u64, rtt: std::time::Duration) -> Vec<String> {
+    let ids: Vec<String> = receivers.iter().map(|r| uftp_id(r.addr)).collect();
+    let dest = if receivers.len() == 1 {
+        receivers[0].addr.to_string()
+    } else {
+        UFTP_PUBLIC.to_string()
+    };
+    v(&[
+        "uftp",
+        "-M",
+        &dest,
+        "-P",
+        UFTP_PRIVATE,
+        "-I",
+        longhaul_lab::topology::PORT_NAME,
+        "-H",
+        &ids.join(","),
+        "-R",
+        &(bps / 1000).max(1).to_string(),
+        "-Y",
+        "none",
+        "-B",
+        "8388608",
+        "-r",
+        &first_grtt(rtt),
+        "-s",
+        "10",
+        "-x",
+        "1",
+    ])
+}
+
+/// uftpd in a receiver: into `dst`, its status lines to `status`.
+fn uftpd(dst: &Path, status: &Path) -> Vec<String> {
+    v(&[
+        "uftpd",
+        "-d",
+        "-q",
+        "-x",
+        "1",
+        "-I",
+        longhaul_lab::topology::PORT_NAME,
+        "-B",
+        "8388608",
+        "-D",
+        &p(dst),
+        "-F",
+        &p(status),
+    ])
+}
+
+/// A receiver's UFTP client id: its address.
+fn uftp_id(addr: std::net::Ipv4Addr) -> String {
+    format!("0x{:08X}", u32::from(addr))
+}
+
+/// uftp -r: the first group round-trip estimate must cover the path, or
+/// the announce phase ends before a far receiver registers.
+fn first_grtt(rtt: std::time::Duration) -> String {
+    format!("{:.3}:0.001:15", (rtt.as_secs_f64() * 1.5).max(0.01))
+}
