@@ -81,7 +81,7 @@ fn produce(
     let data = block();
     let mut rng = 7u64;
     let mut sent = 0u64;
-    let mut written: std::collections::VecDeque<(Instant, PathBuf)> = Default::default();
+    let mut written: std::collections::VecDeque<(Instant, Vec<PathBuf>)> = Default::default();
     for n in 0u64.. {
         let due = t0 + Duration::from_secs_f64(sent as f64 * 8.0 / load_bps as f64);
         if due >= t0 + until {
@@ -96,13 +96,17 @@ fn produce(
         let name = format!("p{n:06}.dat");
         let tmp = spool.join(format!(".{name}"));
         std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+        let mut paths = Vec::new();
         for (who, dir) in outboxes {
             if who.is_none_or(|i| joined[i].load(Ordering::Relaxed)) {
-                std::fs::hard_link(&tmp, dir.join(&name))?;
+                let link = dir.join(&name);
+                std::fs::hard_link(&tmp, &link)?;
+                paths.push(link);
             }
         }
         let path = spool.join(&name);
         std::fs::rename(&tmp, &path)?;
+        paths.push(path);
         let ready = t0.elapsed().as_secs_f64();
         products.lock().expect("products").insert(
             name,
@@ -112,10 +116,15 @@ fn produce(
                 ready,
             },
         );
-        written.push_back((Instant::now(), path));
+        written.push_back((Instant::now(), paths));
+        // The spool's cleaner: a product older than the backlog goes, from
+        // the spool and from an outbox whose loop has not taken it yet (a
+        // tool that falls that far behind does not get it).
         while written.front().is_some_and(|(t, _)| t.elapsed() > keep) {
             let (_, old) = written.pop_front().expect("front");
-            let _ = std::fs::remove_file(old);
+            for p in old {
+                let _ = std::fs::remove_file(p);
+            }
         }
         sent += size;
     }
@@ -326,11 +335,13 @@ impl Running {
     }
 }
 
-/// Room the run's tmpfs needs: the spool holds what the backlog keeps,
-/// the destinations what is in flight.
+/// Room the run's tmpfs needs: the spool holds what the backlog keeps (and
+/// a loop's batch, taken from its outbox, as much again at most), the
+/// destinations what is in flight. Only what is used takes memory.
 pub(crate) fn tmpfs_bytes(f: &Feed, receivers: usize) -> u64 {
+    let bytes = |d: Duration| (f.load_bps as f64 / 8.0 * d.as_secs_f64() * 1.1) as u64;
     let kept = (f.seconds + f.drain).min(f.backlog + Duration::from_secs(30));
-    let spool = (f.load_bps as f64 / 8.0 * kept.as_secs_f64() * 1.1) as u64;
+    let spool = (2 * bytes(kept)).min(bytes(f.seconds));
     spool + (256 << 20) * receivers as u64 + (256 << 20)
 }
 

@@ -290,6 +290,20 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
             }
         }
     }
+    // A dissemination scenario: a latency chart and a distribution per
+    // receiver, each with every tool that had products there.
+    let mut feeds: BTreeMap<&str, (usize, Vec<&str>)> = BTreeMap::new();
+    for x in &r.runs {
+        if let Some(f) = &x.feed {
+            let e = feeds.entry(&x.scenario).or_default();
+            e.0 = e.0.max(f.receivers.len());
+            if f.receivers.iter().any(|v| !v.latency_by_second.is_empty())
+                && !e.1.contains(&x.tool.as_str())
+            {
+                e.1.push(&x.tool);
+            }
+        }
+    }
     let measure = r.suite.suite.measure;
     let mut charts = 0;
     for width in [1280, 420] {
@@ -299,6 +313,7 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
         let mut problems = Vec::new();
         let mut series_seen = 0;
         let mut studies = 0;
+        let mut feed_charts: BTreeMap<(&str, String), usize> = BTreeMap::new();
         for f in figures {
             let kind = f["kind"].as_str().unwrap();
             let sc = f["scenario"].as_str().unwrap();
@@ -307,6 +322,17 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
             }
             let legend = strings(&f["legend"]);
             match kind {
+                "latency" | "distribution" => {
+                    *feed_charts.entry((sc, kind.to_string())).or_default() += 1;
+                    // (A receiver no tool delivered to has a note, not a chart.)
+                    assert!(
+                        feeds[sc]
+                            .1
+                            .iter()
+                            .any(|t| legend.iter().any(|l| l.starts_with(t))),
+                        "{name}: a {kind} chart of {sc} names no tool: {legend:?}"
+                    );
+                }
                 "series" => {
                     series_seen += 1;
                     for tool in &with_series[sc] {
@@ -368,6 +394,18 @@ fn check(name: &str, r: &Results, browser: &Path, dir: &Path) -> usize {
                     );
                 }
                 _ => {}
+            }
+        }
+        for (sc, (n, _)) in &feeds {
+            for kind in ["latency", "distribution"] {
+                assert_eq!(
+                    feed_charts
+                        .get(&(*sc, kind.to_string()))
+                        .copied()
+                        .unwrap_or(0),
+                    *n,
+                    "{name}: {kind} charts of {sc}, one per receiver"
+                );
             }
         }
         assert_eq!(

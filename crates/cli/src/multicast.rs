@@ -691,18 +691,50 @@ fn follow(
                     Err(e) => eprintln!("warning: {shown}: not sent: {e}"),
                 }
             }
-            if now >= last_status + Duration::from_secs(10) && !json && !a.quiet {
+            if now >= last_status + Duration::from_secs(10) && (json || !a.quiet) {
                 last_status = now;
                 let st = core.state();
-                let away = st.receivers.iter().filter(|r| r.1).count();
-                eprintln!(
-                    "channel {channel:016x}: {} file(s) offered, {} held, {} waiting ({} bytes); {} receiver(s), {away} away",
-                    core.stats().files,
-                    st.held,
-                    st.queued,
-                    st.queued_bytes,
-                    st.receivers.len()
-                );
+                let away = st.receivers.iter().filter(|r| r.away).count();
+                let q = |r: &longhaul_mcast::channel::ReceiverState, p: f64| {
+                    r.latency.quantile(p).map(|v| (v * 100.0).round() / 100.0)
+                };
+                if json {
+                    let rx: Vec<_> = st
+                        .receivers
+                        .iter()
+                        .map(|r| {
+                            json!({"name": r.name, "away": r.away, "done_below": r.done_below,
+                                   "files": r.latency.files(), "p50_s": q(r, 0.5),
+                                   "p99_s": q(r, 0.99), "max_s": r.latency.max_s()})
+                        })
+                        .collect();
+                    println!(
+                        "{}",
+                        json!({"event": "status", "files": core.stats().files, "held": st.held,
+                               "waiting": st.queued, "waiting_bytes": st.queued_bytes, "receivers": rx})
+                    );
+                } else {
+                    let lat: Vec<String> = st
+                        .receivers
+                        .iter()
+                        .filter_map(|r| {
+                            Some(format!("{} {:.2}/{:.2} s", r.name, q(r, 0.5)?, q(r, 0.99)?))
+                        })
+                        .collect();
+                    eprintln!(
+                        "channel {channel:016x}: {} file(s) offered, {} held, {} waiting ({} bytes); {} receiver(s), {away} away{}",
+                        core.stats().files,
+                        st.held,
+                        st.queued,
+                        st.queued_bytes,
+                        st.receivers.len(),
+                        if lat.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; latency p50/p99 {}", lat.join(", "))
+                        }
+                    );
+                }
             }
         },
     );

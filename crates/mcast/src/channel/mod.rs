@@ -19,7 +19,8 @@ pub use recv::{
     ReceiverEvent as ChannelRxEvent, Resume,
 };
 pub use send::{
-    ChannelConfig, ChannelEvent, ChannelSender, ChannelState, ChannelStats, ObjectSource,
+    ChannelConfig, ChannelEvent, ChannelSender, ChannelState, ChannelStats, Latency, ObjectSource,
+    ReceiverState,
 };
 
 use std::time::Duration;

@@ -171,6 +171,8 @@ struct File {
     layout: Layout,
     blocks: Vec<BlockState>,
     left: u32,
+    /// Offered again after its first pass (asked for: catching up).
+    catch_up: bool,
 }
 
 struct Chan {
@@ -215,8 +217,10 @@ const ALIVE_EVERY: Duration = Duration::from_secs(1);
 /// Files at most in progress at once (more are left to repair later).
 const MAX_FILES: usize = 65_536;
 /// Files asked for again at most at once (a receiver catching up, or
-/// that missed OFFERs), beside those in progress.
-const CATCH_UP: usize = 64;
+/// that missed OFFERs), beside the live ones in progress.
+const CATCH_UP: usize = 128;
+/// ... and bytes of them, at least (else two seconds of the channel).
+const CATCH_UP_BYTES: u64 = 16 << 20;
 /// The loss rate is taken over about this many symbols.
 const LOSS_WINDOW: u64 = 4096;
 /// A gap in the sender's sequence this long is an outage, not loss.
@@ -598,8 +602,20 @@ impl ChannelReceiver {
             .iter()
             .copied()
             .filter(|&f| f >= b.sent_through.max(lo));
-        // (Catching up, a few files at a time: each holds memory until done.)
-        let room = CATCH_UP.saturating_sub(c.files.len()).min(MAX_STATUS);
+        // Catching up, a window of files at a time (each holds state until
+        // done), enough to keep the sender busy: up to CATCH_UP files and
+        // about two seconds of the channel's rate (at least CATCH_UP_BYTES).
+        let (n, bytes) = c
+            .files
+            .values()
+            .filter(|f| f.catch_up)
+            .fold((0, 0u64), |(n, b), f| (n + 1, b + f.offer.item.size));
+        let budget = (b.rate_bps / 4).max(CATCH_UP_BYTES);
+        let room = if bytes >= budget {
+            0
+        } else {
+            CATCH_UP.saturating_sub(n).min(MAX_STATUS)
+        };
         for oid in (lo..b.sent_through).chain(later) {
             if offers.len() >= room {
                 break;
@@ -689,6 +705,7 @@ impl ChannelReceiver {
             })
             .collect();
         let left = blocks.len() as u32;
+        let catch_up = Self::first_pass_over(b, oid);
         c.files.insert(
             oid,
             File {
@@ -696,6 +713,7 @@ impl ChannelReceiver {
                 layout,
                 blocks,
                 left,
+                catch_up,
             },
         );
         if left == 0 {

@@ -167,8 +167,88 @@ pub struct ChannelState {
     pub queued: usize,
     /// Bytes of those files.
     pub queued_bytes: u64,
-    /// Each receiver: name, away, and the id below which it has every file.
-    pub receivers: Vec<(String, bool, u32)>,
+    /// Each receiver, by name.
+    pub receivers: Vec<ReceiverState>,
+}
+
+/// One receiver as the sender sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiverState {
+    /// Its name.
+    pub name: String,
+    /// Not heard from lately.
+    pub away: bool,
+    /// It has every file below this id.
+    pub done_below: u32,
+    /// How long after ready its files were reported done, since it joined.
+    pub latency: Latency,
+}
+
+/// Latencies from a file ready at the sender to a receiver's STATUS saying
+/// it has the file (its verification, and the way back: half a round
+/// trip and up to a status interval), in a histogram of fixed size:
+/// buckets 15 % wide from 10 ms to about two hours (longer ones count in
+/// the last). Percentiles are a bucket's upper edge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latency {
+    counts: [u32; LAT_BUCKETS],
+    max_ms: u64,
+}
+
+const LAT_BUCKETS: usize = 96;
+
+impl Default for Latency {
+    fn default() -> Latency {
+        Latency {
+            counts: [0; LAT_BUCKETS],
+            max_ms: 0,
+        }
+    }
+}
+
+impl Latency {
+    /// Upper edge of bucket `i`, seconds.
+    fn edge(i: usize) -> f64 {
+        0.01 * 1.15f64.powi(i as i32 + 1)
+    }
+
+    /// Counts one file's latency.
+    pub fn add(&mut self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = (0..LAT_BUCKETS)
+            .find(|&i| s <= Self::edge(i))
+            .unwrap_or(LAT_BUCKETS - 1);
+        self.counts[i] = self.counts[i].saturating_add(1);
+        self.max_ms = self.max_ms.max(d.as_millis() as u64);
+    }
+
+    /// Files counted.
+    pub fn files(&self) -> u64 {
+        self.counts.iter().map(|&c| u64::from(c)).sum()
+    }
+
+    /// The latency `q` (0 to 1) of the files were within, seconds (at most
+    /// 15 % over); None before the first.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let n = self.files();
+        if n == 0 {
+            return None;
+        }
+        let want = ((n as f64 * q).ceil() as u64).clamp(1, n);
+        let mut seen = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= want {
+                return Some(Self::edge(i).min(self.max_s()));
+            }
+        }
+        Some(self.max_s())
+    }
+
+    /// The longest, seconds.
+    pub fn max_s(&self) -> f64 {
+        self.max_ms as f64 / 1e3
+    }
 }
 
 struct Obj {
@@ -198,6 +278,7 @@ struct Rx {
     done: HashSet<u32>,
     last_heard: Instant,
     away: bool,
+    latency: Latency,
 }
 
 /// The first pass under way: a file, its block, and the next symbol.
@@ -249,6 +330,8 @@ pub struct ChannelSender {
     finished: VecDeque<u32>,
     next_send: Instant,
     seq: u64,
+    /// Bytes sent lately (decayed by an eighth each beat) of live repair,
+    /// of first passes and of catch-up: their shares of the rate.
     repair_bytes: u64,
     first_bytes: u64,
     catchup_bytes: u64,
@@ -378,9 +461,14 @@ impl ChannelSender {
         let mut receivers: Vec<_> = self
             .rx
             .iter()
-            .map(|(n, r)| (n.clone(), r.away, r.done_below))
+            .map(|(n, r)| ReceiverState {
+                name: n.clone(),
+                away: r.away,
+                done_below: r.done_below,
+                latency: r.latency.clone(),
+            })
             .collect();
-        receivers.sort();
+        receivers.sort_by(|a, b| a.name.cmp(&b.name));
         let waiting = self.queue.iter().chain(self.active.iter().map(|c| &c.oid));
         ChannelState {
             held: self.objects.len(),
@@ -455,6 +543,12 @@ impl ChannelSender {
             }
         }
         let from_oid = j.from_oid.clamp(self.oldest(), self.next_oid);
+        // Back after being away: its latencies go on.
+        let latency = self
+            .rx
+            .remove(&j.name)
+            .map(|r| r.latency)
+            .unwrap_or_default();
         self.rx.insert(
             j.name.clone(),
             Rx {
@@ -464,6 +558,7 @@ impl ChannelSender {
                 done: HashSet::new(),
                 last_heard: now,
                 away: false,
+                latency,
             },
         );
         self.acks
@@ -489,7 +584,19 @@ impl ChannelSender {
             });
         }
         r.last_heard = now;
-        r.done_below = r.done_below.max(s.done_below);
+        // What it has now that it did not before: its latency (only of
+        // files still held; a file is held until every receiver has it).
+        let new_below = r.done_below.max(s.done_below);
+        let oldest = self.objects.keys().next().copied().unwrap_or(self.next_oid);
+        let newly = (r.done_below.max(oldest)..new_below)
+            .chain(s.done.iter().copied().filter(|&o| o >= new_below))
+            .filter(|o| !r.done.contains(o));
+        for oid in newly {
+            if let Some(o) = self.objects.get(&oid) {
+                r.latency.add(now.saturating_duration_since(o.ready_at));
+            }
+        }
+        r.done_below = new_below;
         let below = r.done_below;
         r.done = s.done.into_iter().filter(|&o| o >= below).collect();
         for oid in s.offers {
@@ -649,6 +756,16 @@ impl ChannelSender {
 
     fn send_beat(&mut self, now: Instant, out: &mut Vec<u8>) {
         self.beat += 1;
+        // The shares are kept over about the last second: a catch-up that
+        // starts after an hour without one does not take its share of
+        // the hour ahead of the live files.
+        for c in [
+            &mut self.repair_bytes,
+            &mut self.first_bytes,
+            &mut self.catchup_bytes,
+        ] {
+            *c -= *c / 8;
+        }
         let b = Beat {
             beat: self.beat,
             time_us: self.clock_us(now),
