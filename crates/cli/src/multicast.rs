@@ -174,6 +174,12 @@ pub struct SendArgs {
     /// (one that was away asks for what it missed within this).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1h", requires = "follow")]
     pub backlog: Duration,
+    /// With --follow: where the channel is kept (its id, and the files its
+    /// backlog holds), so that a sender restarted on the same DIR takes it
+    /// up again and a receiver that was away still gets what it missed
+    /// [default: $XDG_STATE_HOME/longhaul/multicast].
+    #[arg(long, value_name = "DIR", requires = "follow")]
+    pub state_dir: Option<PathBuf>,
     /// With --follow: files whose path matches (rsync's patterns, as
     /// --exclude takes them) go before every file waiting. Repeatable.
     #[arg(long, value_name = "PATTERN", requires = "follow")]
@@ -532,9 +538,30 @@ fn follow(
     material: Option<Vec<u8>>,
     stop: &AtomicBool,
 ) -> Result<i32> {
-    use longhaul_mcast::channel::files::{Spool, Watch};
+    use longhaul_mcast::channel::files::{Journal, Spool, Watch};
     use longhaul_mcast::channel::{ChannelConfig, ChannelEvent, ChannelSender};
-    let channel: u64 = rand::random();
+    // The channel kept for this DIR (by its canonical path): a restarted
+    // sender takes it up, with its id and what its backlog holds.
+    let canon = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+    let tag = blake3::hash(canon.as_os_str().as_encoded_bytes()).to_hex();
+    let kept_at = a
+        .state_dir
+        .clone()
+        .unwrap_or_else(longhaul_quic::identity::default_multicast_state_dir)
+        .join(format!("channel-send-{}", &tag[..16]));
+    let fresh: u64 = rand::random();
+    // (Without a record the channel still runs: a restart starts anew.)
+    let (mut journal, kept) = match Journal::open(&kept_at, fresh) {
+        Ok((j, k)) => (Some(j), k),
+        Err(e) => {
+            eprintln!(
+                "warning: the channel's record {}: {e}; a restart will start a new channel",
+                kept_at.display()
+            );
+            (None, Default::default())
+        }
+    };
+    let channel: u64 = kept.channel.unwrap_or(fresh);
     let key = material
         .as_deref()
         .map(|m| Key::from_material(m, channel))
@@ -569,6 +596,36 @@ fn follow(
     )
     .map_err(usage)?;
     let mut spool = Spool::new(&dir).with_context(|| format!("--follow {}", dir.display()))?;
+    // What the channel held before a restart: held again (a file no longer
+    // there as it was is gone: receivers are told so); the watch finds
+    // those files ready again, and they are not offered twice.
+    let mut names: std::collections::HashMap<u32, String> = Default::default();
+    let mut offered_before: std::collections::HashMap<String, (u64, i64)> = Default::default();
+    let restored = kept.files.len();
+    let files = kept
+        .files
+        .into_iter()
+        .map(|(oid, path, ready_us, item)| {
+            let now_there = std::fs::symlink_metadata(dir.join(&path)).ok().map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec())
+            });
+            let gone = now_there != Some((item.size, item.mtime_ns));
+            if let Ok(rel) = longhaul_transfer::RelPath::from_wire(path.as_bytes()) {
+                spool.add(oid, rel);
+            }
+            offered_before.insert(path.clone(), (item.size, item.mtime_ns));
+            names.insert(oid, path);
+            (oid, item, ready_us, gone)
+        })
+        .collect();
+    core.restore(
+        now,
+        longhaul_mcast::store::wall_clock_us(),
+        kept.next_oid,
+        files,
+        kept.receivers,
+    );
     let mut watch = Watch::new(&dir).with_context(|| format!("--follow {}", dir.display()))?;
     let sock = udp::sender_socket(&targets, a.interface, a.ttl).context("sender socket")?;
     let want = Wanted {
@@ -617,9 +674,24 @@ fn follow(
             },
             humantime_s(a.backlog),
         ),
-        json!({"event": "channel", "channel": format!("{channel:016x}"), "dir": dir.display().to_string(), "rate_bps": rate}),
+        json!({"event": "channel", "channel": format!("{channel:016x}"), "dir": dir.display().to_string(), "rate_bps": rate, "restored": restored}),
     );
-    let mut names: std::collections::HashMap<u32, String> = Default::default();
+    if restored > 0 {
+        say(
+            format!(
+                "taken up where it stopped: {restored} file(s) held for receivers that lack them"
+            ),
+            json!({"event": "restored", "files": restored}),
+        );
+    }
+    let mut journal_failed = |e: std::io::Error, j: &mut Option<Journal>| {
+        eprintln!(
+            "warning: the channel's record {}: {e}; a restart will start a new channel",
+            kept_at.display()
+        );
+        *j = None;
+    };
+    let mut last_kept = Instant::now();
     let mut last_status = Instant::now();
     let r = udp::run_channel_sender(
         &sock,
@@ -653,6 +725,9 @@ fn follow(
                     ),
                     ChannelEvent::Forgotten { oid, missing } => {
                         spool.forget(oid);
+                        if let Some(Err(e)) = journal.as_mut().map(|j| j.forgotten(oid)) {
+                            journal_failed(e, &mut journal);
+                        }
                         let path = names.remove(&oid).unwrap_or_default();
                         if !missing.is_empty() {
                             say(
@@ -670,11 +745,20 @@ fn follow(
             while let Ok((path, item, ready_us)) = ready_rx.try_recv() {
                 let shown = path.display();
                 match item {
+                    // Offered before a restart, and not changed since.
+                    Ok(item)
+                        if offered_before.remove(&shown) == Some((item.size, item.mtime_ns)) => {}
                     Ok(item) => {
                         let size = item.size;
                         let hot = urgent.excludes(path.as_bytes(), false);
+                        let entry = journal.is_some().then(|| item.clone());
                         match core.offer(now, item, ready_us, hot) {
                             Ok(oid) => {
+                                if let (Some(j), Some(entry)) = (journal.as_mut(), entry) {
+                                    if let Err(e) = j.offered(oid, &shown, ready_us, &entry) {
+                                        journal_failed(e, &mut journal);
+                                    }
+                                }
                                 spool.add(oid, path);
                                 names.insert(oid, shown.clone());
                                 if json {
@@ -690,6 +774,10 @@ fn follow(
                     // (Gone or unreadable: a producer's business.)
                     Err(e) => eprintln!("warning: {shown}: not sent: {e}"),
                 }
+            }
+            if now >= last_kept + Duration::from_secs(10) {
+                last_kept = now;
+                keep_receivers(&mut journal, core, &names, &mut journal_failed);
             }
             if now >= last_status + Duration::from_secs(10) && (json || !a.quiet) {
                 last_status = now;
@@ -747,6 +835,7 @@ fn follow(
         }
         Err(_) => anyhow::bail!("the watching thread panicked"),
     }
+    keep_receivers(&mut journal, &core, &names, &mut journal_failed);
     r.context("sending")?;
     let st = core.stats();
     say(
@@ -757,6 +846,35 @@ fn follow(
         json!({"event": "stopped", "files": st.files, "sent": st.sent_files, "datagrams": st.datagrams, "bytes": st.bytes, "repair_symbols": st.repair_symbols}),
     );
     Ok(if stop.load(Ordering::Relaxed) { 0 } else { 3 })
+}
+
+/// Where the channel's receivers stand, into its record (which is
+/// rewritten compact now and then, with the files held).
+fn keep_receivers(
+    journal: &mut Option<longhaul_mcast::channel::files::Journal>,
+    core: &longhaul_mcast::channel::ChannelSender,
+    names: &std::collections::HashMap<u32, String>,
+    failed: &mut dyn FnMut(std::io::Error, &mut Option<longhaul_mcast::channel::files::Journal>),
+) {
+    let rx: Vec<(String, u32)> = core
+        .state()
+        .receivers
+        .iter()
+        .map(|r| (r.name.clone(), r.done_below))
+        .collect();
+    let held = || {
+        core.held()
+            .filter_map(|(oid, item, ready)| {
+                Some((oid, names.get(&oid)?.clone(), ready, item.clone()))
+            })
+            .collect()
+    };
+    let r = journal
+        .as_mut()
+        .map(|j| j.receivers(core.channel(), core.next_oid(), &rx, held));
+    if let Some(Err(e)) = r {
+        failed(e, journal);
+    }
 }
 
 fn hostname() -> String {

@@ -648,3 +648,140 @@ fn a_hundred_lossy_receivers_send_bounded_feedback_and_all_get_everything() {
     assert_eq!(r.sender.state().held, 0);
     assert_eq!(r.sender.stats().dropped, 0);
 }
+
+/// A sender restarted on a new port from its record: a receiver that
+/// stayed moves to it on its first BEAT and gets the files offered from
+/// then on (and, being away meanwhile, nothing twice); an old BEAT of the
+/// channel replayed from elsewhere does not move it.
+#[test]
+fn a_receiver_follows_its_channel_to_a_restarted_sender_and_not_to_a_replay() {
+    let (a, b, c): (SocketAddr, SocketAddr, SocketAddr) = (
+        "10.0.0.1:7000".parse().unwrap(),
+        "10.0.0.1:7001".parse().unwrap(),
+        "10.0.0.9:7000".parse().unwrap(),
+    );
+    let me: SocketAddr = "10.0.1.1:7000".parse().unwrap();
+    let t0 = Instant::now();
+    let mut rx = ChannelReceiver::new(rx_config("r0"), t0, WALL).unwrap();
+    let mut shelf = Shelf::default();
+    let mut spool = Spool::default();
+    let file = |n: u8| {
+        let bytes: Vec<u8> = (0..30_000u32).map(|i| (i as u8) ^ n).collect();
+        let item = Item {
+            path: vec![b'f', n],
+            kind: EntryKind::File,
+            size: bytes.len() as u64,
+            mode: 0o644,
+            mtime_ns: 0,
+            link: vec![],
+            hash: *blake3::hash(&bytes).as_bytes(),
+            extents: None,
+            owner: None,
+            xattrs: vec![],
+        };
+        (item, bytes)
+    };
+    let mut now = t0;
+    let mut first = ChannelSender::new(cfg(), 0x5eed, None, t0, WALL).unwrap();
+    let (i1, b1) = file(1);
+    let old_beat = pump(
+        &mut now, me, &mut first, a, &mut rx, &mut shelf, &mut spool, 1,
+    )
+    .unwrap();
+    let oid = first.offer(now, i1.clone(), WALL, false).unwrap();
+    spool.0.insert(oid, b1.clone());
+    pump(
+        &mut now, me, &mut first, a, &mut rx, &mut shelf, &mut spool, 2,
+    );
+    assert_eq!(shelf.named.get(&i1.path), Some(&b1));
+    // Restarted from its record on port 7001, a few seconds on.
+    let mut second = ChannelSender::new(cfg(), 0x5eed, None, now, WALL + 5_000_000).unwrap();
+    second.restore(
+        now,
+        WALL + 5_000_000,
+        first.next_oid(),
+        vec![(oid, i1.clone(), WALL, false)],
+        vec![("r0".into(), 0)],
+    );
+    pump(
+        &mut now,
+        me,
+        &mut second,
+        b,
+        &mut rx,
+        &mut shelf,
+        &mut spool,
+        2,
+    );
+    let (i2, b2) = file(2);
+    let oid2 = second
+        .offer(now, i2.clone(), WALL + 7_000_000, false)
+        .unwrap();
+    assert_eq!(oid2, oid + 1, "ids go on");
+    spool.0.insert(oid2, b2.clone());
+    // An old BEAT replayed from elsewhere, mid-way: ignored.
+    let mut replay = old_beat.clone();
+    rx.handle(now, c, &mut replay, &mut shelf);
+    pump(
+        &mut now,
+        me,
+        &mut second,
+        b,
+        &mut rx,
+        &mut shelf,
+        &mut spool,
+        2,
+    );
+    assert_eq!(
+        shelf.named.get(&i2.path),
+        Some(&b2),
+        "followed the restarted sender"
+    );
+    assert_eq!(shelf.twice, 0);
+    let moved: Vec<_> = std::iter::from_fn(|| rx.poll_event())
+        .filter_map(|e| match e {
+            ChannelRxEvent::Joined { sender, .. } => Some(sender),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        moved,
+        [a, b],
+        "joined at a, moved to b, never to the replay's c"
+    );
+}
+
+/// Both ways at once, for `secs` of simulated time in 1 ms steps, the
+/// sender's datagrams coming from `addr`; the last BEAT it sent.
+#[allow(clippy::too_many_arguments)]
+fn pump(
+    now: &mut Instant,
+    me: SocketAddr,
+    s: &mut ChannelSender,
+    addr: SocketAddr,
+    rx: &mut ChannelReceiver,
+    shelf: &mut Shelf,
+    spool: &mut Spool,
+    secs: u64,
+) -> Option<Vec<u8>> {
+    use longhaul_mcast::wire::{header, Kind};
+    let mut out = Vec::new();
+    let mut beat = None;
+    for _ in 0..secs * 1000 {
+        *now += Duration::from_millis(1);
+        while s.poll_transmit(*now, spool, &mut out).unwrap().is_some() {
+            if header(&out).is_ok_and(|h| h.kind == Kind::Beat) {
+                beat = Some(out.clone());
+            }
+            rx.handle(*now, addr, &mut out, shelf);
+        }
+        if rx.poll_timeout().is_some_and(|t| t <= *now) {
+            rx.handle_timeout(*now, shelf);
+        }
+        while let Some((_, mut d)) = rx.poll_transmit() {
+            s.handle(*now, me, &mut d);
+        }
+        while s.poll_event().is_some() {}
+    }
+    beat
+}

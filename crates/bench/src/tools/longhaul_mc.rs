@@ -126,6 +126,9 @@ pub(super) fn channel(s: &FeedSetup) -> FeedCommands {
         &p(s.spool),
         "--backlog",
         &format!("{}s", s.backlog.as_secs()),
+        // Its record, this run's own (a new channel each run).
+        "--state-dir",
+        &p(&s.run.join("send-state")),
     ]));
     FeedCommands {
         receivers,

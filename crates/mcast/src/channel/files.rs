@@ -417,9 +417,241 @@ pub fn write_resume(file: &Path, r: &Resume) -> io::Result<()> {
     std::fs::rename(&tmp, file)
 }
 
+/// A channel sender's record on disk, so that a restarted sender takes
+/// up the same channel (its id, its file ids) and still holds what its
+/// backlog held: one JSON line per event, appended (`offer` with the file's
+/// id, path, ready time and entry; `forget`; now and then `receivers`, each
+/// with the id below which it had every file), rewritten whole when the
+/// lines are far more than what is held.
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+    lines: usize,
+}
+
+/// What a journal held when it was opened.
+#[derive(Debug, Default, PartialEq)]
+pub struct Kept {
+    /// The channel's id (None: a new channel).
+    pub channel: Option<u64>,
+    /// The next file id.
+    pub next_oid: u32,
+    /// Files held: (id, path, ready µs since the epoch, entry).
+    pub files: Vec<(u32, String, u64, Item)>,
+    /// Receivers: (name, every file below this id had).
+    pub receivers: Vec<(String, u32)>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Line {
+    Channel(String),
+    Offer {
+        oid: u32,
+        path: String,
+        ready_us: u64,
+        item: Box<Item>,
+    },
+    Forget(u32),
+    Receivers(Vec<(String, u32)>),
+    Next(u32),
+}
+
+impl Journal {
+    /// Opens (or starts) the journal at `path`: what it kept, and the
+    /// journal, rewritten compact under `channel` (the kept id, or a new
+    /// one when it kept none). A line cut short by a crash ends it.
+    pub fn open(path: &Path, new_channel: u64) -> io::Result<(Journal, Kept)> {
+        let mut kept = Kept::default();
+        let mut files: std::collections::BTreeMap<u32, (String, u64, Item)> = Default::default();
+        if let Ok(text) = std::fs::read_to_string(path) {
+            for l in text.lines() {
+                let Ok(line) = serde_json::from_str::<Line>(l) else {
+                    break;
+                };
+                match line {
+                    Line::Channel(c) => kept.channel = u64::from_str_radix(&c, 16).ok(),
+                    Line::Offer {
+                        oid,
+                        path,
+                        ready_us,
+                        item,
+                    } => {
+                        kept.next_oid = kept.next_oid.max(oid + 1);
+                        files.insert(oid, (path, ready_us, *item));
+                    }
+                    Line::Forget(oid) => {
+                        files.remove(&oid);
+                    }
+                    Line::Receivers(r) => kept.receivers = r,
+                    Line::Next(n) => kept.next_oid = kept.next_oid.max(n),
+                }
+            }
+        }
+        if kept.channel.is_none() {
+            kept = Kept::default();
+            files.clear();
+        }
+        kept.files = files
+            .into_iter()
+            .map(|(oid, (p, r, i))| (oid, p, r, i))
+            .collect();
+        let channel = kept.channel.unwrap_or(new_channel);
+        let j = Journal::rewrite(path, channel, kept.next_oid, &kept.files, &kept.receivers)?;
+        Ok((j, kept))
+    }
+
+    fn rewrite(
+        path: &Path,
+        channel: u64,
+        next_oid: u32,
+        files: &[(u32, String, u64, Item)],
+        receivers: &[(String, u32)],
+    ) -> io::Result<Journal> {
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        let mut text = json_line(&Line::Channel(format!("{channel:016x}")));
+        text += &json_line(&Line::Next(next_oid));
+        for (oid, p, ready_us, item) in files {
+            text += &json_line(&Line::Offer {
+                oid: *oid,
+                path: p.clone(),
+                ready_us: *ready_us,
+                item: Box::new(item.clone()),
+            });
+        }
+        text += &json_line(&Line::Receivers(receivers.to_vec()));
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, text)?;
+        File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        let file = std::fs::OpenOptions::new().append(true).open(path)?;
+        Ok(Journal {
+            path: path.to_path_buf(),
+            file,
+            lines: 3 + files.len(),
+        })
+    }
+
+    fn append(&mut self, line: &Line) -> io::Result<()> {
+        use std::io::Write;
+        self.lines += 1;
+        self.file.write_all(json_line(line).as_bytes())
+    }
+
+    /// File `oid` (at `path` beneath the spool, ready at `ready_us`) is offered.
+    pub fn offered(&mut self, oid: u32, path: &str, ready_us: u64, item: &Item) -> io::Result<()> {
+        self.append(&Line::Offer {
+            oid,
+            path: path.into(),
+            ready_us,
+            item: Box::new(item.clone()),
+        })
+    }
+
+    /// File `oid` is forgotten.
+    pub fn forgotten(&mut self, oid: u32) -> io::Result<()> {
+        self.append(&Line::Forget(oid))
+    }
+
+    /// Where the receivers stand (now and then; synced to disk). With
+    /// `held` (the files held now) and the next file id, the journal is
+    /// rewritten compact once its lines are more than twice those and a
+    /// thousand.
+    pub fn receivers(
+        &mut self,
+        channel: u64,
+        next_oid: u32,
+        receivers: &[(String, u32)],
+        held: impl FnOnce() -> Vec<(u32, String, u64, Item)>,
+    ) -> io::Result<()> {
+        if self.lines > 1000 {
+            let held = held();
+            if self.lines > 2 * held.len() + 1000 {
+                *self = Journal::rewrite(&self.path, channel, next_oid, &held, receivers)?;
+                return Ok(());
+            }
+        }
+        self.append(&Line::Receivers(receivers.to_vec()))?;
+        self.file.sync_data()
+    }
+}
+
+fn json_line(l: &Line) -> String {
+    let mut s = serde_json::to_string(l).expect("a journal line");
+    s.push('\n');
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(path: &str, size: u64) -> Item {
+        Item {
+            path: path.as_bytes().to_vec(),
+            kind: EntryKind::File,
+            size,
+            mode: 0o644,
+            mtime_ns: 7,
+            link: vec![],
+            hash: [3; 32],
+            extents: None,
+            owner: None,
+            xattrs: vec![],
+        }
+    }
+
+    #[test]
+    fn a_journal_gives_a_restarted_sender_its_channel_and_what_it_held() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("state/channel-send-x");
+        let (mut j, kept) = Journal::open(&f, 0xfeed).unwrap();
+        assert_eq!(kept, Kept::default(), "a new channel");
+        for oid in 0..5 {
+            let p = format!("p{oid}");
+            j.offered(oid, &p, 1000 + u64::from(oid), &entry(&p, 10))
+                .unwrap();
+        }
+        j.forgotten(1).unwrap();
+        j.receivers(0xfeed, 5, &[("a".into(), 2), ("b".into(), 4)], Vec::new)
+            .unwrap();
+        drop(j);
+        // A crash in the middle of a line: the rest of it is not taken.
+        let mut text = std::fs::read_to_string(&f).unwrap();
+        text += r#"{"offer":{"oid":9,"path":"p9""#;
+        std::fs::write(&f, text).unwrap();
+        let (mut j, kept) = Journal::open(&f, 0xbeef).unwrap();
+        assert_eq!(kept.channel, Some(0xfeed));
+        assert_eq!(kept.next_oid, 5);
+        let ids: Vec<u32> = kept.files.iter().map(|x| x.0).collect();
+        assert_eq!(ids, [0, 2, 3, 4]);
+        assert_eq!(kept.files[1], (2, "p2".into(), 1002, entry("p2", 10)));
+        assert_eq!(kept.receivers, vec![("a".into(), 2), ("b".into(), 4)]);
+        // Many events: rewritten compact, to what is held.
+        for oid in 5..2000 {
+            j.offered(oid, "q", 1, &entry("q", 1)).unwrap();
+            j.forgotten(oid).unwrap();
+        }
+        let before = std::fs::metadata(&f).unwrap().len();
+        let held = kept.files.clone();
+        j.receivers(0xfeed, 2000, &[("a".into(), 4)], || held)
+            .unwrap();
+        assert!(std::fs::metadata(&f).unwrap().len() < before / 100);
+        drop(j);
+        let (_, again) = Journal::open(&f, 1).unwrap();
+        assert_eq!(again.channel, Some(0xfeed));
+        assert_eq!(again.files, kept.files);
+        assert_eq!(again.receivers, vec![("a".into(), 4)]);
+        // Ids are never used twice, though none of the last is held.
+        assert_eq!(again.next_oid, 2000);
+        // Not a journal: a new channel.
+        std::fs::write(&f, "junk").unwrap();
+        let (_, none) = Journal::open(&f, 2).unwrap();
+        assert_eq!(none, Kept::default());
+    }
 
     #[test]
     fn a_resume_point_survives_the_file() {

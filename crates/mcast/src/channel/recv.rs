@@ -341,7 +341,8 @@ impl ChannelReceiver {
             return self.drop_one();
         }
         match &self.chan {
-            Some(c) if c.id != h.session || c.sender != from => return self.drop_one(),
+            Some(c) if c.id != h.session => return self.drop_one(),
+            Some(c) if c.sender != from => return self.moved(now, from, datagram, store),
             Some(_) => {}
             None => {
                 // Only a BEAT opens a channel; its key derives from the channel id.
@@ -376,6 +377,46 @@ impl ChannelReceiver {
             Msg::Chunk(h, sym) if c.joined => self.on_chunk(now, h, sym, store),
             _ => self.drop_one(),
         }
+    }
+
+    /// A datagram of this channel from another address: its sender was
+    /// restarted (from the channel's record, on a new port). A BEAT that
+    /// decodes under the channel's key, is newer than the last one and
+    /// keeps its layout moves the channel there, and the receiver joins
+    /// again; anything else is dropped.
+    fn moved(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &mut [u8],
+        store: &mut dyn ObjectStore,
+    ) {
+        let c = self.chan.as_mut().expect("channel");
+        let Ok((_, Msg::Beat(b))) = wire::decode(datagram, c.key.as_ref()) else {
+            return self.drop_one();
+        };
+        let newer = c.beat.as_ref().is_none_or(|old| {
+            b.created_us > old.created_us
+                && b.symbol_size == old.symbol_size
+                && b.block_symbols == old.block_symbols
+        });
+        if !newer {
+            return self.drop_one();
+        }
+        c.sender = from;
+        c.beat = None;
+        c.joined = false;
+        c.last_heard = now;
+        c.seq_first = None;
+        c.seq_max = 0;
+        let (id, from_oid) = (c.id, c.from_oid);
+        self.events.push_back(ReceiverEvent::Joined {
+            channel: id,
+            sender: from,
+            from_oid,
+        });
+        self.on_beat(now, b, store);
+        self.send_join(now);
     }
 
     /// The first BEAT of a channel: take it if it may be taken, and join.

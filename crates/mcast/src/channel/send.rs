@@ -271,6 +271,27 @@ struct Obj {
     offered_at_beat: Option<u64>,
 }
 
+impl Obj {
+    /// A file offered, its first pass to come.
+    fn new(cfg: &ChannelConfig, item: Item, ready_us: u64, ready_at: Instant) -> Obj {
+        let layout = Layout::new(cfg.symbol_size, cfg.block_symbols, item.size);
+        let blocks = layout.blocks();
+        Obj {
+            item,
+            ready_us,
+            ready_at,
+            next_esi: (0..blocks).map(|b| layout.k(b) as u32).collect(),
+            repaired_at_beat: vec![0; blocks as usize],
+            layout,
+            first_done: false,
+            first_done_at: None,
+            urgent: false,
+            gone: false,
+            offered_at_beat: None,
+        }
+    }
+}
+
 struct Rx {
     addr: SocketAddr,
     from_oid: u32,
@@ -420,24 +441,9 @@ impl ChannelSender {
             unreachable!()
         };
         self.next_oid += 1;
-        let layout = Layout::new(self.cfg.symbol_size, self.cfg.block_symbols, item.size);
-        let blocks = layout.blocks();
-        self.objects.insert(
-            oid,
-            Obj {
-                item,
-                ready_us,
-                ready_at: now,
-                next_esi: (0..blocks).map(|b| layout.k(b) as u32).collect(),
-                repaired_at_beat: vec![0; blocks as usize],
-                layout,
-                first_done: false,
-                first_done_at: None,
-                urgent,
-                gone: false,
-                offered_at_beat: None,
-            },
-        );
+        let mut o = Obj::new(&self.cfg, item, ready_us, now);
+        o.urgent = urgent;
+        self.objects.insert(oid, o);
         match urgent {
             true => self.queue.push_front(oid),
             false => self.queue.push_back(oid),
@@ -446,9 +452,67 @@ impl ChannelSender {
         Ok(oid)
     }
 
+    /// Takes up a channel kept on disk after a restart (its id given to
+    /// [`ChannelSender::new`]): the files it held, as (id, entry, ready
+    /// (µs since the epoch), gone), each counted as sent (a receiver that
+    /// lacks one asks for it; one whose bytes are no longer there is
+    /// `gone`: receivers are told so); the receivers it knew, as (name,
+    /// the id below which it had every file), away until they come back;
+    /// new files from `next_oid` on. Call before anything else.
+    pub fn restore(
+        &mut self,
+        now: Instant,
+        wall_us: u64,
+        next_oid: u32,
+        files: Vec<(u32, Item, u64, bool)>,
+        receivers: Vec<(String, u32)>,
+    ) {
+        let long_ago = now.checked_sub(CATCH_UP_AFTER).unwrap_or(now);
+        for (oid, item, ready_us, gone) in files {
+            let age = Duration::from_micros(wall_us.saturating_sub(ready_us));
+            let mut o = Obj::new(
+                &self.cfg,
+                item,
+                ready_us,
+                now.checked_sub(age).unwrap_or(now),
+            );
+            o.first_done = true;
+            o.first_done_at = Some(long_ago);
+            o.gone = gone;
+            self.objects.insert(oid, o);
+            self.stats.files += 1;
+            self.stats.sent_files += 1;
+        }
+        self.next_oid = self.next_oid.max(next_oid);
+        for (name, done_below) in receivers {
+            self.rx.insert(
+                name,
+                Rx {
+                    addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+                    from_oid: done_below,
+                    done_below,
+                    done: HashSet::new(),
+                    last_heard: now,
+                    away: true,
+                    latency: Latency::default(),
+                },
+            );
+        }
+    }
+
     /// The channel id.
     pub fn channel(&self) -> u64 {
         self.channel
+    }
+
+    /// The id the next file offered gets.
+    pub fn next_oid(&self) -> u32 {
+        self.next_oid
+    }
+
+    /// The files held: (id, entry, ready µs since the epoch).
+    pub fn held(&self) -> impl Iterator<Item = (u32, &Item, u64)> + '_ {
+        self.objects.iter().map(|(&k, o)| (k, &o.item, o.ready_us))
     }
 
     /// Counters so far.
