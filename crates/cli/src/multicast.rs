@@ -602,7 +602,36 @@ fn follow(
     let mut names: std::collections::HashMap<u32, String> = Default::default();
     let mut offered_before: std::collections::HashMap<String, (u64, i64)> = Default::default();
     let restored = kept.files.len();
-    let files = kept
+    // Ids reserved past the last offer on record (a power loss took the
+    // last lines): gone, so that none is used twice.
+    let unrecorded = kept.unrecorded.clone();
+    let placeholder = |oid: u32| longhaul_mcast::manifest::Item {
+        path: format!(".longhaul-unrecorded-{oid}").into_bytes(),
+        kind: longhaul_transfer::EntryKind::File,
+        size: 0,
+        mode: 0,
+        mtime_ns: 0,
+        link: vec![],
+        hash: [0; 32],
+        extents: None,
+        owner: None,
+        xattrs: vec![],
+    };
+    let wall = longhaul_mcast::store::wall_clock_us();
+    for oid in unrecorded.clone() {
+        let r = journal.as_mut().map(|j| {
+            j.offered(
+                oid,
+                &format!(".longhaul-unrecorded-{oid}"),
+                wall,
+                &placeholder(oid),
+            )
+        });
+        if let Some(Err(e)) = r {
+            eprintln!("warning: the channel's record {}: {e}", kept_at.display());
+        }
+    }
+    let mut files: Vec<_> = kept
         .files
         .into_iter()
         .map(|(oid, path, ready_us, item)| {
@@ -619,13 +648,9 @@ fn follow(
             (oid, item, ready_us, gone)
         })
         .collect();
-    core.restore(
-        now,
-        longhaul_mcast::store::wall_clock_us(),
-        kept.next_oid,
-        files,
-        kept.receivers,
-    );
+    files.extend(unrecorded.map(|oid| (oid, placeholder(oid), wall, true)));
+    let mut reserved = kept.next_oid;
+    core.restore(now, wall, kept.next_oid, files, kept.receivers);
     let mut watch = Watch::new(&dir).with_context(|| format!("--follow {}", dir.display()))?;
     let sock = udp::sender_socket(&targets, a.interface, a.ttl).context("sender socket")?;
     let want = Wanted {
@@ -752,6 +777,13 @@ fn follow(
                         let size = item.size;
                         let hot = urgent.excludes(path.as_bytes(), false);
                         let entry = journal.is_some().then(|| item.clone());
+                        // Ids are reserved on disk before they are used.
+                        if core.next_oid() >= reserved {
+                            reserved = core.next_oid() + 64;
+                            if let Some(Err(e)) = journal.as_mut().map(|j| j.reserve(reserved)) {
+                                journal_failed(e, &mut journal);
+                            }
+                        }
                         match core.offer(now, item, ready_us, hot) {
                             Ok(oid) => {
                                 if let (Some(j), Some(entry)) = (journal.as_mut(), entry) {
@@ -777,7 +809,7 @@ fn follow(
             }
             if now >= last_kept + Duration::from_secs(10) {
                 last_kept = now;
-                keep_receivers(&mut journal, core, &names, &mut journal_failed);
+                keep_receivers(&mut journal, core, reserved, &names, &mut journal_failed);
             }
             if now >= last_status + Duration::from_secs(10) && (json || !a.quiet) {
                 last_status = now;
@@ -835,7 +867,10 @@ fn follow(
         }
         Err(_) => anyhow::bail!("the watching thread panicked"),
     }
-    keep_receivers(&mut journal, &core, &names, &mut journal_failed);
+    keep_receivers(&mut journal, &core, reserved, &names, &mut journal_failed);
+    if let Some(Err(e)) = journal.as_mut().map(|j| j.stopped(core.next_oid())) {
+        journal_failed(e, &mut journal);
+    }
     r.context("sending")?;
     let st = core.stats();
     say(
@@ -853,6 +888,7 @@ fn follow(
 fn keep_receivers(
     journal: &mut Option<longhaul_mcast::channel::files::Journal>,
     core: &longhaul_mcast::channel::ChannelSender,
+    reserved: u32,
     names: &std::collections::HashMap<u32, String>,
     failed: &mut dyn FnMut(std::io::Error, &mut Option<longhaul_mcast::channel::files::Journal>),
 ) {
@@ -871,7 +907,7 @@ fn keep_receivers(
     };
     let r = journal
         .as_mut()
-        .map(|j| j.receivers(core.channel(), core.next_oid(), &rx, held));
+        .map(|j| j.receivers(core.channel(), (core.next_oid(), reserved), &rx, held));
     if let Some(Err(e)) = r {
         failed(e, journal);
     }

@@ -440,6 +440,10 @@ pub struct Kept {
     pub files: Vec<(u32, String, u64, Item)>,
     /// Receivers: (name, every file below this id had).
     pub receivers: Vec<(String, u32)>,
+    /// Ids reserved but with no offer on record (a power loss took the
+    /// last lines): they may have been used, so they are not used again;
+    /// a receiver that asks is told they are gone.
+    pub unrecorded: std::ops::Range<u32>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -454,7 +458,11 @@ enum Line {
     },
     Forget(u32),
     Receivers(Vec<(String, u32)>),
+    /// Ids below this may be in use (reserved before they are).
     Next(u32),
+    /// Ids below this were used, each on record; none above (written
+    /// when rewritten and at a clean stop).
+    Used(u32),
 }
 
 impl Journal {
@@ -464,6 +472,7 @@ impl Journal {
     pub fn open(path: &Path, new_channel: u64) -> io::Result<(Journal, Kept)> {
         let mut kept = Kept::default();
         let mut files: std::collections::BTreeMap<u32, (String, u64, Item)> = Default::default();
+        let (mut used, mut reserved) = (0, 0);
         if let Ok(text) = std::fs::read_to_string(path) {
             for l in text.lines() {
                 let Ok(line) = serde_json::from_str::<Line>(l) else {
@@ -477,14 +486,15 @@ impl Journal {
                         ready_us,
                         item,
                     } => {
-                        kept.next_oid = kept.next_oid.max(oid + 1);
+                        used = used.max(oid + 1);
                         files.insert(oid, (path, ready_us, *item));
                     }
                     Line::Forget(oid) => {
                         files.remove(&oid);
                     }
                     Line::Receivers(r) => kept.receivers = r,
-                    Line::Next(n) => kept.next_oid = kept.next_oid.max(n),
+                    Line::Next(n) => reserved = reserved.max(n),
+                    Line::Used(n) => (used, reserved) = (n, n),
                 }
             }
         }
@@ -492,19 +502,29 @@ impl Journal {
             kept = Kept::default();
             files.clear();
         }
+        // Ids run on past the reservation: those reserved beyond the last
+        // offer on record may have been used.
+        kept.unrecorded = used..reserved.max(used);
+        kept.next_oid = used.max(reserved);
         kept.files = files
             .into_iter()
             .map(|(oid, (p, r, i))| (oid, p, r, i))
             .collect();
         let channel = kept.channel.unwrap_or(new_channel);
-        let j = Journal::rewrite(path, channel, kept.next_oid, &kept.files, &kept.receivers)?;
+        let j = Journal::rewrite(
+            path,
+            channel,
+            (kept.next_oid, kept.next_oid),
+            &kept.files,
+            &kept.receivers,
+        )?;
         Ok((j, kept))
     }
 
     fn rewrite(
         path: &Path,
         channel: u64,
-        next_oid: u32,
+        (used, reserved): (u32, u32),
         files: &[(u32, String, u64, Item)],
         receivers: &[(String, u32)],
     ) -> io::Result<Journal> {
@@ -512,7 +532,8 @@ impl Journal {
             std::fs::create_dir_all(d)?;
         }
         let mut text = json_line(&Line::Channel(format!("{channel:016x}")));
-        text += &json_line(&Line::Next(next_oid));
+        text += &json_line(&Line::Used(used));
+        text += &json_line(&Line::Next(reserved));
         for (oid, p, ready_us, item) in files {
             text += &json_line(&Line::Offer {
                 oid: *oid,
@@ -531,7 +552,7 @@ impl Journal {
         Ok(Journal {
             path: path.to_path_buf(),
             file,
-            lines: 3 + files.len(),
+            lines: 4 + files.len(),
         })
     }
 
@@ -556,21 +577,34 @@ impl Journal {
         self.append(&Line::Forget(oid))
     }
 
+    /// Ids below `upto` may be used (synced to disk before they are).
+    pub fn reserve(&mut self, upto: u32) -> io::Result<()> {
+        self.append(&Line::Next(upto))?;
+        self.file.sync_data()
+    }
+
+    /// A clean stop: ids below `next_oid` were used, each on record, and
+    /// no other.
+    pub fn stopped(&mut self, next_oid: u32) -> io::Result<()> {
+        self.append(&Line::Used(next_oid))?;
+        self.file.sync_data()
+    }
+
     /// Where the receivers stand (now and then; synced to disk). With
-    /// `held` (the files held now) and the next file id, the journal is
+    /// `held` (the files held now) and the ids reserved, the journal is
     /// rewritten compact once its lines are more than twice those and a
     /// thousand.
     pub fn receivers(
         &mut self,
         channel: u64,
-        next_oid: u32,
+        ids: (u32, u32),
         receivers: &[(String, u32)],
         held: impl FnOnce() -> Vec<(u32, String, u64, Item)>,
     ) -> io::Result<()> {
         if self.lines > 1000 {
             let held = held();
             if self.lines > 2 * held.len() + 1000 {
-                *self = Journal::rewrite(&self.path, channel, next_oid, &held, receivers)?;
+                *self = Journal::rewrite(&self.path, channel, ids, &held, receivers)?;
                 return Ok(());
             }
         }
@@ -616,8 +650,13 @@ mod tests {
                 .unwrap();
         }
         j.forgotten(1).unwrap();
-        j.receivers(0xfeed, 5, &[("a".into(), 2), ("b".into(), 4)], Vec::new)
-            .unwrap();
+        j.receivers(
+            0xfeed,
+            (5, 5),
+            &[("a".into(), 2), ("b".into(), 4)],
+            Vec::new,
+        )
+        .unwrap();
         drop(j);
         // A crash in the middle of a line: the rest of it is not taken.
         let mut text = std::fs::read_to_string(&f).unwrap();
@@ -637,7 +676,7 @@ mod tests {
         }
         let before = std::fs::metadata(&f).unwrap().len();
         let held = kept.files.clone();
-        j.receivers(0xfeed, 2000, &[("a".into(), 4)], || held)
+        j.receivers(0xfeed, (2000, 2000), &[("a".into(), 4)], || held)
             .unwrap();
         assert!(std::fs::metadata(&f).unwrap().len() < before / 100);
         drop(j);
@@ -647,6 +686,20 @@ mod tests {
         assert_eq!(again.receivers, vec![("a".into(), 4)]);
         // Ids are never used twice, though none of the last is held.
         assert_eq!(again.next_oid, 2000);
+        // Ids reserved and then a power loss (no offer on record beyond
+        // 1999): the next sender starts above the reservation, and the ids
+        // in between are known to be unrecorded.
+        let (mut j, _) = Journal::open(&f, 1).unwrap();
+        j.reserve(2064).unwrap();
+        drop(j);
+        let (mut j, k) = Journal::open(&f, 1).unwrap();
+        assert_eq!((k.next_oid, k.unrecorded.clone()), (2064, 2000..2064));
+        // A clean stop (ids reserved, fewer used): nothing unrecorded.
+        j.reserve(2128).unwrap();
+        j.stopped(2070).unwrap();
+        drop(j);
+        let (_, k) = Journal::open(&f, 1).unwrap();
+        assert_eq!((k.next_oid, k.unrecorded.clone()), (2070, 2070..2070));
         // Not a journal: a new channel.
         std::fs::write(&f, "junk").unwrap();
         let (_, none) = Journal::open(&f, 2).unwrap();
