@@ -7,8 +7,8 @@
 //! which products it had of those it was due, duplicates, corrupt copies,
 //! and the latency from ready at the sender to verified at the receiver.
 
-use crate::metrics::{machine_busy_s, CpuSplit};
-use crate::proc::{spawn, stop, tail, wait_ready, waited_children_cpu, Forked};
+use crate::metrics::{machine_busy_s, up_bytes, CpuSplit};
+use crate::proc::{reap, spawn, stat_fields, tail, wait_ready, Forked};
 use crate::results::{FeedReceiver, FeedRun, Run, Status};
 use crate::scenario::{Feed, Plan};
 use crate::tools::{FeedCommands, FeedSetup, Host, Receiver, ToolSpec};
@@ -108,14 +108,11 @@ fn produce(
         std::fs::rename(&tmp, &path)?;
         paths.push(path);
         let ready = t0.elapsed().as_secs_f64();
-        products.lock().expect("products").insert(
-            name,
-            Product {
-                size,
-                hash: blake3::hash(bytes),
-                ready,
-            },
-        );
+        let hash = blake3::hash(bytes);
+        products
+            .lock()
+            .expect("products")
+            .insert(name, Product { size, hash, ready });
         written.push_back((Instant::now(), paths));
         // The spool's cleaner: a product older than the backlog goes, from
         // the spool and from an outbox whose loop has not taken it yet (a
@@ -230,14 +227,8 @@ fn group_rss_kb(pgid: i32) -> u64 {
     };
     rd.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                // pid (comm) state ppid pgrp ...: the comm may hold spaces.
-                s.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<i32>().ok())
-                    == Some(pgid)
-            })
-        })
+        // (pgrp: field 5, index 2 after the name.)
+        .filter(|&pid| stat_fields(pid).and_then(|f| f.get(2).copied()) == Some(f64::from(pgid)))
         .filter_map(|pid| {
             let st = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
             st.lines()
@@ -256,14 +247,21 @@ fn pct(v: &[f64], q: f64) -> f64 {
     v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
-/// What a receiver had of what it was due, and when (`joined`: seconds
-/// from the producer's start it joined at, for a late one).
+/// Whether a receiver is due `p`: every product, or for one that joined
+/// late (`joined`: seconds from the producer's start) those ready a second
+/// after it joined.
+fn due(p: &Product, joined: Option<f64>) -> bool {
+    joined.is_none_or(|j| p.ready >= j + 1.0)
+}
+
+/// What a receiver had of what it was due, and when (`joined`: when a
+/// late one joined).
 fn receiver_result(
     products: &BTreeMap<String, Product>,
     seen: &Seen,
     joined: Option<f64>,
 ) -> FeedReceiver {
-    let due = |p: &Product| joined.is_none_or(|j| p.ready >= j + 1.0);
+    let due = |p: &Product| due(p, joined);
     let mut r = FeedReceiver {
         due: products.values().filter(|p| due(p)).count() as u64,
         duplicates: seen.duplicates,
@@ -290,22 +288,15 @@ fn receiver_result(
         r.p99_s = Some(pct(&all, 0.99));
         r.max_s = all.last().copied();
         r.percentiles = (0..=100).map(|k| pct(&all, f64::from(k) / 100.0)).collect();
-        if let Some(p0) = r.percentiles.first_mut() {
-            *p0 = all[0];
-        }
     }
-    let mut k = 0;
-    while k < lat.len() {
-        let sec = lat[k].0.floor();
-        let mut one: Vec<f64> = lat[k..]
-            .iter()
-            .take_while(|x| x.0.floor() == sec)
-            .map(|x| x.1)
-            .collect();
-        k += one.len();
+    for second in lat.chunk_by(|a, b| a.0.floor() == b.0.floor()) {
+        let mut one: Vec<f64> = second.iter().map(|x| x.1).collect();
         one.sort_by(f64::total_cmp);
-        r.latency_by_second
-            .push((sec, pct(&one, 0.5), *one.last().expect("one")));
+        r.latency_by_second.push((
+            second[0].0.floor(),
+            pct(&one, 0.5),
+            *one.last().expect("a chunk is not empty"),
+        ));
     }
     r
 }
@@ -329,9 +320,7 @@ impl Running {
 
     /// Stops it; its CPU seconds and its children's.
     fn stop(mut self) -> f64 {
-        self.forked.look(self.pid);
-        let waited = waited_children_cpu(self.pid);
-        stop(self.pid) + self.forked.beyond(waited)
+        self.forked.stop(self.pid)
     }
 }
 
@@ -437,20 +426,26 @@ pub(crate) fn run_tool(
             .with_context(|| format!("{}: {}", receiver_name(i), tail(&r.log)))?;
         Ok(r)
     };
+    // What runs in the server: the sender, or receiver `who`'s loop.
+    let start_tx = |who: Option<usize>, tx: &mut Vec<Running>| -> Result<()> {
+        for (k, (_, p)) in senders.iter().enumerate().filter(|(_, s)| s.0 == who) {
+            tx.push(Running::start(
+                &ns(p.host),
+                p,
+                dir.join(format!("sender-{k}.log")),
+            )?);
+        }
+        Ok(())
+    };
     let mut rx: Vec<Option<Running>> = (0..n).map(|_| None).collect();
     let mut tx: Vec<Running> = Vec::new();
     let result = (|| -> Result<()> {
         for i in (0..n).filter(|&i| late != Some(i)) {
             rx[i] = Some(start_rx(i, &mut starts)?);
         }
-        for (k, (who, p)) in senders.iter().enumerate() {
-            if who.is_none_or(|i| late != Some(i)) {
-                tx.push(Running::start(
-                    &ns(p.host),
-                    p,
-                    dir.join(format!("sender-{k}.log")),
-                )?);
-            }
+        start_tx(None, &mut tx)?;
+        for i in (0..n).filter(|&i| late != Some(i)) {
+            start_tx(Some(i), &mut tx)?;
         }
         Ok(())
     })();
@@ -537,9 +532,8 @@ pub(crate) fn run_tool(
         let ps = products.lock().expect("products");
         seen.iter().enumerate().all(|(i, s)| {
             let s = s.lock().expect("seen");
-            ps.iter().all(|(name, p)| {
-                joined_at[i].is_some_and(|j| p.ready < j + 1.0) || s.had.contains_key(name)
-            })
+            ps.iter()
+                .all(|(name, p)| !due(p, joined_at[i]) || s.had.contains_key(name))
         })
     };
     loop {
@@ -552,15 +546,7 @@ pub(crate) fn run_tool(
                         joined[i].store(true, Ordering::Relaxed);
                         joined_at[i] = Some(t0.elapsed().as_secs_f64());
                         rx[i] = Some(start_rx(i, &mut starts)?);
-                        for (k, (who, p)) in senders.iter().enumerate() {
-                            if *who == Some(i) {
-                                tx.push(Running::start(
-                                    &ns(p.host),
-                                    p,
-                                    dir.join(format!("sender-{k}.log")),
-                                )?);
-                            }
-                        }
+                        start_tx(Some(i), &mut tx)?;
                     }
                     Ev::Stop(i) => {
                         if let Some(r) = rx[i].take() {
@@ -599,11 +585,15 @@ pub(crate) fn run_tool(
             }
             // A sender (or a loop) that exits has failed: the run goes on
             // to see what the rest did.
-            for r in &tx {
-                if let Some((status, _)) = crate::proc::reap(r.pid) {
+            tx.retain(|r| match reap(r.pid) {
+                Some((status, c)) => {
+                    crate::proc::forget_group(r.pid);
+                    cpu.add(Host::Server, c);
                     failure.get_or_insert(format!("a sender exited ({status}): {}", tail(&r.log)));
+                    false
                 }
-            }
+                None => true,
+            });
         }
         if producer.is_finished() && events.is_empty() && (now >= drain_end || all_had(&joined_at))
         {
@@ -652,12 +642,8 @@ pub(crate) fn run_tool(
         ..FeedRun::default()
     };
     fr.load_mbps = fr.produced_bytes as f64 * 8.0 / fr.seconds / 1e6;
-    let mut lines = String::new();
-    for (i, name) in products.keys().enumerate() {
-        if i == 0 {
-            lines.push_str("name\tsize\tready_s\n");
-        }
-        let p = &products[name];
+    let mut lines = String::from("name\tsize\tready_s\n");
+    for (name, p) in &products {
         lines.push_str(&format!("{name}\t{}\t{:.3}\n", p.size, p.ready));
     }
     std::fs::write(dir.join("products.tsv"), lines)?;
@@ -688,15 +674,9 @@ pub(crate) fn run_tool(
     run.client_cpu_s = rx_cpu.iter().sum();
     run.server_cpu_s = cpu.server;
     run.emulator_cpu_s = (after.cpu_s - before.cpu_s).max(0.0);
-    let up = |s: &longhaul_netem::Snapshot, h: &str| {
-        s.hosts
-            .iter()
-            .find(|x| x.name == h)
-            .map_or(0, |x| x.up.counters.offered_bytes)
-    };
-    run.wire_bytes = up(&after, "srv").saturating_sub(up(&before, "srv"));
+    run.wire_bytes = up_bytes(&before, &after, "srv");
     run.wire_back_bytes = (0..n)
-        .map(|i| up(&after, &receiver_name(i)).saturating_sub(up(&before, &receiver_name(i))))
+        .map(|i| up_bytes(&before, &after, &receiver_name(i)))
         .sum();
     run.goodput = run.delivered_bytes as f64 / run.wire_bytes.max(1) as f64;
     run.wall_s = wall;

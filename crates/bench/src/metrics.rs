@@ -30,6 +30,22 @@ pub(crate) fn background_delta(
     background_total(after, f).saturating_sub(background_total(before, f))
 }
 
+/// Bytes lab host `host` offered to the emulator between two snapshots
+/// (IP bytes of its uplink).
+pub(crate) fn up_bytes(
+    before: &longhaul_netem::Snapshot,
+    after: &longhaul_netem::Snapshot,
+    host: &str,
+) -> u64 {
+    let at = |s: &longhaul_netem::Snapshot| {
+        s.hosts
+            .iter()
+            .find(|x| x.name == host)
+            .map_or(0, |x| x.up.counters.offered_bytes)
+    };
+    at(after).saturating_sub(at(before))
+}
+
 /// Bytes the background's flows sent back (their ACKs, from its port)
 /// between two snapshots.
 pub(crate) fn background_back_bytes(

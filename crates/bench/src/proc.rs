@@ -127,7 +127,7 @@ pub(crate) fn tail(log: &Path) -> String {
 
 /// Fields 3 on of /proc/PID/stat (after the command name, which may hold
 /// spaces and parentheses).
-fn stat_fields(pid: i32) -> Option<Vec<f64>> {
+pub(crate) fn stat_fields(pid: i32) -> Option<Vec<f64>> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &s[s.rfind(')')? + 1..];
     // The state (a letter) reads as NaN; the rest are numbers.
@@ -217,6 +217,14 @@ impl Forked {
     /// them, already counts (`waited`).
     pub(crate) fn beyond(&self, waited: f64) -> f64 {
         (self.0.values().sum::<f64>() - waited).max(0.0)
+    }
+
+    /// Stops the group `pgid` leads ([`stop`]) after a last look: the
+    /// leader's CPU seconds and what its children used beyond them.
+    pub(crate) fn stop(&mut self, pgid: i32) -> f64 {
+        self.look(pgid);
+        let waited = waited_children_cpu(pgid);
+        stop(pgid) + self.beyond(waited)
     }
 }
 

@@ -8,7 +8,7 @@ use crate::host::{machine, mount_tmpfs, set_cc, set_tcp_max};
 pub use crate::live::clean_up;
 use crate::live::{live, unmount};
 use crate::metrics::*;
-use crate::proc::{forget_group, reap, spawn, stop, tail, wait_ready, waited_children_cpu, Forked};
+use crate::proc::{forget_group, reap, spawn, stop, tail, wait_ready, Forked};
 use crate::results::{Results, Run, Status};
 use crate::scenario::{Background, Data, Plan, Storage, Suite};
 use crate::tools::{Host, Proc, Proto, Receiver, Setup, Tool, ToolSpec};
@@ -513,9 +513,7 @@ fn run_tool(
         stop(pid);
     }
     for (d, f) in daemons.iter().zip(&mut forked) {
-        f.look(d.pid);
-        let waited = waited_children_cpu(d.pid);
-        cpu.add(d.host, stop(d.pid) + f.beyond(waited));
+        cpu.add(d.host, f.stop(d.pid));
     }
     run.wall_s = wall;
     if scheduled {
@@ -538,17 +536,12 @@ fn run_tool(
             .cloned()
             .expect("lab host")
     };
-    let (s0, s1) = (host(&before, SERVER), host(&after, SERVER));
-    run.wire_bytes = (s1.up.counters.offered_bytes - s0.up.counters.offered_bytes)
-        .saturating_sub(background_delta(&before, &after, |c| c.offered_bytes));
+    let s1 = host(&after, SERVER);
+    run.wire_bytes =
+        up_bytes(&before, &after, SERVER)
+            .saturating_sub(background_delta(&before, &after, |c| c.offered_bytes));
     run.wire_back_bytes = (0..n)
-        .map(|i| {
-            let (r0, r1) = (
-                host(&before, &receiver_name(i)),
-                host(&after, &receiver_name(i)),
-            );
-            r1.up.counters.offered_bytes - r0.up.counters.offered_bytes
-        })
+        .map(|i| up_bytes(&before, &after, &receiver_name(i)))
         .sum::<u64>()
         .saturating_sub(background_back_bytes(&before, &after));
     bg_marks.push((after.uptime_ms, delivered(&after)));

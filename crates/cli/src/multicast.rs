@@ -602,45 +602,13 @@ fn follow(
     let mut names: std::collections::HashMap<u32, String> = Default::default();
     let mut offered_before: std::collections::HashMap<String, (u64, i64)> = Default::default();
     let restored = kept.files.len();
-    // Ids reserved past the last offer on record (a power loss took the
-    // last lines): gone, so that none is used twice.
-    let unrecorded = kept.unrecorded.clone();
-    let placeholder = |oid: u32| longhaul_mcast::manifest::Item {
-        path: format!(".longhaul-unrecorded-{oid}").into_bytes(),
-        kind: longhaul_transfer::EntryKind::File,
-        size: 0,
-        mode: 0,
-        mtime_ns: 0,
-        link: vec![],
-        hash: [0; 32],
-        extents: None,
-        owner: None,
-        xattrs: vec![],
-    };
-    let wall = longhaul_mcast::store::wall_clock_us();
-    for oid in unrecorded.clone() {
-        let r = journal.as_mut().map(|j| {
-            j.offered(
-                oid,
-                &format!(".longhaul-unrecorded-{oid}"),
-                wall,
-                &placeholder(oid),
-            )
-        });
-        if let Some(Err(e)) = r {
-            eprintln!("warning: the channel's record {}: {e}", kept_at.display());
-        }
-    }
     let mut files: Vec<_> = kept
         .files
         .into_iter()
         .map(|(oid, path, ready_us, item)| {
-            let now_there = std::fs::symlink_metadata(dir.join(&path)).ok().map(|m| {
-                use std::os::unix::fs::MetadataExt;
-                (m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec())
-            });
-            let gone = now_there != Some((item.size, item.mtime_ns));
-            if let Ok(rel) = longhaul_transfer::RelPath::from_wire(path.as_bytes()) {
+            let rel = longhaul_transfer::RelPath::from_wire(path.as_bytes()).ok();
+            let gone = !rel.as_ref().is_some_and(|r| spool.unchanged(r, &item));
+            if let Some(rel) = rel {
                 spool.add(oid, rel);
             }
             offered_before.insert(path.clone(), (item.size, item.mtime_ns));
@@ -648,7 +616,29 @@ fn follow(
             (oid, item, ready_us, gone)
         })
         .collect();
-    files.extend(unrecorded.map(|oid| (oid, placeholder(oid), wall, true)));
+    // Ids reserved past the last offer on record (a power loss took the
+    // last lines): gone, so that none is used twice.
+    let wall = longhaul_mcast::store::wall_clock_us();
+    for oid in kept.unrecorded.clone() {
+        let path = format!(".longhaul-unrecorded-{oid}");
+        let item = longhaul_mcast::manifest::Item {
+            path: path.clone().into_bytes(),
+            kind: longhaul_transfer::EntryKind::File,
+            size: 0,
+            mode: 0,
+            mtime_ns: 0,
+            link: vec![],
+            hash: [0; 32],
+            extents: None,
+            owner: None,
+            xattrs: vec![],
+        };
+        if let Some(Err(e)) = journal.as_mut().map(|j| j.offered(oid, &path, wall, &item)) {
+            eprintln!("warning: the channel's record {}: {e}", kept_at.display());
+        }
+        names.insert(oid, path);
+        files.push((oid, item, wall, true));
+    }
     let mut reserved = kept.next_oid;
     core.restore(now, wall, kept.next_oid, files, kept.receivers);
     let mut watch = Watch::new(&dir).with_context(|| format!("--follow {}", dir.display()))?;

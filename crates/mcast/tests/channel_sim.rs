@@ -137,6 +137,22 @@ struct Run {
     most_held: usize,
 }
 
+/// The manifest entry of a file at `path` holding `bytes`.
+fn entry(path: &[u8], bytes: &[u8]) -> Item {
+    Item {
+        path: path.to_vec(),
+        kind: EntryKind::File,
+        size: bytes.len() as u64,
+        mode: 0o644,
+        mtime_ns: 0,
+        link: vec![],
+        hash: *blake3::hash(bytes).as_bytes(),
+        extents: None,
+        owner: None,
+        xattrs: vec![],
+    }
+}
+
 fn rx_config(name: &str) -> ChannelReceiverConfig {
     let mut c = ChannelReceiverConfig::new(name);
     c.accept_unsealed = true;
@@ -185,18 +201,7 @@ fn run(
             let p = &products[next_product];
             let bytes: Vec<u8> = (0..p.size).map(|_| rng.gen()).collect();
             let path = format!("p/{next_product:06}.dat").into_bytes();
-            let item = Item {
-                path: path.clone(),
-                kind: EntryKind::File,
-                size: p.size as u64,
-                mode: 0o644,
-                mtime_ns: 0,
-                link: vec![],
-                hash: *blake3::hash(&bytes).as_bytes(),
-                extents: None,
-                owner: None,
-                xattrs: vec![],
-            };
+            let item = entry(&path, &bytes);
             let oid = sender
                 .offer(now, item, WALL + t.as_micros() as u64, false)
                 .unwrap();
@@ -667,19 +672,7 @@ fn a_receiver_follows_its_channel_to_a_restarted_sender_and_not_to_a_replay() {
     let mut spool = Spool::default();
     let file = |n: u8| {
         let bytes: Vec<u8> = (0..30_000u32).map(|i| (i as u8) ^ n).collect();
-        let item = Item {
-            path: vec![b'f', n],
-            kind: EntryKind::File,
-            size: bytes.len() as u64,
-            mode: 0o644,
-            mtime_ns: 0,
-            link: vec![],
-            hash: *blake3::hash(&bytes).as_bytes(),
-            extents: None,
-            owner: None,
-            xattrs: vec![],
-        };
-        (item, bytes)
+        (entry(&[b'f', n], &bytes), bytes)
     };
     let mut now = t0;
     let mut first = ChannelSender::new(cfg(), 0x5eed, None, t0, WALL).unwrap();

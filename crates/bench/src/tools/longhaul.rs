@@ -88,18 +88,12 @@ impl Adapter for Longhaul {
     /// tried again with what came meanwhile).
     fn feed(&self, s: &FeedSetup) -> Result<Option<FeedCommands>> {
         let exe = p(s.exe);
-        let mut receivers = Vec::new();
+        let receivers = receiver_daemons(s.receivers, 7878, &|i, r| {
+            put_server(&exe, r, &s.run.join(format!("serve-state-{i}")))
+        });
         let mut senders = Vec::new();
         let mut outboxes = Vec::new();
         for (i, r) in s.receivers.iter().enumerate() {
-            receivers.push(Daemon {
-                proc: Proc {
-                    host: Host::Receiver(i),
-                    argv: put_server(&exe, r, &s.run.join(format!("serve-state-{i}"))),
-                    cwd: None,
-                },
-                ready: (Proto::Udp, 7878),
-            });
             let mut put = longhaul_client(
                 &exe,
                 "put",
@@ -107,14 +101,6 @@ impl Adapter for Longhaul {
                 s.settings,
             );
             put.extend(["./".to_string(), format!("{}:./", r.addr)]);
-            let send = put
-                .iter()
-                .map(|a| sh_quote(a))
-                .collect::<Vec<_>>()
-                .join(" ")
-                + " >> "
-                + &sh_quote(&p(&s.run.join(format!("put-{i}.log"))))
-                + " 2>&1";
             let outbox = s.feed_dir.join(format!("put-out-{i}"));
             senders.push((
                 Some(i),
@@ -122,7 +108,8 @@ impl Adapter for Longhaul {
                     &s.run.join(format!("put-loop-{i}.sh")),
                     &outbox,
                     &s.feed_dir.join(format!("put-batch-{i}")),
-                    &send,
+                    (&put, false),
+                    &s.run.join(format!("put-{i}.log")),
                     true,
                 )?,
             ));

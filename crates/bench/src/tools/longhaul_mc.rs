@@ -97,28 +97,16 @@ fn send(exe: &str, bps: u64) -> Vec<String> {
 /// The channel (`multicast send --follow`) of a dissemination run.
 pub(super) fn channel(s: &FeedSetup) -> FeedCommands {
     let exe = p(s.exe);
-    let receivers = s
-        .receivers
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let mut argv = receive(&exe, i, &r.dst);
-            argv.extend(v(&[
-                // Kept over a restart: where it left the channel.
-                "--state-dir",
-                &p(&s.run.join(format!("rx{i}-state"))),
-                "--json",
-            ]));
-            Daemon {
-                proc: Proc {
-                    host: Host::Receiver(i),
-                    argv,
-                    cwd: None,
-                },
-                ready: (Proto::Udp, LONGHAUL_PORT),
-            }
-        })
-        .collect();
+    let receivers = receiver_daemons(s.receivers, LONGHAUL_PORT, &|i, r| {
+        let mut argv = receive(&exe, i, &r.dst);
+        argv.extend(v(&[
+            // Kept over a restart: where it left the channel.
+            "--state-dir",
+            &p(&s.run.join(format!("rx{i}-state"))),
+            "--json",
+        ]));
+        argv
+    });
     let mut argv = send(&exe, s.rate_bps);
     argv.extend(v(&[
         "--open",

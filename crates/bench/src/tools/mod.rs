@@ -616,15 +616,7 @@ impl Setup<'_> {
 
     /// One client process per receiver.
     fn per_receiver(&self, f: &dyn Fn(usize, &Receiver) -> Vec<String>) -> Vec<Proc> {
-        self.receivers
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Proc {
-                host: Host::Receiver(i),
-                argv: f(i, r),
-                cwd: None,
-            })
-            .collect()
+        per_receiver(self.receivers, f)
     }
 
     /// Push tools: a daemon in every receiver, ready once UDP `port` is bound.
@@ -633,13 +625,7 @@ impl Setup<'_> {
         port: u16,
         f: &dyn Fn(usize, &Receiver) -> Vec<String>,
     ) -> Vec<Daemon> {
-        self.per_receiver(f)
-            .into_iter()
-            .map(|proc| Daemon {
-                proc,
-                ready: (Proto::Udp, port),
-            })
-            .collect()
+        receiver_daemons(self.receivers, port, f)
     }
 
     /// Push tools send at a set rate: the suite's, or 90% of the line rate.
@@ -708,19 +694,56 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// One process in each receiver.
+fn per_receiver(receivers: &[Receiver], f: &dyn Fn(usize, &Receiver) -> Vec<String>) -> Vec<Proc> {
+    receivers
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Proc {
+            host: Host::Receiver(i),
+            argv: f(i, r),
+            cwd: None,
+        })
+        .collect()
+}
+
+/// A daemon in every receiver, ready once UDP `port` is bound.
+fn receiver_daemons(
+    receivers: &[Receiver],
+    port: u16,
+    f: &dyn Fn(usize, &Receiver) -> Vec<String>,
+) -> Vec<Daemon> {
+    per_receiver(receivers, f)
+        .into_iter()
+        .map(|proc| Daemon {
+            proc,
+            ready: (Proto::Udp, port),
+        })
+        .collect()
+}
+
 /// A loop that sends what arrives in `outbox`: each turn moves what is
 /// there into `batch` (a product is whole once linked there) and runs
-/// `send` (a shell command run in `batch`); `keep_failed` keeps a batch
-/// whose send failed for the next turn (a unicast put), else it is
-/// dropped (a UFTP session that ended is over). The script is written
-/// to `script`; the process runs `sh` on it.
+/// `argv` in `batch` (followed, with `all`, by the batch's names: the
+/// shell's `./*`), its output appended to `log`; `keep_failed` keeps a
+/// batch whose send failed for the next turn (a unicast put), else it is
+/// dropped (a UFTP session that ended is over). The script is written to
+/// `script`; the process runs `sh` on it.
 fn send_loop(
     script: &Path,
     outbox: &Path,
     batch: &Path,
-    send: &str,
+    (argv, all): (&[String], bool),
+    log: &Path,
     keep_failed: bool,
 ) -> Result<Proc> {
+    // (The batch's names are the producer's, none with a quote or a
+    // leading dash.)
+    let mut send: Vec<String> = argv.iter().map(|a| sh_quote(a)).collect();
+    if all {
+        send.push("./*".into());
+    }
+    let send = format!("{} >> {} 2>&1", send.join(" "), sh_quote(&p(log)));
     let on_fail = if keep_failed {
         "sleep 1"
     } else {

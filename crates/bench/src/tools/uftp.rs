@@ -58,37 +58,17 @@ impl Adapter for Uftp {
     /// session to the closed group of every receiver (a receiver that is
     /// away misses that session).
     fn feed(&self, s: &FeedSetup) -> Result<Option<FeedCommands>> {
-        let receivers = s
-            .receivers
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Daemon {
-                proc: Proc {
-                    host: Host::Receiver(i),
-                    argv: uftpd(&r.dst, &s.run.join(format!("uftpd-{i}.status"))),
-                    cwd: None,
-                },
-                ready: (Proto::Udp, 1044),
-            })
-            .collect();
-        let mut argv = uftp(s.receivers, s.rate_bps, s.rtt);
-        argv.push("./*".into());
-        // (The batch's names are the producer's, none with a quote or a
-        // leading dash; the glob is the shell's.)
-        let send = argv
-            .iter()
-            .map(|a| if a == "./*" { a.clone() } else { sh_quote(a) })
-            .collect::<Vec<_>>()
-            .join(" ")
-            + " >> "
-            + &sh_quote(&p(&s.run.join("uftp-sessions.log")))
-            + " 2>&1";
+        let receivers = receiver_daemons(s.receivers, 1044, &|i, r| {
+            uftpd(&r.dst, &s.run.join(format!("uftpd-{i}.status")))
+        });
+        let argv = uftp(s.receivers, s.rate_bps, s.rtt);
         let outbox = s.feed_dir.join("uftp-out");
         let sender = send_loop(
             &s.run.join("uftp-loop.sh"),
             &outbox,
             &s.feed_dir.join("uftp-batch"),
-            &send,
+            (&argv, true),
+            &s.run.join("uftp-sessions.log"),
             false,
         )?;
         Ok(Some(FeedCommands {

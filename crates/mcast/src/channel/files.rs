@@ -50,6 +50,18 @@ impl Spool {
         self.paths.insert(oid, path);
     }
 
+    /// Whether the file at `path` is still the one `item` describes (a
+    /// regular file of its size and mtime).
+    pub fn unchanged(&self, path: &RelPath, item: &Item) -> bool {
+        self.root.symlink_metadata(path.as_path()).is_ok_and(|m| {
+            m.is_file()
+                && m.len() == item.size
+                && m.modified().is_ok_and(|t| {
+                    longhaul_transfer::manifest::system_time_ns(t.into_std()) == item.mtime_ns
+                })
+        })
+    }
+
     /// File `oid` is forgotten by the channel.
     pub fn forget(&mut self, oid: u32) {
         self.paths.remove(&oid);
