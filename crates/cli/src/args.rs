@@ -501,10 +501,10 @@ pub struct DemoArgs {
     /// Work directory (default: a temporary directory, removed afterwards).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// Size of the large file in MiB.
-    #[arg(long, default_value_t = 256)]
-    pub big_mib: u64,
-    /// Number of 10 KiB files.
+    /// Size of the large file (SI units: 256MB; binary ones if written: 256MiB).
+    #[arg(long, value_name = "SIZE", default_value = "256MB", value_parser = parse_size)]
+    pub big: u64,
+    /// Number of 10 kB files.
     #[arg(long, default_value_t = 2000)]
     pub small: u64,
     /// Print the JSON report of the get.

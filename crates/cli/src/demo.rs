@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use longhaul_quic::NetOpts;
 use longhaul_quic::{ClientOpts, Progress, ServeOpts, Server};
 use longhaul_transfer::testdata;
+use longhaul_transfer::units::show_size;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -55,15 +56,14 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
     };
     let src = work.join("src");
     eprintln!(
-        "longhaul demo: generating 1 x {} MiB and {} x 10 KiB in {}",
-        a.big_mib,
+        "longhaul demo: generating 1 x {} and {} x 10 kB in {}",
+        show_size(a.big),
         a.small,
         src.display()
     );
     std::fs::create_dir_all(&src)?;
-    testdata::write_file(&src.join("big.bin"), 1, a.big_mib << 20).context("generating data")?;
-    testdata::write_many(&src.join("small"), 1000, a.small, 10 * 1024)
-        .context("generating data")?;
+    testdata::write_file(&src.join("big.bin"), 1, a.big).context("generating data")?;
+    testdata::write_many(&src.join("small"), 1000, a.small, 10_000).context("generating data")?;
 
     let server = Server::bind(ServeOpts {
         root: src.clone(),
@@ -92,8 +92,8 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
     );
     let mut all_ok = true;
     for (label, path) in [
-        (format!("1 x {} MiB", a.big_mib), "big.bin"),
-        (format!("{} x 10 KiB", a.small), "small"),
+        (format!("1 x {}", show_size(a.big)), "big.bin"),
+        (format!("{} x 10 kB", a.small), "small"),
     ] {
         let dst = work.join("dst");
         let _ = std::fs::remove_dir_all(&dst);

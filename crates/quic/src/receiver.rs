@@ -190,8 +190,8 @@ pub(crate) async fn run_receiver(
     core.set_held_back(held.lock().unwrap().total());
     let (ahead, most) = core.ahead_of_manifest();
     tracing::debug!(
-        "{ahead} record(s) came before their manifest entry, at most {:.1} MiB at once",
-        most as f64 / (1 << 20) as f64
+        "{ahead} record(s) came before their manifest entry, at most {} at once",
+        longhaul_transfer::units::show_size(most)
     );
     let mut report = core.take_report();
     report.repair_bytes = repair.bytes.load(Ordering::Relaxed);
@@ -948,8 +948,8 @@ impl Repaired {
         let all = self.repairs.held.fetch_add(grew, Ordering::Relaxed) + grew;
         if all > PROTECTED_HELD {
             return Err(protocol(format!(
-                "protected streams hold more than {} MiB",
-                PROTECTED_HELD >> 20
+                "protected streams hold more than {}",
+                longhaul_transfer::units::show_size(PROTECTED_HELD)
             )));
         }
         Ok(())

@@ -23,6 +23,7 @@ mod names;
 mod outage;
 mod owners;
 mod paths;
+mod progress_line;
 mod put_fresh;
 mod rate;
 mod resume;
