@@ -19,6 +19,9 @@ use crate::results::{
     Run, Status,
 };
 use crate::scenario::{down_rate_bps, mtu_note, Metric, Published, Sweep};
+use crate::text::{
+    feed_cells, fmt_num, is_feed, latency_text, metric_text, rss_text, secs_text, CPU_NOTE,
+};
 use std::fmt::Write as _;
 
 /// Tableau 10: a tool keeps its colour in every chart of the page.
@@ -108,39 +111,6 @@ fn tick_text(v: f64, step: f64) -> String {
     format!("{v:.decimals$}")
 }
 
-/// A number for a label: whole from 100 up, else a few significant digits.
-pub(crate) fn fmt_num(v: f64) -> String {
-    if v >= 100.0 || v == v.trunc() {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
-    } else if v >= 0.001 {
-        let t = format!("{v:.3}");
-        t.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        // 1e-4, 2e-5: not "0".
-        format!("{v:.0e}")
-    }
-}
-
-/// Three significant digits (0.937, 0.0141, 0.00290).
-fn sig3(v: f64) -> String {
-    if v == 0.0 || !v.is_finite() {
-        return format!("{v}");
-    }
-    let digits = |x: f64| (2 - x.abs().log10().floor() as i32).max(0);
-    // Rounded first: 0.9996 is "1.00", not "1.000".
-    let scale = 10f64.powi(digits(v));
-    let r = (v * scale).round() / scale;
-    let d = digits(r) as usize;
-    format!("{r:.d$}")
-}
-
 /// A value axis: log over the decades from `lo` (the least positive value)
 /// to `hi` where `log` asks for it and the values allow it, else linear from
 /// 0 to a 1-2-5 step at or above `hi`, in at most `max_n` steps.
@@ -205,33 +175,6 @@ fn frac(v: f64, a: f64, b: f64, log: bool) -> Option<f64> {
 /// sans-serif face are under 0.6 em; 0.64 leaves room for wider faces.
 fn text_w(s: &str) -> f64 {
     s.chars().count() as f64 * 11.0 * 0.64
-}
-
-/// A value with its unit, as a bar or a table shows it.
-pub(crate) fn metric_text(metric: Metric, v: f64) -> String {
-    match metric {
-        Metric::Mbps => {
-            let t = rate_text(v);
-            if t.ends_with("kbit/s") {
-                t
-            } else {
-                format!("{t} Mbit/s")
-            }
-        }
-        Metric::Seconds => format!("{} s", secs_text(v)),
-        Metric::Ttp | Metric::Goodput | Metric::Share | Metric::Jain | Metric::Kept => sig3(v),
-    }
-}
-
-/// Seconds to three significant digits (17.1, 1.04, 2210).
-fn secs_text(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
 }
 
 /// A rate axis's unit: kbit/s where the rates stay below 1 Mbit/s.
@@ -961,38 +904,6 @@ fn receivers_done(r: &Results, sc: &str) -> String {
     s
 }
 
-/// Whether `sc` is a dissemination scenario: one of its runs has
-/// [`Run::feed`]. Its throughput numbers mean little (every tool is fed at
-/// the same load), so the reports show what each receiver had, and when.
-pub(crate) fn is_feed(r: &Results, sc: &str) -> bool {
-    r.runs.iter().any(|x| x.scenario == sc && x.feed.is_some())
-}
-
-/// A resident-memory sample (kB as /proc counts them, 1024 bytes) in MB.
-fn rss_mb(kb: u64) -> f64 {
-    kb as f64 * 1024.0 / 1e6
-}
-
-/// Resident-memory samples as MB, "first→last" or with `with_max`
-/// "first→max→last"; "-" without samples.
-pub(crate) fn rss_text(samples: &[(f64, u64)], with_max: bool) -> String {
-    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
-        return "-".into();
-    };
-    let (a, z) = (rss_mb(first.1), rss_mb(last.1));
-    if with_max {
-        let m = rss_mb(samples.iter().map(|p| p.1).max().unwrap_or(0));
-        format!("{a:.1}→{m:.1}→{z:.1}")
-    } else {
-        format!("{a:.1}→{z:.1}")
-    }
-}
-
-/// A latency for a table: seconds with 2 decimals, "-" for none.
-pub(crate) fn latency_text(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.2}"))
-}
-
 /// The receivers of a dissemination scenario, one per host in the order
 /// they first appear (their link and role as its first run recorded them).
 fn feed_hosts<'a>(r: &'a Results, sc: &str) -> Vec<&'a FeedReceiver> {
@@ -1040,7 +951,7 @@ fn feed_section(r: &Results, sc: &str, tools: &[String]) -> String {
             x.rep,
             esc(x.status.as_str())
         );
-        for cell in crate::report::feed_cells(x) {
+        for cell in feed_cells(x) {
             let _ = write!(s, "<td>{}</td>", esc(&cell));
         }
         let _ = write!(s, "<td class=l>{}</td></tr>", esc(&x.note));
@@ -1532,7 +1443,7 @@ pub(crate) fn render(r: &Results) -> String {
         let _ = write!(s, "<li>{}: {}</li>", esc(t), esc(v));
     }
     s.push_str("</ul><p class=meta>Mbit/s = payload bytes × 8 / wall time per receiver (below 1 Mbit/s shown in kbit/s), from the clients' start until the last one exits, with every receiver's tree verified by hash afterwards (a run stopped at its time cap counts the bytes it had delivered). TTP = (payload bytes / the scenario's link rate, its receivers' down direction, the slowest if several; the suite's line rate only where the link sets none) / wall time; G = payload bytes delivered / bytes the server sent on the wire (both as in seed 003; with several receivers G counts one copy, so multicast stays near 1 and unicast to two falls near 0.5). First byte: seconds until a file at a receiver had its first byte on disk (longhaul writes a chunk of up to 1 MiB once all of it is in and hashed: on a slow link that comes long after its first data; its `--json` says when that came, `first_data_s`). To 90 %: seconds from the first data (the first 100 ms that carried 1 Mbit/s, or a tenth of a slower link) to the end of the first 100 ms that carried 90 % of the link (one receiver, no background traffic; divide by the RTT for round trips to line rate). The time series is what the emulator delivered per receiver per 100 ms (beside background traffic: less the background flows' own bytes per 100 ms, or where the emulator kept no series for them, counted once a second and spread evenly; the background's own series is drawn dotted in the tool's colour), averaged over longer windows on slow links. Share: the tool's Mbit/s over the tool's and the background's together (fair beside N TCP flows: 1/(N+1)). Jain: Jain's fairness index over the tool's rate and each background TCP flow's, IP bytes the emulator delivered over the run (1 when all got the same, 1/(N+1) when one took everything). Bg kept: the background's rate in the tool's first 10 round trips over its rate in the span before the tool started (10 round trips, at least 1 s): 1.0 = a start that took nothing from a full link at first. CPU: user + system seconds of what the tool ran in the receivers (client) and in the server, children included");
-    s.push_str(crate::report::CPU_NOTE);
+    s.push_str(CPU_NOTE);
     s.push_str("</p></body></html>\n");
     s
 }
@@ -1835,24 +1746,10 @@ pub(crate) mod tests {
         assert_eq!(t, vec![0.001, 0.1, 10.0, 1000.0, 10000.0]);
         assert_eq!(tick_text(0.2, 0.2), "0.2");
         assert_eq!(tick_text(150.0, 50.0), "150");
-        assert_eq!(fmt_num(0.001), "0.001");
-        assert_eq!(fmt_num(2.5), "2.5");
-        assert_eq!(fmt_num(17.1), "17.1");
-        assert_eq!(fmt_num(0.0001), "1e-4");
-        assert_eq!(sig3(0.0029), "0.00290");
-        assert_eq!(sig3(0.937), "0.937");
-        assert_eq!(sig3(0.0141), "0.0141");
-        assert_eq!(sig3(0.9996), "1.00");
-        assert_eq!(metric_text(Metric::Ttp, 0.0029), "0.00290");
     }
 
     #[test]
-    fn values_carry_units_that_fit_their_size() {
-        assert_eq!(metric_text(Metric::Mbps, 0.2134), "213 kbit/s");
-        assert_eq!(metric_text(Metric::Mbps, 217.6), "217.6 Mbit/s");
-        assert_eq!(metric_text(Metric::Seconds, 17.104), "17.1 s");
-        assert_eq!(metric_text(Metric::Seconds, 1.043), "1.04 s");
-        assert_eq!(metric_text(Metric::Seconds, 2210.0), "2210 s");
+    fn rate_axes_take_the_unit_that_fits_their_size() {
         assert_eq!(rate_unit(0.25).name, "kbit/s");
         assert_eq!(rate_unit(12.0).name, "Mbit/s");
     }

@@ -9,7 +9,8 @@
 //!
 //! Modules depend one way: `runner` → `proc`, `host`, `metrics`, `tools`,
 //! `dataset`, `scenario`, `results`; `proc`, `host` → `live`; `report` →
-//! `html` → `results` → `scenario` → `tools`.
+//! `html`; `report`, `html` → `text` (the words and numbers both print) →
+//! `results` → `scenario` → `tools`.
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -24,4 +25,5 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod scenario;
+mod text;
 pub mod tools;

@@ -2,11 +2,11 @@
 //! terminal shows. All of them are rendered from results.json alone, so
 //! `lab report DIR` re-renders a run's reports.
 
-use crate::html::{is_feed, latency_text, rss_text};
 use crate::results::{
     axes, cell, cell_of, jain_text, kept_text, rate_text, runs_of, share_text, Results, Run,
 };
 use crate::scenario::{mtu_note, Metric, Suite, BUILTIN, DEFAULT_MTU};
+use crate::text::{feed_cells, is_feed, latency_text, metric_text, rss_text, CPU_NOTE};
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -35,10 +35,6 @@ pub fn write_all(dir: &Path, r: &Results) -> Result<()> {
     std::fs::write(dir.join("report.html"), crate::html::render(r))?;
     Ok(())
 }
-
-/// The end of both reports' CPU sentence (after "children included"): the
-/// emulator's and the machine's CPU, and what the limit label means.
-pub(crate) const CPU_NOTE: &str = ", and of the lab's emulator, which shares the machine's cores; machine CPU: core-seconds the whole machine was busy (/proc/stat: those, the kernel's packet work no process is charged for, and anything else). Limit: a label from those counters, not a proof: link (TTP at least 0.9), CPU (every core at least 85 % busy), receiver, sender or emulator CPU (one of them used at least 90 % of a core), or not CPU or link (the tool's windows, start-up, loss recovery or round trips per file).";
 
 /// results.csv: a header line, then one line per run with the suite, the profile
 /// and every number of [`crate::results::Run`].
@@ -217,7 +213,7 @@ pub fn summary(r: &Results) -> String {
                     (Some(v), note) => format!(
                         "{} | {}{} | {:.2}",
                         md(t),
-                        crate::html::metric_text(p.metric, v),
+                        metric_text(p.metric, v),
                         md(&note),
                         v / p.value
                     ),
@@ -229,7 +225,7 @@ pub fn summary(r: &Results) -> String {
                 "| {} | {} | {} | {} | {lab} |",
                 p.scenario,
                 md(&p.series),
-                crate::html::metric_text(p.metric, p.value),
+                metric_text(p.metric, p.value),
                 md(&p.source),
             );
         }
@@ -401,34 +397,6 @@ fn feed_summary(r: &Results, sc: &str) -> String {
         }
     }
     s
-}
-
-/// A dissemination run's numbers for the per-run tables (markdown and
-/// HTML): products, MB, producer s, load, s, sender CPU, sender RSS,
-/// receivers' CPU, emulator CPU, runner CPU, machine CPU, the busiest 5 s;
-/// `-` in each for a run that did not measure.
-pub(crate) fn feed_cells(x: &Run) -> Vec<String> {
-    let Some(f) = &x.feed else {
-        return vec!["-".into(); 12];
-    };
-    vec![
-        f.produced.to_string(),
-        format!("{:.1}", f.produced_bytes as f64 / 1e6),
-        crate::html::fmt_num(f.seconds),
-        rate_text(f.load_mbps),
-        format!("{:.2}", x.wall_s),
-        format!("{:.2}", f.sender_cpu_s),
-        rss_text(&f.sender_rss_kb, true),
-        format!("{:.2}", x.client_cpu_s),
-        format!("{:.2}", x.emulator_cpu_s),
-        format!("{:.2}", f.runner_cpu_s),
-        format!("{:.2}", x.machine_cpu_s),
-        f.busy_cores
-            .iter()
-            .map(|b| b.1)
-            .reduce(f64::max)
-            .map_or("-".into(), |b| format!("{b:.2}")),
-    ]
 }
 
 /// A sweep as a table: a row per x, a column per tool.
