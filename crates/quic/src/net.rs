@@ -113,14 +113,14 @@ impl NetOpts {
             // takes longer (seed 001's 256 kbit/s, 250 ms path: 330 ms)
             // both sides send their first flight twice more, 4.9 kB; 200 ms
             // saved that but cost 0.3-0.55 s at 10 % loss, where those early
-            // copies are the repair (docs/PERFORMANCE.md, "A longer first
-            // probe timeout").
+            // copies are the repair (docs/PERFORMANCE.md, "Tried, not
+            // adopted").
             .initial_rtt(Duration::from_millis(100))
             // Data streams go in the order they were written, not round-robin
             // a packet each: the receiver reads longer runs of one stream,
             // 10-15 % less client CPU per GB on the lab's 1 Gbit/s path
-            // (docs/PERFORMANCE.md); the control stream's priority still
-            // puts it first.
+            // (docs/PERFORMANCE.md, "CPU per byte"); the control stream's
+            // priority still puts it first.
             .send_fairness(false)
             // Tail repair's symbols (protocol 9): a 256 MiB last window at
             // 1e-2 loss sends about 5 MiB of them, mostly ahead of its
