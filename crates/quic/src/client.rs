@@ -2,22 +2,25 @@
 //! request at once, then play receiver (get) or sender (put).
 
 use crate::cc::CcChoice;
+use crate::close::{close_sent, lost, until, INTERRUPTED};
 use crate::conns::Conns;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{KnownHosts, PinVerifier, TrustOutcome, TrustPolicy};
 use crate::net::{
     endpoint, spawn_receive_floor, spawn_window_tuner, udp_socket, Flow, NetOpts, Tuned,
+    DEFAULT_PORT,
 };
 use crate::proto::{ErrorCode, Frame, Hello, Op, RootSpec, MAX_CONNECTIONS, VERSION};
 use crate::rates::{worth_remembering, RateMemory};
-use crate::receiver::{run_receiver, Destination, RecvOpts};
-use crate::report::{FileReport, Kind, Problem, Progress, SessionReport};
+use crate::receiver::{is_root, run_receiver, Destination, RecvOpts};
+use crate::report::{
+    ClientReport, ConnUse, Kind, Outage, Problem, Progress, SessionReport, Totals, ZeroRtt,
+};
 use crate::sender::{run_sender, SendOpts, SendRoot, SendRootResult};
 use cap_std::fs::Dir;
 use longhaul_transfer::landing::{self, Landing};
 use longhaul_transfer::sync::SyncMode;
 use longhaul_transfer::RelPath;
-use serde::Serialize;
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -121,9 +124,6 @@ impl Interrupt {
     }
 }
 
-/// The application close code of a connection the user interrupted.
-pub(crate) const INTERRUPTED: u32 = 2;
-
 impl ClientOpts {
     /// The data streams this client sends on (a put): its `--streams`, else
     /// [`DEFAULT_STREAMS`].
@@ -173,192 +173,6 @@ impl ClientOpts {
     }
 }
 
-/// The document `--json` prints, and what the human summary is made from.
-#[derive(Debug, Clone, Serialize)]
-pub struct ClientReport {
-    /// `"get"` or `"put"`.
-    pub op: &'static str,
-    /// No problem was reported (`problems` is empty): the exit status is 0.
-    pub ok: bool,
-    /// The server's `Welcome.server`: its software and version.
-    pub server: String,
-    /// The server's fingerprint when this run trusted it for the first time
-    /// and added it to the known-hosts file (`--accept-new`, or a
-    /// `--fingerprint` not yet recorded); None when the file already named it.
-    pub fingerprint: Option<String>,
-    /// Every file's outcome, sorted by path.
-    pub files: Vec<FileReport>,
-    /// Everything that went wrong, failed files included; the worst kind sets
-    /// [`ClientReport::exit_code`].
-    pub problems: Vec<Problem>,
-    /// Sums over `files`, and the session's directories and symlinks.
-    pub totals: Totals,
-    /// Wall time of the whole run, in seconds: from the call (before name
-    /// resolution and the handshake) until the connection was closed.
-    pub seconds: f64,
-    /// Payload bytes moved in this run / seconds, in Mbit/s.
-    pub rate_mbps: f64,
-    /// From the server's welcome until the last file was done (the data phase,
-    /// without the handshake and the goodbye).
-    pub data_seconds: f64,
-    /// `wan`'s starting rate, bits/s, when it came from the rate memory
-    /// (0: none remembered, or a hint or --max-rate given).
-    pub remembered_bps: u64,
-    /// The largest rate the connection carried over any second, bits/s of
-    /// UDP payload (received for a get, sent and not lost for a put): what
-    /// the rate memory keeps.
-    pub peak_bps: u64,
-    /// quinn's round-trip time estimate of the path when the session ended,
-    /// in milliseconds.
-    pub rtt_ms: f64,
-    /// Bytes of packets QUIC declared lost and sent again (over every
-    /// connection of the session).
-    pub retransmitted_bytes: u64,
-    /// UDP payload bytes this client sent on the session's connections,
-    /// handshake, ACKs and retransmissions included.
-    pub udp_tx_bytes: u64,
-    /// UDP payload bytes this client received on them, likewise.
-    pub udp_rx_bytes: u64,
-    /// QUIC connections the session ran over (`--connections`); `rtt_ms`,
-    /// `mtu`, `peak_bps` and the start-up figures are the first one's.
-    pub connections: usize,
-    /// Each connection's share, the first (the control stream's) first.
-    pub per_connection: Vec<ConnUse>,
-    /// UDP payload size this client's datagrams settled on (MTU discovery).
-    /// A get's client sends only ACKs and small control frames and does not probe,
-    /// so on a get it stays at quinn's 1,200; the data's size is the server's.
-    pub mtu: u16,
-    /// The controller named for the sending side, as [`CcChoice::name`]
-    /// spells it: `--cc`, `wan:RATE` from the rate memory, else this client's
-    /// default. On a get without either, the server runs its own default,
-    /// which may differ from the one named here.
-    pub cc: String,
-    /// Data streams the sender used: on a get the count in the server's
-    /// `Welcome`, on a put this client's `--streams`, else
-    /// [`DEFAULT_STREAMS`].
-    pub streams: usize,
-    /// Seconds during which the receiving side (this client on a get, the
-    /// server on a put, from its `Done`) read no data because it was behind
-    /// (its disk or CPU had not yet dealt with what came): the transfer went
-    /// at the destination's pace, not the network's.
-    pub receiver_behind_s: f64,
-    /// Seconds from the call until file data first came in (get) or went
-    /// out (put): the handshake and the request's round trips. None when no
-    /// file data moved.
-    pub first_data_s: Option<f64>,
-    /// Whether the request rode in the first flight: `accepted` (a ticket
-    /// from an earlier run with this server, 0-RTT), `refused` (the server
-    /// refused the ticket: the request went again after the handshake) or
-    /// `none` (no ticket held).
-    pub zero_rtt: ZeroRtt,
-    /// The rate over the second half of the data phase, Mbit/s of UDP
-    /// payload received (get) or sent and not lost (put); None when the
-    /// data phase was shorter than four windows (see `to_90pct_s`).
-    pub final_mbps: Option<f64>,
-    /// Seconds from the first data until the rate over a window (one round
-    /// trip, at least 100 ms) first reached 90 % of `final_mbps`, at the
-    /// window's end: the start-up. None with `final_mbps`.
-    pub to_90pct_s: Option<f64>,
-    /// Bytes of tail-repair symbols (RaptorQ, in QUIC datagrams) this
-    /// client received (get) or sent (put): the last window's protection
-    /// against a round trip for its lost packets.
-    pub repair_bytes: u64,
-    /// Data streams this client (get) rebuilt from repair symbols instead
-    /// of waiting for QUIC to resend what was lost (0 on a put: the server
-    /// rebuilds).
-    pub rebuilt_streams: u64,
-    /// On a get: seconds from the last new data of the transfer's last
-    /// window (its protected streams) until all of it was there: what the
-    /// last packets' losses cost. None on a put, or when no stream was
-    /// protected.
-    pub tail_s: Option<f64>,
-    /// Sessions the transfer reconnected for after losing its connection
-    /// (`--retry-for`); each resumed where the one before had got to.
-    pub reconnects: u32,
-    /// The outages it rode out, or the one it gave up on.
-    pub outages: Vec<crate::retry::Outage>,
-    /// FIFOs, sockets and device nodes not made at the destination, and
-    /// why (`--specials`, `--devices`); made ones are in `totals.specials`.
-    pub not_made: Vec<crate::report::NotMade>,
-    /// A dry run (`--dry-run`): nothing was written; `changes` is what a
-    /// real run would do.
-    pub dry_run: bool,
-    /// On a get: items placed without their extended attributes or ACLs
-    /// because the destination's file system keeps none.
-    pub attrs_not_kept: u64,
-    /// What the transfer removed at the destination (`--delete`), or in a
-    /// dry run every change it would make, in the order made.
-    pub changes: Vec<crate::report::ChangeReport>,
-    /// Files under way when a failed transfer ended, as far as they got
-    /// (not counted in `files` or `totals`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub unsettled: Vec<FileReport>,
-}
-
-/// What one connection of a session carried.
-#[derive(Debug, Clone, Serialize)]
-pub struct ConnUse {
-    /// UDP payload bytes this client sent on it.
-    pub udp_tx_bytes: u64,
-    /// UDP payload bytes this client received on it.
-    pub udp_rx_bytes: u64,
-    /// Bytes of its packets declared lost and sent again.
-    pub retransmitted_bytes: u64,
-    /// quinn's round-trip time estimate at the end, milliseconds.
-    pub rtt_ms: f64,
-    /// This client's datagram size on it (see [`ClientReport::mtu`]).
-    pub mtu: u16,
-}
-
-/// Sums over a [`ClientReport`]'s files, with the session's directory and
-/// symlink counts.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Totals {
-    /// Files reported, whatever their status.
-    pub files: u64,
-    /// Files verified and placed.
-    pub verified: u64,
-    /// Files skipped as already at the destination.
-    pub skipped: u64,
-    /// Files that failed.
-    pub failed: u64,
-    /// Directory entries in the manifest, the roots included.
-    pub dirs: u64,
-    /// Symlink entries in the manifest.
-    pub symlinks: u64,
-    /// FIFOs, sockets and device nodes made at the destination.
-    pub specials: u64,
-    /// Hard links: names of a file sent once and linked to it at the
-    /// destination (made on a get, sent on a put).
-    pub hardlinks: u64,
-    /// Sum of the files' sizes in bytes, whatever their status.
-    pub bytes: u64,
-    /// File payload bytes that crossed the network in this run.
-    pub bytes_transferred: u64,
-    /// File bytes already held from an interrupted run, not sent again.
-    pub bytes_resumed: u64,
-    /// Bytes of the files skipped as already at the destination.
-    pub bytes_skipped: u64,
-    /// A dry run: files that would be sent.
-    pub would_send: u64,
-    /// A dry run: the bytes of those files.
-    pub bytes_would_send: u64,
-    /// Paths removed at the destination (`--delete`), or that would be in a
-    /// dry run.
-    pub deleted: u64,
-}
-
-impl ClientReport {
-    /// Exit status: 0 only when everything arrived and verified.
-    pub fn exit_code(&self) -> i32 {
-        self.problems
-            .iter()
-            .map(|p| p.kind)
-            .max()
-            .map_or(0, Kind::exit_code)
-    }
-}
-
 /// `HOST:PORT`, an IPv6 host in brackets: the inverse of [`split_host_port`].
 pub fn join_host_port(host: &str, port: u16) -> String {
     if host.contains(':') {
@@ -376,7 +190,7 @@ pub fn split_host_port(s: &str) -> Result<(String, u16), String> {
             .ok_or_else(|| format!("{s:?}: missing ']'"))?;
         let port = match tail.strip_prefix(':') {
             Some(p) => p.parse().map_err(|_| format!("{s:?}: bad port"))?,
-            None if tail.is_empty() => crate::server::DEFAULT_PORT,
+            None if tail.is_empty() => DEFAULT_PORT,
             None => return Err(format!("{s:?}: junk after ']'")),
         };
         return Ok((h.to_string(), port));
@@ -386,7 +200,7 @@ pub fn split_host_port(s: &str) -> Result<(String, u16), String> {
             h.to_string(),
             p.parse().map_err(|_| format!("{s:?}: bad port {p:?}"))?,
         )),
-        None => Ok((s.to_string(), crate::server::DEFAULT_PORT)),
+        None => Ok((s.to_string(), DEFAULT_PORT)),
     }
 }
 
@@ -441,21 +255,6 @@ pub const DEFAULT_STREAMS: usize = 4;
 
 fn conn_err(msg: impl Into<String>) -> Problem {
     Problem::new(Kind::Connection, msg)
-}
-
-/// Whether a connection that ended with `e` was lost to its path (an idle
-/// timeout, a stateless reset from a server that restarted) or to a server
-/// that asked to be tried later (shutting down, busy), not refused.
-pub(crate) fn lost(e: &quinn::ConnectionError) -> bool {
-    use crate::server::{BUSY, SHUTDOWN};
-    match e {
-        quinn::ConnectionError::TimedOut | quinn::ConnectionError::Reset => true,
-        quinn::ConnectionError::ApplicationClosed(a) => {
-            a.error_code == quinn::VarInt::from_u32(SHUTDOWN)
-                || a.error_code == quinn::VarInt::from_u32(BUSY)
-        }
-        _ => false,
-    }
 }
 
 /// `p`, marked [transient](Problem::transient) when `conn` was [`lost`].
@@ -604,23 +403,6 @@ fn session_key() -> Result<Vec<u8>, Problem> {
         .fill(&mut key)
         .map_err(|_| conn_err("no randomness for a session key"))?;
     Ok(key)
-}
-
-/// Whether a connection's request rode in its first flight (0-RTT).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ZeroRtt {
-    /// The request came after the handshake: no ticket from this server was
-    /// held (first contact, `--ssh`, or the ones held were used or
-    /// expired), or the session runs over several connections.
-    #[default]
-    None,
-    /// The server took the request from the first flight.
-    Accepted,
-    /// A ticket was offered and the server refused it (it restarted, or
-    /// the ticket was spent); the request was sent again after the
-    /// handshake.
-    Refused,
 }
 
 /// The control stream opened and `hello` written to it: its writer, the
@@ -1047,30 +829,6 @@ fn build_report(
     }
 }
 
-/// Polls `done` every millisecond until it holds or `max` has passed.
-async fn until(max: Duration, done: impl Fn() -> bool) {
-    let end = Instant::now() + max;
-    while !done() && Instant::now() < end {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
-/// Close `conn` and wait (at most 250 ms) until the CONNECTION_CLOSE has
-/// left. Waiting out the draining period (three PTOs: 2 s or more at 700 ms
-/// RTT) would only add to every transfer's time; a server that misses the
-/// close times the connection out.
-pub(crate) async fn close_sent(conn: &quinn::Connection, code: u32, reason: &[u8]) {
-    if conn.close_reason().is_some() {
-        return; // closed already (by the peer, say): nothing will be sent
-    }
-    let sent = conn.stats().udp_tx.datagrams;
-    conn.close(code.into(), reason);
-    until(Duration::from_millis(250), || {
-        conn.stats().udp_tx.datagrams > sent
-    })
-    .await;
-}
-
 /// `get HOST:PATH... DEST`. Remote paths are bytes (any but NUL). A lost
 /// connection is ridden out as `opts.retry_for` says (see [`ClientOpts::retry_for`]).
 pub async fn get<R: AsRef<[u8]>>(
@@ -1124,7 +882,7 @@ where
     F: FnMut(ClientOpts) -> Fut,
     Fut: std::future::Future<Output = Result<ClientReport, Problem>>,
 {
-    use crate::retry::{Backoff, Next, Outage};
+    use crate::retry::{Backoff, Next};
     let started = Instant::now();
     let mut report = session(opts.clone()).await?;
     let mut reports = Vec::new();
@@ -1343,12 +1101,6 @@ async fn get_once<R: AsRef<[u8]>>(
         tuned.peak.load(Ordering::Relaxed),
         report,
     )
-}
-
-/// Whether this process runs as root (it may give files any owner).
-pub(crate) fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// The nearest directory there at or above `parent`, and the path of `name`

@@ -19,6 +19,7 @@
 mod ack_sim;
 mod cc;
 mod client;
+mod close;
 mod conns;
 mod control;
 mod core;
@@ -40,10 +41,12 @@ pub mod wan;
 
 pub use cc::{parse_rate, CcChoice};
 pub use client::{
-    get, join_host_port, put, split_host_port, ClientOpts, ClientReport, ConnUse, Interrupt,
-    Totals, ZeroRtt, DEFAULT_STREAMS,
+    get, join_host_port, put, split_host_port, ClientOpts, Interrupt, DEFAULT_STREAMS,
 };
-pub use net::{NetOpts, SendBudget};
-pub use report::{FileReport, Kind, NotMade, Problem, Progress, SessionReport, Status};
-pub use retry::{Outage, DEFAULT_RETRY_FOR};
-pub use server::{ServeOpts, Server, DEFAULT_MAX_SESSIONS, DEFAULT_PORT, DEFAULT_SEND_BUFFER};
+pub use net::{NetOpts, SendBudget, DEFAULT_PORT};
+pub use report::{
+    ClientReport, ConnUse, FileReport, Kind, NotMade, Outage, Problem, Progress, SessionReport,
+    Status, Totals, ZeroRtt,
+};
+pub use retry::DEFAULT_RETRY_FOR;
+pub use server::{ServeOpts, Server, DEFAULT_MAX_SESSIONS, DEFAULT_SEND_BUFFER};

@@ -11,6 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The UDP port a server listens on, and a client connects to, when none is
+/// given.
+pub const DEFAULT_PORT: u16 = 7878;
+
 /// Flow-control and rate settings of one side.
 #[derive(Debug, Clone, Copy)]
 pub struct NetOpts {

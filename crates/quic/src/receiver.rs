@@ -30,6 +30,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{mpsc, Semaphore};
 
+/// Whether this process runs as root (it may give files any owner).
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Where a receiving session's entries go.
 pub(crate) struct Destination {
     /// Directory under which every target is resolved (cap-std confined).

@@ -10,9 +10,7 @@
 //! the journals: files placed are skipped, chunks journaled are not sent
 //! again.
 
-use crate::client::{ClientReport, Totals};
-use crate::report::{FileReport, Status};
-use serde::Serialize;
+use crate::report::{ClientReport, FileReport, Status, Totals};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -100,21 +98,6 @@ impl Backoff {
             self.pause = (self.pause * 2).min(MAX_PAUSE);
         }
     }
-}
-
-/// One outage a transfer rode out (or gave up on), for `--json`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Outage {
-    /// Seconds from the start of the run until the connection was found
-    /// lost (the path had been silent for up to the idle timeout before).
-    pub lost_at_s: f64,
-    /// Seconds from then until a new session was welcomed; None when the
-    /// transfer gave up.
-    pub down_s: Option<f64>,
-    /// Connections tried meanwhile.
-    pub attempts: u32,
-    /// Why the connection was lost.
-    pub cause: String,
 }
 
 /// One report from the reports of a transfer's sessions, oldest first

@@ -2,6 +2,7 @@
 //! `put` (as receiver) confined to the root.
 
 use crate::cc::{CcChoice, CcFactory, CcHandle};
+use crate::close::{close_sent, lost, BUSY, SHUTDOWN};
 use crate::conns::Conns;
 use crate::control::{spawn_reader, spawn_writer, CtlRx, CtlTx};
 use crate::identity::{provider, Identity};
@@ -11,7 +12,7 @@ use crate::net::{
 use crate::proto::{
     ErrorCode, Frame, Op, ALPN, MAX_CONNECTIONS, MAX_STREAMS, SESSION_KEY_LEN, VERSION,
 };
-use crate::receiver::{run_receiver, Destination, RecvOpts};
+use crate::receiver::{is_root, run_receiver, Destination, RecvOpts};
 use crate::report::{Problem, Progress, SessionReport};
 use crate::sender::{run_sender, SendOpts, SendRoot, SendRootResult};
 use crate::throttle::AuthThrottle;
@@ -27,10 +28,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
-
-/// The UDP port a server listens on, and a client connects to, when none is
-/// given.
-pub const DEFAULT_PORT: u16 = 7878;
 
 /// How a server runs (`longhaul serve`).
 #[derive(Debug, Clone)]
@@ -102,12 +99,6 @@ pub(crate) const ONCE_WAIT: Duration = Duration::from_secs(60);
 /// its client to reconnect (a client's default `--retry-for`; a client that
 /// gives up sooner ends ssh, and with it the server).
 const ONCE_RECONNECT: Duration = crate::retry::DEFAULT_RETRY_FOR;
-
-/// The application close code of connections a shutting-down server closes.
-pub(crate) const SHUTDOWN: u32 = 3;
-/// The application close code of a connection refused because the server
-/// already serves `max_sessions`.
-pub(crate) const BUSY: u32 = 4;
 
 /// A bound server, ready to run.
 pub struct Server {
@@ -356,7 +347,7 @@ impl Server {
                     // outage out, `--retry-for`) may be taken again by
                     // the same client, with the same token, while ssh
                     // lives: for up to ONCE_RECONNECT.
-                    if conn.close_reason().is_some_and(|e| crate::client::lost(&e)) {
+                    if conn.close_reason().is_some_and(|e| lost(&e)) {
                         tracing::info!("the session's connection was lost: waiting for its client to reconnect");
                         *ctx.reconnect_by.lock().unwrap() =
                             Some(tokio::time::Instant::now() + ONCE_RECONNECT);
@@ -668,7 +659,7 @@ async fn busy(conn: &quinn::Connection, handshake: &Handshake, max: usize) {
     let m = format!(
         "the server is busy: it already serves {max} session(s) (its --max-sessions); try again later"
     );
-    crate::client::close_sent(conn, BUSY, m.as_bytes()).await;
+    close_sent(conn, BUSY, m.as_bytes()).await;
 }
 
 /// Counts a session (a `Hello` taken) while it lives.
@@ -1270,9 +1261,9 @@ async fn session(
                 delete: protect,
                 dry_run,
                 meta: longhaul_transfer::meta::Policy {
-                    owners: crate::client::is_root() && (ctx.opts.once || ctx.opts.keep_owners),
+                    owners: is_root() && (ctx.opts.once || ctx.opts.keep_owners),
                     numeric_ids,
-                    privileged: crate::client::is_root() && ctx.opts.exact_modes,
+                    privileged: is_root() && ctx.opts.exact_modes,
                 },
             };
             let not_held = longhaul_transfer::meta::not_held();
@@ -1297,7 +1288,7 @@ async fn session(
         tracing::info!("{remote}: {what}: the client closed as done after {secs:.2} s");
         return;
     }
-    let silent = conn.close_reason().is_some_and(|e| crate::client::lost(&e));
+    let silent = conn.close_reason().is_some_and(|e| lost(&e));
     match &result {
         Ok(r) => {
             let behind = match r.held_back_s {
@@ -1360,7 +1351,7 @@ async fn session(
             .await;
         }
     }
-    crate::client::close_sent(&conn, 0, b"done").await;
+    close_sent(&conn, 0, b"done").await;
 }
 
 fn server_name() -> String {

@@ -11,7 +11,7 @@
 //! path beneath the receiver's base; [`Landing::is_fresh`] tells whether none
 //! of the targets exists yet (the receiver then wants every file whole).
 
-use crate::place::{sibling_name, JOURNAL, PART};
+use crate::sibling::{sibling_name, JOURNAL, PART};
 use crate::{EntryKind, RelPath};
 use cap_std::fs::Dir;
 

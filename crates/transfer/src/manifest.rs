@@ -77,14 +77,37 @@ pub struct Entry {
     /// Target of a symlink, as raw bytes; empty otherwise.
     pub link: Vec<u8>,
     /// Its owner and group (version 11).
-    pub owner: crate::meta::Owner,
+    pub owner: Owner,
     /// Its extended attributes, when asked (`--xattrs`, `--acls`; version
     /// 11), sorted by name.
-    pub xattrs: Vec<crate::meta::Xattr>,
+    pub xattrs: Vec<Xattr>,
     /// Bytes a file takes on the sender's disk (`st_blocks` × 512) when
     /// that is less than its size (a sparse file), else 0 (version 11): a
     /// receiver weighs whether it fits by this, not by its size.
     pub allocated: u64,
+}
+
+/// An item's owner and group: numbers, and the names they had at the
+/// sender (empty when it has none for them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// `st_uid`.
+    pub uid: u32,
+    /// `st_gid`.
+    pub gid: u32,
+    /// The user's name at the sender.
+    pub user: Vec<u8>,
+    /// The group's name at the sender.
+    pub group: Vec<u8>,
+}
+
+/// One extended attribute: its full name (`user.x`) and value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Xattr {
+    /// The namespaced name, e.g. `user.origin`.
+    pub name: Vec<u8>,
+    /// The value, raw.
+    pub value: Vec<u8>,
 }
 
 impl Entry {

@@ -18,28 +18,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::Mutex;
 
-/// An item's owner and group: numbers, and the names they had at the
-/// sender (empty when it has none for them).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Owner {
-    /// `st_uid`.
-    pub uid: u32,
-    /// `st_gid`.
-    pub gid: u32,
-    /// The user's name at the sender.
-    pub user: Vec<u8>,
-    /// The group's name at the sender.
-    pub group: Vec<u8>,
-}
-
-/// One extended attribute: its full name (`user.x`) and value.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Xattr {
-    /// The namespaced name, e.g. `user.origin`.
-    pub name: Vec<u8>,
-    /// The value, raw.
-    pub value: Vec<u8>,
-}
+pub use crate::manifest::{Owner, Xattr};
 
 /// A file's or directory's access ACL, as an extended attribute.
 pub const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
@@ -268,7 +247,7 @@ pub fn xattrs_at(
     }
     match kind {
         crate::EntryKind::File => {
-            crate::place::open_read(dir, path.as_path()).and_then(|f| read_xattrs(f.as_fd(), want))
+            crate::open::open_read(dir, path.as_path()).and_then(|f| read_xattrs(f.as_fd(), want))
         }
         crate::EntryKind::Dir if path.is_root() => read_xattrs(dir.as_fd(), want),
         crate::EntryKind::Dir => dir

@@ -131,6 +131,12 @@ fn changed(part: &[u8]) -> io::Error {
     )
 }
 
+pub(crate) fn taken_over() -> io::Error {
+    io::Error::other(
+        "a newer session took this file over (this one had received nothing for a while)",
+    )
+}
+
 /// Opens the part `part` for reading and writing (for reading only when its
 /// mode, left by an earlier run, denies writing), never through a link.
 fn open_part(dir: &Dir, part: &[u8], create: bool) -> io::Result<File> {
@@ -292,7 +298,7 @@ impl Guarded {
     /// The part locked, as this receiver left it (see the module's text).
     pub(crate) fn hold(&mut self) -> io::Result<()> {
         if self.closed {
-            return Err(crate::place::taken_over());
+            return Err(taken_over());
         }
         if self.lock.is_some() {
             return Ok(());
@@ -313,7 +319,7 @@ impl Guarded {
         if locked.ident()? != seal.part {
             return Err(changed(&self.part));
         }
-        let j = match crate::place::open_read(&self.dir, os(&self.journal)) {
+        let j = match crate::open::open_read(&self.dir, os(&self.journal)) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(changed(&self.part)),
             r => r?,
         };

@@ -17,8 +17,9 @@
 use crate::chunk::{hex, ChunkPlan, Digest};
 use crate::journal::{self, JournalHeader};
 use crate::manifest::{ns_to_system_time, Entry, EntryKind};
-use crate::partlock::{Guard, Guarded, Locked, Seal, Writer};
+use crate::partlock::{taken_over, Guard, Guarded, Locked, Seal, Writer};
 use crate::path::RelPath;
+use crate::sibling::LINK;
 use crate::sync::Existing;
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, SystemTimeSpec};
 use cap_std::fs::{Dir, MetadataExt, OpenOptions};
@@ -30,56 +31,16 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+pub use crate::open::open_read;
+pub use crate::sibling::{is_reserved_name, sibling_name, JOURNAL, PART};
+
 fn os(b: &[u8]) -> &Path {
     Path::new(std::ffi::OsStr::from_bytes(b))
 }
 
-/// Opens `path` beneath `dir` for reading, never following a symlink at its end.
-pub fn open_read(dir: &Dir, path: &Path) -> io::Result<File> {
-    let mut o = OpenOptions::new();
-    o.read(true).follow(FollowSymlinks::No);
-    Ok(dir.open_with(path, &o)?.into_std())
-}
-
-/// Hidden sibling name `.NAME.SUFFIX`, or a hashed name when that would be too long.
-pub fn sibling_name(name: &[u8], suffix: &str) -> Vec<u8> {
-    if name.len() + suffix.len() + 2 <= crate::path::MAX_NAME_LEN {
-        let mut v = Vec::with_capacity(name.len() + suffix.len() + 2);
-        v.push(b'.');
-        v.extend_from_slice(name);
-        v.push(b'.');
-        v.extend_from_slice(suffix.as_bytes());
-        v
-    } else {
-        let h = blake3::hash(name).to_hex();
-        format!(".lh-{}.{suffix}", &h[..32]).into_bytes()
-    }
-}
-
-/// A name of the form longhaul gives its own part, journal and link files
-/// (`.NAME.lh-part` or `.lh-HASH.lh-part`, and the same with `lh-journal`,
-/// `lh-link`). A sender's walk skips them and a receiver refuses entries by
-/// such names: received, one would be the part of the file it is named
-/// after, and be truncated, renamed or removed with it.
-pub fn is_reserved_name(name: &[u8]) -> bool {
-    name.first() == Some(&b'.')
-        && [PART, JOURNAL, LINK].iter().any(|s| {
-            name.len() > s.len() + 2
-                && name.ends_with(s.as_bytes())
-                && name[name.len() - s.len() - 1] == b'.'
-        })
-}
-
-/// Suffix of a part file: the hidden `.NAME.lh-part` beside its target that data
-/// is written to until it is verified and renamed.
-pub const PART: &str = "lh-part";
 /// Largest file accepted from a peer (16 TiB, ext4's limit): bounds the per-chunk
 /// state a manifest entry can make a receiver allocate.
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
-/// Suffix of a resume journal: `.NAME.lh-journal` beside the part of a file of
-/// several chunks.
-pub const JOURNAL: &str = "lh-journal";
-const LINK: &str = "lh-link";
 
 fn times(ns: i64) -> SystemTimeSpec {
     SystemTimeSpec::Absolute(cap_std::time::SystemTime::from_std(ns_to_system_time(ns)))
@@ -1120,12 +1081,6 @@ pub struct Incoming {
     /// Bytes already held from an earlier run.
     pub resumed_bytes: u64,
     claim: Option<Claim>,
-}
-
-pub(crate) fn taken_over() -> io::Error {
-    io::Error::other(
-        "a newer session took this file over (this one had received nothing for a while)",
-    )
 }
 
 /// Chunk `index` as the part file holds it, hashed (its digest, if intact).
@@ -2172,25 +2127,6 @@ mod tests {
             "chunks 0 (synced) and 1 (intact) kept"
         );
         assert_eq!(inc.resumed_bytes, 2 * CHUNK_SIZE);
-    }
-
-    #[test]
-    fn part_journal_and_link_names_are_reserved() {
-        for suffix in [PART, JOURNAL, LINK] {
-            assert!(is_reserved_name(&sibling_name(b"x", suffix)));
-            assert!(is_reserved_name(&sibling_name(&[b'n'; 250], suffix)));
-        }
-        for name in [
-            &b"x.lh-part"[..],
-            b".lh-part",
-            b"..lh-part",
-            b".x.lh-parts",
-            b".xlh-journal",
-            b"x",
-            b"",
-        ] {
-            assert!(!is_reserved_name(name), "{}", String::from_utf8_lossy(name));
-        }
     }
 
     #[test]

@@ -226,13 +226,13 @@ pub fn data_extents(
 }
 
 /// The names in `dir`, sorted, without longhaul's own part, journal and link
-/// files ([`crate::place::is_reserved_name`]): a tree that holds an
+/// files ([`crate::sibling::is_reserved_name`]): a tree that holds an
 /// interrupted transfer sends what it holds, not the pieces.
 fn list(dir: &Dir) -> io::Result<Vec<Vec<u8>>> {
     let mut names = Vec::new();
     for e in dir.entries()? {
         let name = e?.file_name().as_bytes().to_vec();
-        if !crate::place::is_reserved_name(&name) {
+        if !crate::sibling::is_reserved_name(&name) {
             names.push(name);
         }
     }

@@ -1,0 +1,53 @@
+//! How a session's connections end: the application close codes, closing
+//! one so that its CONNECTION_CLOSE leaves, and telling a connection lost
+//! (to its path, or to a server that asked to be tried later) from one
+//! refused. The client and the server both close and both judge closes.
+
+use std::time::{Duration, Instant};
+
+/// The application close code of a connection the user interrupted.
+pub(crate) const INTERRUPTED: u32 = 2;
+
+/// The application close code of connections a shutting-down server closes.
+pub(crate) const SHUTDOWN: u32 = 3;
+/// The application close code of a connection refused because the server
+/// already serves `max_sessions`.
+pub(crate) const BUSY: u32 = 4;
+
+/// Whether a connection that ended with `e` was lost to its path (an idle
+/// timeout, a stateless reset from a server that restarted) or to a server
+/// that asked to be tried later (shutting down, busy), not refused.
+pub(crate) fn lost(e: &quinn::ConnectionError) -> bool {
+    match e {
+        quinn::ConnectionError::TimedOut | quinn::ConnectionError::Reset => true,
+        quinn::ConnectionError::ApplicationClosed(a) => {
+            a.error_code == quinn::VarInt::from_u32(SHUTDOWN)
+                || a.error_code == quinn::VarInt::from_u32(BUSY)
+        }
+        _ => false,
+    }
+}
+
+/// Polls `done` every millisecond until it holds or `max` has passed.
+pub(crate) async fn until(max: Duration, done: impl Fn() -> bool) {
+    let end = Instant::now() + max;
+    while !done() && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Close `conn` and wait (at most 250 ms) until the CONNECTION_CLOSE has
+/// left. Waiting out the draining period (three PTOs: 2 s or more at 700 ms
+/// RTT) would only add to every transfer's time; a server that misses the
+/// close times the connection out.
+pub(crate) async fn close_sent(conn: &quinn::Connection, code: u32, reason: &[u8]) {
+    if conn.close_reason().is_some() {
+        return; // closed already (by the peer, say): nothing will be sent
+    }
+    let sent = conn.stats().udp_tx.datagrams;
+    conn.close(code.into(), reason);
+    until(Duration::from_millis(250), || {
+        conn.stats().udp_tx.datagrams > sent
+    })
+    .await;
+}
