@@ -5,7 +5,8 @@
 //!
 //! The runner's helpers have modules of their own: `proc` (processes in
 //! the hosts), `host` (host settings), `live` (what an interrupted run
-//! must undo), `metrics` (numbers from what was measured).
+//! must undo), `stage` (the run's directories where every tool can reach
+//! them), `metrics` (numbers from what was measured).
 //!
 //! Modules depend one way: `runner` → `proc`, `host`, `metrics`, `tools`,
 //! `dataset`, `scenario`, `results`; `proc`, `host` → `live`; `report` →
@@ -20,10 +21,12 @@ mod host;
 mod html;
 mod live;
 mod metrics;
+pub mod numbers;
 mod proc;
 pub mod report;
 pub mod results;
 pub mod runner;
 pub mod scenario;
+mod stage;
 mod text;
 pub mod tools;

@@ -1,5 +1,5 @@
 //! What an interrupted run must clean up: a process-wide record of the
-//! run's lab, process groups, mount and host settings, removed on Ctrl-C and
+//! run's lab, process groups, mounts and host settings, removed on Ctrl-C and
 //! at the end ([`clean_up`]).
 
 use longhaul_lab::ops;
@@ -14,6 +14,8 @@ pub(crate) struct Live {
     pub(crate) groups: Vec<i32>,
     pub(crate) cc_restore: Option<String>,
     pub(crate) mount: Option<PathBuf>,
+    /// The run's staged directories (see `stage`).
+    pub(crate) stage: Option<PathBuf>,
     /// Host-wide buffer limits raised for a scenario: (file, old value).
     pub(crate) core_restore: Vec<(&'static str, u64)>,
 }
@@ -23,6 +25,7 @@ pub(crate) static LIVE: Mutex<Live> = Mutex::new(Live {
     groups: Vec::new(),
     cc_restore: None,
     mount: None,
+    stage: None,
     core_restore: Vec::new(),
 });
 
@@ -43,6 +46,9 @@ pub fn clean_up() {
     }
     if let Some(m) = l.mount.take() {
         unmount(&m);
+    }
+    if let Some(root) = l.stage.take() {
+        crate::stage::unstage(&root);
     }
     if let Some(old) = l.cc_restore.take() {
         let _ = std::fs::write(ALLOWED_CC, old);

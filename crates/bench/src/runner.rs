@@ -106,8 +106,11 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Result<Results> {
         runs: Vec::new(),
     };
     let result = (|| -> Result<()> {
+        // The tools work beneath a staged copy of --out's directories
+        // (see `stage`); results go to --out itself.
+        let root = crate::stage::stage(&opts.lab, &out)?;
         for plan in &plans {
-            run_plan(plan, opts, &out, &mut results)?;
+            run_plan(plan, opts, &root, &out, &mut results)?;
         }
         Ok(())
     })();
@@ -117,8 +120,15 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Result<Results> {
 }
 
 /// Runs one scenario: its data set, its lab, then every chosen tool as
-/// many times as asked, each run saved as it ends.
-fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> Result<()> {
+/// many times as asked, each run saved in `results_dir` as it ends. The
+/// tools' files are beneath `out` (the staged directories).
+fn run_plan(
+    plan: &Plan,
+    opts: &Options,
+    out: &Path,
+    results_dir: &Path,
+    results: &mut Results,
+) -> Result<()> {
     let tools = chosen_tools(plan, opts);
     if tools.is_empty() {
         return Ok(());
@@ -164,7 +174,7 @@ fn run_plan(plan: &Plan, opts: &Options, out: &Path, results: &mut Results) -> R
                 );
             }
             results.runs.push(run);
-            save_json(out, results)?;
+            save_json(results_dir, results)?;
         }
     }
     tear_down_lab(&opts.lab);

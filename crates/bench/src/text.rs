@@ -32,7 +32,7 @@ pub(crate) fn fmt_num(v: f64) -> String {
 }
 
 /// Three significant digits (0.937, 0.0141, 0.00290).
-fn sig3(v: f64) -> String {
+pub(crate) fn sig3(v: f64) -> String {
     if v == 0.0 || !v.is_finite() {
         return format!("{v}");
     }

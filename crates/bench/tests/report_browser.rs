@@ -1,7 +1,7 @@
 //! The HTML report as a browser draws it: reports of every built-in suite
 //! (synthetic runs over each suite's quick-profile scenarios, with failures,
 //! time caps, several receivers and a tool name far longer than any real one)
-//! and of recorded lab runs (tests/fixtures) are opened in headless Chromium
+//! and of recorded lab runs (docs/results, which README's tables read) are opened in headless Chromium
 //! at a desktop and a phone width; a script measures the laid-out page
 //! (layout-check.js) and the test asserts that no text of any chart leaves
 //! its chart or overlaps another, that every tool with a time series is in
@@ -450,7 +450,8 @@ fn every_suites_report_lays_out_cleanly_in_chromium() {
         let r = synthetic(name);
         checked.push((name.to_string(), check(name, &r, &browser, &dir)));
     }
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    // Every run README's tables are made from (docs/results).
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/results");
     for e in std::fs::read_dir(&fixtures).unwrap() {
         let p = e.unwrap().path();
         if p.is_dir() && p.join("results.json").exists() {

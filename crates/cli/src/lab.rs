@@ -132,6 +132,31 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
             println!("reports: {}", a.dir.display());
             Ok(0)
         }
+        LabCommand::Table(a) => {
+            let choice = longhaul_bench::numbers::Choice {
+                figure: a.figure,
+                ours: a.ours,
+                peers: a.peers,
+                cpu: a.cpu,
+                scenarios: a.scenarios,
+            };
+            let all = a
+                .dirs
+                .iter()
+                .map(|d| report::load(d))
+                .collect::<Result<Vec<_>>>()?;
+            let tables: Vec<&[_]> = match a.merge {
+                true => vec![&all[..]],
+                false => all.chunks(1).collect(),
+            };
+            for (i, sources) in tables.iter().enumerate() {
+                if i > 0 {
+                    println!();
+                }
+                print!("{}", longhaul_bench::numbers::table(sources, &choice));
+            }
+            Ok(0)
+        }
         LabCommand::Deps(a) => {
             let tools = parse_tools(a.tools.as_deref())?.unwrap_or_else(Tool::all);
             install(&tools, a.dry_run)?;

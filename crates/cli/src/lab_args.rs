@@ -79,6 +79,10 @@ pub enum LabCommand {
     Demo(DemoArgs),
     /// Re-render a run's reports (results.csv, summary.md, the table) from its results.json.
     Report(ReportArgs),
+    /// Short markdown tables from runs' results.json: per scenario, longhaul
+    /// beside the best peer and their ratio, under the command that reran it.
+    #[command(after_help = TABLE_HELP)]
+    Table(TableArgs),
     /// Install the peer tools (Debian packages); installs only what is missing.
     Deps(DepsArgs),
     #[command(name = "__supervise", hide = true)]
@@ -398,6 +402,46 @@ pub struct DemoArgs {
 pub struct ReportArgs {
     /// A directory a `lab run` wrote (with results.json).
     pub dir: std::path::PathBuf,
+}
+
+const TABLE_HELP: &str = "\
+Each DIR is a directory `lab run` wrote. The table heads with the command
+that reproduces it and the run's date; each row is a scenario: longhaul's
+figure (the median over its runs), the best peer's (named), and the ratio
+(above 1x longhaul is ahead; for seconds and CPU the peer's over
+longhaul's). README's Numbers are made with it (scripts/readme-numbers).
+
+Examples:
+  longhaul lab table lab-results/startup
+  longhaul lab table --figure cpu runs/cpu-70ms
+  longhaul lab table --ours longhaul:known=yes --peers longhaul runs/known-700ms";
+
+#[derive(Args)]
+pub struct TableArgs {
+    /// Directories `lab run` wrote (each with results.json).
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<std::path::PathBuf>,
+    /// The figure: mbps, ttp, goodput, seconds, share or cpu (CPU-s per GB,
+    /// both ends) [default: the sweep's first metric, else mbps].
+    #[arg(long, value_name = "FIGURE", value_parser = longhaul_bench::numbers::Figure::parse)]
+    pub figure: Option<longhaul_bench::numbers::Figure>,
+    /// The tool label shown as longhaul [default: the best label starting
+    /// with "longhaul"].
+    #[arg(long, value_name = "LABEL")]
+    pub ours: Option<String>,
+    /// The tool labels to compare with [default: all others but iperf3].
+    #[arg(long, value_delimiter = ',', value_name = "L1,L2")]
+    pub peers: Option<Vec<String>>,
+    /// Add both sides' CPU seconds per GB delivered.
+    #[arg(long)]
+    pub cpu: bool,
+    /// Only the scenarios matching these globs (`*`, `?`), comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "GLOBS")]
+    pub scenarios: Option<Vec<String>>,
+    /// One table of all DIRs' runs (runs of one suite made apart, e.g. one
+    /// tool at a time).
+    #[arg(long)]
+    pub merge: bool,
 }
 
 #[derive(Args)]

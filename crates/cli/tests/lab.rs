@@ -11,6 +11,7 @@ use longhaul_testkit::{longhaul, run_timeout, Out};
 /// The binary under test.
 const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
 use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -846,10 +847,15 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
     {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    // The output directory as `mktemp -d` makes it (mode 0700), given as a
+    // relative path with a space: the peers' servers that run as user ftp
+    // (GridFTP, vsftpd) must still reach the data and the destinations.
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let dir = top.path().join("smoke out");
     let mut c = longhaul();
-    c.args(["lab", "run", "smoke", "--json", "--out"])
-        .arg(dir.path());
+    c.current_dir(top.path())
+        .args(["lab", "run", "smoke", "--json", "--out", "smoke out"]);
     let out = run_timeout(c, Duration::from_secs(600));
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     let r: Value = serde_json::from_str(&out.stdout).unwrap();
@@ -902,16 +908,16 @@ fn lab_run_smoke_moves_and_verifies_with_every_tool() {
         }
     }
     let saved: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
     assert_eq!(saved["runs"], r["runs"]);
-    let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 2 * 13);
-    let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
     assert!(
         md.contains("| small-files-10ms |") && md.contains("| one-file-two-receivers |"),
         "{md}"
     );
-    let page = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert_eq!(page.matches("<figure class=\"chart bars\"").count(), 2);
     assert_eq!(page.matches("<figure class=\"chart series\"").count(), 2);
     assert!(namespaces().iter().all(|n| !n.starts_with("lh-lhrun-")));
@@ -1207,15 +1213,27 @@ files = [{ size = "40MB", count = 1 }]
         "{:?}",
         namespaces()
     );
-    let marker = dir.path().to_str().unwrap().to_string();
+    // The tools ran on the run's directories staged (bind-mounted) under
+    // /run/longhaul-lab/LAB: neither those mounts nor processes using
+    // either path are left.
+    let stage = "/run/longhaul-lab/lhrun";
+    let markers = [dir.path().to_str().unwrap(), stage];
     let left: Vec<String> = std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
         .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains(&marker))
+        .filter(|c| markers.iter().any(|m| c.contains(m)))
         .collect();
     assert!(left.is_empty(), "processes left: {left:?}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(stage),
+        "mounts left under {stage}:\n{mounts}"
+    );
+    assert!(!std::path::Path::new(stage).exists(), "{stage} left");
+    // What the tools wrote is in --out itself.
+    assert!(cfg.exists(), "{} is not in --out", cfg.display());
     assert_eq!(
         allowed(),
         allowed_before,

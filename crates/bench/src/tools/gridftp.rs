@@ -269,7 +269,7 @@ fn udt_commands(s: &Setup) -> Result<Commands> {
 
 /// The uid of `ftp`, the user GSI maps the lab's certificate to (and the
 /// anonymous GridFTP and FTP servers run as).
-fn ftp_uid() -> Result<u32> {
+pub(crate) fn ftp_uid() -> Result<u32> {
     // SAFETY: getpwnam reads the user database; the entry is read at once,
     // before any other call could reuse its static storage.
     let pw = unsafe { libc::getpwnam(c"ftp".as_ptr()) };

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 mod ftp;
 mod gridftp;
+pub(crate) use gridftp::ftp_uid;
 mod iperf3;
 mod longhaul;
 mod longhaul_mc;
