@@ -125,6 +125,71 @@ pub(crate) fn tail(log: &Path) -> String {
     line.chars().take(200).collect()
 }
 
+/// Why a tool failed, from its log, in its own words where it gave any: the
+/// last line that says something ("Permission denied", "No such file", an
+/// error), not a protocol's closing line ("550 End."), shortened. A bare
+/// FTP-family reply code is explained.
+pub(crate) fn why(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    why_in(&text)
+}
+
+fn why_in(text: &str) -> String {
+    const TELLING: [&str; 13] = [
+        "denied",
+        "permission",
+        "no such",
+        "not found",
+        "refused",
+        "error",
+        "failed",
+        "cannot",
+        "can't",
+        "timed out",
+        "unreachable",
+        "no space",
+        "not allowed",
+    ];
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    // "550 End.", "550-", "226": a reply code with nothing to say.
+    let bare = |l: &str| {
+        let rest = l.get(3..).unwrap_or("");
+        l.len() >= 3
+            && l[..3].bytes().all(|b| b.is_ascii_digit())
+            && matches!(
+                rest.trim_matches(|c: char| c == '-' || c == ' ' || c == '.')
+                    .to_ascii_lowercase()
+                    .as_str(),
+                "" | "end"
+            )
+    };
+    let said = |l: &&&str| {
+        let low = l.to_ascii_lowercase();
+        TELLING.iter().any(|w| low.contains(w))
+    };
+    let line = lines
+        .iter()
+        .rev()
+        .filter(|l| !bare(l))
+        .find(said)
+        .or_else(|| lines.iter().rev().find(|l| !bare(l)))
+        .or(lines.last())
+        .copied()
+        .unwrap_or("");
+    let mut out: String = line.chars().take(200).collect();
+    let code = |c: &str| line.starts_with(c) || line.contains(&format!(" {c} "));
+    if code("550") || code("553") {
+        out.push_str(" (the peer's server refused the path: no such file, or no permission)");
+    } else if code("530") {
+        out.push_str(" (the peer's server refused the login)");
+    }
+    out
+}
+
 /// Fields 3 on of /proc/PID/stat (after the command name, which may hold
 /// spaces and parentheses).
 pub(crate) fn stat_fields(pid: i32) -> Option<Vec<f64>> {

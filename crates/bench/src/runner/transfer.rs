@@ -9,7 +9,7 @@
 use super::{new_run, receiver_name, set_limit, unavailable, Options, SERVER};
 use crate::dataset::{self, DataSet};
 use crate::metrics::*;
-use crate::proc::{forget_group, reap, spawn, stop, tail, wait_ready, Forked};
+use crate::proc::{forget_group, reap, spawn, stop, tail, wait_ready, why, Forked};
 use crate::results::{Results, Run, Status};
 use crate::scenario::{Background, Plan};
 use crate::tools::{Commands, Daemon, Host, Proc, Proto, Receiver, Setup, Tool, ToolSpec};
@@ -244,7 +244,7 @@ impl<'a> Transfer<'a> {
                 log: log.clone(),
             });
             if let Err(e) = wait_ready(pid, *ready) {
-                let note = format!("{e:#}; {}", tail(&log));
+                let note = format!("{e:#}; {}", why(&log));
                 stop_all(&daemons);
                 return Ok(Err(note));
             }
@@ -815,7 +815,7 @@ impl Watch {
                 *failure = Some(format!(
                     "exit {}: {}",
                     code.map_or("by signal".into(), |c| c.to_string()),
-                    tail(&actors[k].log)
+                    why(&actors[k].log)
                 ));
             }
             false
