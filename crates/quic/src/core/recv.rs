@@ -896,8 +896,8 @@ impl RecvCore {
             let held = self.waiting_bytes + r.data.len() as u64;
             if held > self.cfg.max_waiting {
                 return Err(protocol(format!(
-                    "more than {} MiB of data waits for manifest entries (file {} not announced)",
-                    self.cfg.max_waiting >> 20,
+                    "more than {} of data waits for manifest entries (file {} not announced)",
+                    longhaul_transfer::units::show_size(self.cfg.max_waiting),
                     h.id
                 )));
             }

@@ -844,7 +844,7 @@ fn fresh_records_wait_for_their_entries_within_a_bound() {
     s.record(14, 14, 0, &chunk, None);
     s.fails_with(
         Kind::Connection,
-        "more than 4 MiB of data waits for manifest entries (file 14 not announced)",
+        "more than 4.19 MB of data waits for manifest entries (file 14 not announced)",
     );
 
     // Data for an entry that is not a file.

@@ -742,7 +742,7 @@ async fn fresh_put_data() {
         })
     };
     // (Before this bound held the reading back, 64 MiB waiting ended the
-    // session: "more than 64 MiB of data waits for manifest entries".)
+    // session: "more than 67.11 MB of data waits for manifest entries".)
     tokio::time::sleep(Duration::from_millis(1500)).await;
     for i in 0..80u64 {
         let name = format!("f{i}");
