@@ -1,17 +1,19 @@
 //! The benchmark on top of the lab (`longhaul-lab`): suites as data files
 //! ([`scenario`], `suites/*.toml`), one adapter per peer tool ([`tools`]),
 //! data sets (`dataset`), the runner ([`runner`]), what a run produced
-//! ([`results`]) and the reports made from it ([`report`], `html`).
+//! ([`results`]) and the reports made from it ([`report`], `html`), and
+//! README-sized tables of it ([`numbers`], `longhaul lab table`).
 //!
 //! The runner's helpers have modules of their own: `proc` (processes in
 //! the hosts), `host` (host settings), `live` (what an interrupted run
 //! must undo), `stage` (the run's directories where every tool can reach
 //! them), `metrics` (numbers from what was measured).
 //!
-//! Modules depend one way: `runner` → `proc`, `host`, `metrics`, `tools`,
-//! `dataset`, `scenario`, `results`; `proc`, `host` → `live`; `report` →
-//! `html`; `report`, `html` → `text` (the words and numbers both print) →
-//! `results` → `scenario` → `tools`.
+//! Modules depend one way: `runner` → `feed`, `proc`, `host`, `metrics`,
+//! `tools`, `dataset`, `scenario`, `results`; `runner`, `proc`, `host` →
+//! `live` → `stage`; `report` → `html`; `report`, `html`, `numbers` →
+//! `text` (the words and numbers both print) → `results` → `scenario` →
+//! `tools`.
 
 #![warn(missing_docs, unreachable_pub)]
 

@@ -108,6 +108,7 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Result<Results> {
     let result = (|| -> Result<()> {
         // The tools work beneath a staged copy of --out's directories
         // (see `stage`); results go to --out itself.
+        live().stage = Some(crate::stage::root_of(&opts.lab));
         let root = crate::stage::stage(&opts.lab, &out)?;
         for plan in &plans {
             run_plan(plan, opts, &root, &out, &mut results)?;

@@ -9,7 +9,6 @@
 //! `--out` (the disk a suite writes to stays the one the user chose).
 //! Reports and results are written to `--out` itself.
 
-use crate::live::live;
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -24,8 +23,8 @@ pub(crate) fn root_of(lab: &str) -> PathBuf {
 }
 
 /// Stages `out`'s tool-facing directories for lab `lab`; returns the root
-/// the tools are given. Undone by [`unstage`] (also on Ctrl-C, through
-/// `live`).
+/// the tools are given. Undone by [`unstage`]; the caller records
+/// [`root_of`] in `live` first, so Ctrl-C undoes it even half made.
 pub(crate) fn stage(lab: &str, out: &Path) -> Result<PathBuf> {
     let root = root_of(lab);
     // Left by a run that was killed before it could clean up.
@@ -34,7 +33,6 @@ pub(crate) fn stage(lab: &str, out: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     }
-    live().stage = Some(root.clone());
     for sub in STAGED {
         let real = out.join(sub);
         std::fs::create_dir_all(&real).with_context(|| format!("creating {}", real.display()))?;
