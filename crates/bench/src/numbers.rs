@@ -167,8 +167,13 @@ pub fn command(r: &Results) -> String {
         let _ = write!(c, " --profile {}", r.profile);
     }
     let (scenarios, tools) = axes(r);
-    let listed: Vec<&String> = r.suite.scenarios.iter().map(|s| &s.name).collect();
-    if scenarios.len() < listed.len() && r.suite.profile_of(&r.profile).ok().flatten().is_none() {
+    let profile = r.suite.profile_of(&r.profile).ok().flatten();
+    // The scenarios the profile runs (its `only`, or all of them).
+    let planned = match profile.map(|p| &p.only) {
+        Some(only) if !only.is_empty() => only.len(),
+        _ => r.suite.scenarios.len(),
+    };
+    if scenarios.len() < planned {
         let _ = write!(c, " --scenarios {}", scenarios.join(","));
     }
     let suite_tools = &r.suite.suite.tools;
@@ -176,7 +181,6 @@ pub fn command(r: &Results) -> String {
         let _ = write!(c, " --tools {}", tools.join(","));
     }
     let reps = r.runs.iter().map(|x| x.rep).max().unwrap_or(1);
-    let profile = r.suite.profile_of(&r.profile).ok().flatten();
     let asked = profile
         .and_then(|p| p.repeat)
         .unwrap_or(r.suite.suite.repeat)
