@@ -88,8 +88,8 @@ pub struct Choice {
     /// The longhaul label to show (default: the best of the tools whose
     /// label starts with "longhaul" in each scenario, named when not plain).
     pub ours: Option<String>,
-    /// The peers to compare with (default: every other tool but iperf3,
-    /// which moves no files).
+    /// The peers to compare with (default: every other tool but iperf3 in
+    /// any setting, which moves no files).
     pub peers: Option<Vec<String>>,
     /// Add both sides' CPU seconds per GB.
     pub cpu: bool,
@@ -368,7 +368,7 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
     };
     let peer = |t: &String| match &choice.peers {
         Some(p) => p.contains(t),
-        None => !t.starts_with("longhaul") && t != "iperf3",
+        None => !t.starts_with("longhaul") && t.split(':').next() != Some("iperf3"),
     };
     let mut s = String::new();
     let _ = writeln!(

@@ -429,7 +429,8 @@ pub struct TableArgs {
     /// with "longhaul"].
     #[arg(long, value_name = "LABEL")]
     pub ours: Option<String>,
-    /// The tool labels to compare with [default: all others but iperf3].
+    /// The tool labels to compare with [default: all others but iperf3,
+    /// which moves no files].
     #[arg(long, value_delimiter = ',', value_name = "L1,L2")]
     pub peers: Option<Vec<String>>,
     /// Add both sides' CPU seconds per GB delivered.
