@@ -489,7 +489,7 @@ mod tests {
 
     #[test]
     fn ttp_is_taken_against_each_scenarios_own_link() {
-        // Issue 28: a suite of a 256 kbit/s and a 10 Mbit/s path whose line rate
+        // A suite of a 256 kbit/s and a 10 Mbit/s path whose line rate
         // is 256k read TTP 34.8 on the fast one. Each is now against its own
         // link: the receivers' down rate, or the suite's line rate when unlimited.
         let mut text =
