@@ -373,7 +373,7 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{}; {}:\n",
+        "{}, on {}:\n",
         sources.iter().map(source).collect::<Vec<_>>().join(" and "),
         first
             .machine
