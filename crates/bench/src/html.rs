@@ -1604,6 +1604,7 @@ pub(crate) mod tests {
             machine: Default::default(),
             versions: Default::default(),
             line_rate_bps: 1_000_000_000,
+            command: String::new(),
             runs: vec![plain_run("a", "rsync", "ok", 14.0), mc, uftp, skipped],
         }
     }

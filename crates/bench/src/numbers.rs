@@ -93,7 +93,7 @@ pub struct Choice {
     pub peers: Option<Vec<String>>,
     /// Add both sides' CPU seconds per GB.
     pub cpu: bool,
-    /// Only the scenarios matching one of these globs (`*`, `?`).
+    /// Only the scenarios matching one of these globs (`*`).
     pub scenarios: Option<Vec<String>>,
 }
 
@@ -155,8 +155,13 @@ fn best<'a>(
         })
 }
 
-/// The command that reruns what `r` holds.
+/// The command that reruns what `r` holds: the one recorded with it, or
+/// for results from before commands were kept, one made from the suite and
+/// the runs (its `--scenarios` cannot be known there).
 pub fn command(r: &Results) -> String {
+    if !r.command.is_empty() {
+        return r.command.clone();
+    }
     let name = &r.suite.suite.name;
     let mut c = if BUILTIN.iter().any(|(n, _)| n == name) {
         format!("longhaul lab run {name}")
@@ -210,7 +215,17 @@ pub fn date(unix: u64) -> String {
 /// p99 latency from ready at the sender to verified at the station, and
 /// what it had of what it was due.
 fn feed_table(r: &Results, scenarios: &[String], choice: &Choice) -> String {
-    let mut s = format!("{}:\n\n", source(r));
+    let reps = r.runs.iter().map(|x| x.rep).max().unwrap_or(1);
+    let mut s = format!(
+        "`{}` ({}, {}):\n\n",
+        command(r),
+        date(r.started_unix),
+        if reps > 1 {
+            format!("the first of {reps} runs")
+        } else {
+            "one run each".into()
+        }
+    );
     let (_, tools) = axes(r);
     let ours: Vec<&String> = tools
         .iter()
@@ -223,7 +238,7 @@ fn feed_table(r: &Results, scenarios: &[String], choice: &Choice) -> String {
         .iter()
         .filter(|t| match &choice.peers {
             Some(p) => p.contains(t),
-            None => !ours.contains(t),
+            None => !ours.contains(t) && t.split(':').next() != Some("iperf3"),
         })
         .collect();
     let shown: Vec<&String> = ours.iter().chain(peers.iter()).copied().collect();
@@ -432,10 +447,14 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
             None => "–".to_string(),
             Some((t, c)) => {
                 let mut v = figure.text(c.value);
-                if !one_figure {
+                if !one_figure && !v.ends_with("kbit/s") {
                     let _ = write!(v, "\u{a0}{}", figure.heading());
                 }
                 if c.capped {
+                    if figure == Figure::Metric(Metric::Seconds) {
+                        // Stopped at the cap: it would have taken longer.
+                        v.insert_str(0, "≥\u{a0}");
+                    }
                     v.push_str("\u{a0}⏱");
                 }
                 if c.runs.0 < c.runs.1 {
@@ -495,7 +514,7 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
     if s.contains('⏱') {
         let _ = writeln!(
             s,
-            "\n⏱: stopped at the time cap; the figure is what it moved by then."
+            "\n⏱: stopped at the time cap (a rate is what it moved by then, a time a bound)."
         );
     }
     s

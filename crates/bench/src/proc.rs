@@ -158,8 +158,9 @@ fn why_in(text: &str) -> String {
     // "550 End.", "550-", "226": a reply code with nothing to say.
     let bare = |l: &str| {
         let rest = l.get(3..).unwrap_or("");
-        l.len() >= 3
-            && l[..3].bytes().all(|b| b.is_ascii_digit())
+        l.as_bytes()
+            .get(..3)
+            .is_some_and(|b| b.iter().all(u8::is_ascii_digit))
             && matches!(
                 rest.trim_matches(|c: char| c == '-' || c == ' ' || c == '.')
                     .to_ascii_lowercase()

@@ -606,6 +606,7 @@ mod tests {
             machine: Default::default(),
             versions: [("rsync".to_string(), "rsync 3.2.7".to_string())].into(),
             line_rate_bps: 1_000_000_000,
+            command: String::new(),
             runs: vec![
                 run("a", "longhaul", "ok", 900.0),
                 run("a", "rsync", "ok", 14.0),
@@ -780,6 +781,7 @@ mod tests {
             machine: Default::default(),
             versions: Default::default(),
             line_rate_bps: 1_000_000,
+            command: String::new(),
             runs: vec![capped, lh],
         };
         let md = summary(&r);
@@ -835,6 +837,7 @@ mod tests {
             machine: Default::default(),
             versions: Default::default(),
             line_rate_bps: 1_000_000_000,
+            command: String::new(),
             runs: vec![
                 // Run order is not x order.
                 at("l50", 50.0, "gridftp:p=1", 60.0),

@@ -348,6 +348,11 @@ pub struct Results {
     /// The suite's line rate in bit/s, the reference of `ttp` only for scenarios
     /// whose links have no rate (the others use their links' own).
     pub line_rate_bps: u64,
+    /// The command line that made the run (`longhaul lab run SUITE
+    /// [--profile P] [--scenarios ...] [--tools ...] [--repeat N]`); empty
+    /// in results from before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub command: String,
     /// Every run, in the order they ran.
     pub runs: Vec<Run>,
 }

@@ -41,6 +41,9 @@ pub struct Options {
     pub progress: bool,
     /// The lab's name ([`DEFAULT_LAB`] unless two runs go at once).
     pub lab: String,
+    /// The command line that reproduces the run (without --out, --lab and
+    /// --json), kept in results.json for `lab table`; empty if unknown.
+    pub command: String,
 }
 
 /// The lab a run brings up, unless told another name.
@@ -83,6 +86,11 @@ pub fn profile_note(suite: &Suite, profile: &str) -> Result<String> {
 /// Runs every scenario of `suite`; results are saved in `opts.out` after each run.
 pub fn run_suite(suite: &Suite, opts: &Options) -> Result<Results> {
     ops::require_root()?;
+    // Before anything is staged or mounted under the lab's name.
+    longhaul_lab::topology::check_lab_name(&opts.lab)?;
+    if !matches!(ops::status(&opts.lab), ops::Status::Absent) {
+        bail!("a lab named '{}' is up: another `lab run`? (`longhaul lab down --name {}` removes it; `lab run --lab NAME` runs beside it)", opts.lab, opts.lab);
+    }
     let plans = suite.plans_for(&opts.profile)?;
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
@@ -103,6 +111,7 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Result<Results> {
         machine: machine(),
         versions: BTreeMap::new(),
         line_rate_bps: suite.line_rate_bps(),
+        command: opts.command.clone(),
         runs: Vec::new(),
     };
     let result = (|| -> Result<()> {

@@ -27,6 +27,9 @@ pub(crate) fn root_of(lab: &str) -> PathBuf {
 /// [`root_of`] in `live` first, so Ctrl-C undoes it even half made.
 pub(crate) fn stage(lab: &str, out: &Path) -> Result<PathBuf> {
     let root = root_of(lab);
+    if root.parent() != Some(Path::new("/run/longhaul-lab")) || lab.starts_with('.') {
+        bail!("lab name {lab:?}: not a plain name");
+    }
     // Left by a run that was killed before it could clean up.
     unstage(&root);
     for dir in [root.parent().expect("a parent"), &root] {
@@ -84,16 +87,18 @@ pub(crate) fn unstage(root: &Path) {
     }
     for sub in STAGED {
         let at = root.join(sub);
-        // A tmpfs may sit on the bind mount: unmount until nothing is.
-        while is_mount_point(&at) {
+        // A tmpfs may sit on the bind mount: unmount until nothing is (a
+        // busy one detached at once; the kernel lets go when it is free).
+        for _ in 0..8 {
+            if !is_mount_point(&at) {
+                break;
+            }
             let ok = Command::new("umount")
                 .arg(&at)
                 .status()
                 .is_ok_and(|s| s.success());
             if !ok {
-                // Busy: detach it now; the kernel lets go when it is free.
                 let _ = Command::new("umount").arg("-l").arg(&at).status();
-                break;
             }
         }
         let _ = std::fs::remove_dir(&at);
@@ -101,9 +106,9 @@ pub(crate) fn unstage(root: &Path) {
     let _ = std::fs::remove_dir(root);
 }
 
-/// Whether `dir` is a mount point: it is on another device than its
-/// parent, or /proc/self/mountinfo names it (a bind mount of the same
-/// file system).
+/// Whether /proc/self/mountinfo names `dir` as a mount point (a bind mount
+/// of the same file system is one too). `dir` is a path as the kernel
+/// writes it: absolute, without `.` or `..`.
 fn is_mount_point(dir: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;

@@ -173,6 +173,7 @@ fn synthetic(name: &str) -> Results {
         ]),
         versions: BTreeMap::new(),
         line_rate_bps: line,
+        command: String::new(),
         runs,
     }
 }

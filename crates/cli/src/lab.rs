@@ -90,6 +90,19 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
             let out = a
                 .out
                 .unwrap_or_else(|| format!("lab-results/{}", suite.suite.name).into());
+            let mut command = format!("longhaul lab run {}", a.suite);
+            if a.profile != "standard" {
+                command += &format!(" --profile {}", a.profile);
+            }
+            if let Some(s) = &a.scenarios {
+                command += &format!(" --scenarios '{}'", s.join(","));
+            }
+            if let Some(t) = &tools {
+                command += &format!(" --tools {}", t.join(","));
+            }
+            if let Some(n) = a.repeat {
+                command += &format!(" --repeat {n}");
+            }
             let opts = runner::Options {
                 exe,
                 out,
@@ -98,6 +111,7 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
                 repeat: a.repeat,
                 progress: !a.json,
                 lab: a.lab,
+                command,
             };
             run_suite(&suite, opts, a.json)
         }
@@ -122,6 +136,7 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
                 repeat: None,
                 progress: !a.json,
                 lab: runner::DEFAULT_LAB.into(),
+                command: "longhaul lab demo".into(),
             };
             run_suite(&suite, opts, a.json)
         }

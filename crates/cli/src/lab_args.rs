@@ -436,7 +436,8 @@ pub struct TableArgs {
     /// Add both sides' CPU seconds per GB delivered.
     #[arg(long)]
     pub cpu: bool,
-    /// Only the scenarios matching these globs (`*`, `?`), comma-separated.
+    /// Only the scenarios matching these globs (`*` for any run of
+    /// characters), comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "GLOBS")]
     pub scenarios: Option<Vec<String>>,
     /// One table of all DIRs' runs (runs of one suite made apart, e.g. one

@@ -32,7 +32,7 @@ impl Bar {
 #[derive(Debug, Clone, Default)]
 pub struct Frame {
     pub elapsed: Duration,
-    /// Bytes done and in all (0 while the manifest is still unknown).
+    /// Bytes done and in all (0 before the manifest's first entry).
     pub done: u64,
     pub total: u64,
     /// Files settled and in all.
@@ -115,7 +115,14 @@ pub fn render(frame: &Frame, width: usize) -> String {
             Some(line) if line.chars().count() <= width => return line,
             // The bytes and a note are never dropped: on a terminal too
             // narrow even for them, the line is cut.
-            Some(line) if shown.is_empty() => return line.chars().take(width).collect(),
+            Some(line) if shown.is_empty() => {
+                return line
+                    .chars()
+                    .take(width)
+                    .collect::<String>()
+                    .trim_end()
+                    .into()
+            }
             _ => {
                 shown.remove(0);
             }
@@ -317,7 +324,7 @@ mod tests {
         assert_eq!(at(40), "1.21/2.00 GB 60% 929 Mbit/s ETA 0:06");
         assert_eq!(at(30), "1.21/2.00 GB 60% 929 Mbit/s");
         assert_eq!(at(12), "1.21/2.00 GB");
-        assert_eq!(at(10), "1.21/2.00 ");
+        assert_eq!(at(10), "1.21/2.00");
         // A field once dropped stays dropped as the width shrinks.
         for (w, l) in &seen {
             if *w < 70 {

@@ -5,7 +5,7 @@
 use longhaul_testkit::*;
 use nix::pty::{openpty, Winsize};
 use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,12 @@ fn on_terminal(mut cmd: std::process::Command, cols: u16) -> (i32, String) {
         ws_ypixel: 0,
     };
     let pty = openpty(Some(&size), None).expect("openpty");
+    // Not inherited by what other tests spawn meanwhile (the reads below
+    // end only when every holder of the other side has closed it).
+    for fd in [&pty.master, &pty.slave] {
+        // SAFETY: setting a flag on a descriptor we own.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
     let slave = |fd: &OwnedFd| Stdio::from(fd.try_clone().expect("dup"));
     cmd.stdin(slave(&pty.slave))
         .stdout(slave(&pty.slave))
