@@ -215,17 +215,7 @@ pub fn date(unix: u64) -> String {
 /// p99 latency from ready at the sender to verified at the station, and
 /// what it had of what it was due.
 fn feed_table(r: &Results, scenarios: &[String], choice: &Choice) -> String {
-    let reps = r.runs.iter().map(|x| x.rep).max().unwrap_or(1);
-    let mut s = format!(
-        "`{}` ({}, {}):\n\n",
-        command(r),
-        date(r.started_unix),
-        if reps > 1 {
-            format!("the first of {reps} runs")
-        } else {
-            "one run each".into()
-        }
-    );
+    let mut s = format!("{}:\n\n", source(r, "the first of"));
     let (_, tools) = axes(r);
     let ours: Vec<&String> = tools
         .iter()
@@ -344,15 +334,16 @@ pub fn merge(all: Vec<Results>) -> Results {
     first
 }
 
-/// How `r` was made: its command, date and runs per tool.
-fn source(r: &Results) -> String {
+/// How `r` was made: its command, date and runs per tool, of which a
+/// table shows `which` ("median of", "the first of").
+fn source(r: &Results, which: &str) -> String {
     let reps = r.runs.iter().map(|x| x.rep).max().unwrap_or(1);
     format!(
         "`{}` ({}, {})",
         command(r),
         date(r.started_unix),
         if reps > 1 {
-            format!("median of {reps} runs")
+            format!("{which} {reps} runs")
         } else {
             "one run each".into()
         }
@@ -372,7 +363,7 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
         scenarios.retain(|sc| globs.iter().any(|g| crate::scenario::glob(g, sc)));
     }
     if scenarios.is_empty() {
-        return format!("{}: no scenario to show\n", source(r));
+        return format!("{}: no scenario to show\n", source(r, "median of"));
     }
     if scenarios.iter().all(|sc| crate::text::is_feed(r, sc)) {
         return feed_table(r, &scenarios, choice);
@@ -389,7 +380,7 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
     let _ = writeln!(
         s,
         "{}, on {}:\n",
-        sources.iter().map(source).collect::<Vec<_>>().join(" and "),
+        sources.iter().map(|r| source(r, "median of")).collect::<Vec<_>>().join(" and "),
         first
             .machine
             .get("cores")
