@@ -380,7 +380,11 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
     let _ = writeln!(
         s,
         "{}, on {}:\n",
-        sources.iter().map(|r| source(r, "median of")).collect::<Vec<_>>().join(" and "),
+        sources
+            .iter()
+            .map(|r| source(r, "median of"))
+            .collect::<Vec<_>>()
+            .join(" and "),
         first
             .machine
             .get("cores")
