@@ -376,20 +376,8 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
         Some(p) => p.contains(t),
         None => !t.starts_with("longhaul") && t.split(':').next() != Some("iperf3"),
     };
+    // The rows first: the head says what ⏱ means only if one is capped.
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{}, on {}:\n",
-        sources
-            .iter()
-            .map(|r| source(r, "median of"))
-            .collect::<Vec<_>>()
-            .join(" and "),
-        first
-            .machine
-            .get("cores")
-            .map_or("this machine".into(), |c| format!("{c} cores"))
-    );
     let figure_of = |sc: &str| {
         choice.figure.unwrap_or_else(|| {
             r.runs
@@ -506,13 +494,23 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
         }
         s.push('\n');
     }
-    if s.contains('⏱') {
-        let _ = writeln!(
-            s,
-            "\n⏱: stopped at the time cap (a rate is what it moved by then, a time a bound)."
-        );
-    }
-    s
+    let capped = if s.contains('⏱') {
+        "; ⏱: stopped at the time cap (a rate is what it moved by then, a time a bound)"
+    } else {
+        ""
+    };
+    format!(
+        "{}, on {}{capped}:\n\n{s}",
+        sources
+            .iter()
+            .map(|r| source(r, "median of"))
+            .collect::<Vec<_>>()
+            .join(" and "),
+        first
+            .machine
+            .get("cores")
+            .map_or("this machine".into(), |c| format!("{c} cores"))
+    )
 }
 
 #[cfg(test)]
