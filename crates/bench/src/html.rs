@@ -82,14 +82,20 @@ fn time_ticks(end: f64, max_n: usize) -> Vec<f64> {
 }
 
 /// A log axis covering `lo..hi`: whole decades, with 2 and 5 between them
-/// when it spans fewer than two, every other decade when more than six.
+/// when it spans one, 3 when it spans two (evenly spaced: "500" and "1000"
+/// would touch on a narrow page), every other decade when more than six.
 fn log_ticks(lo: f64, hi: f64) -> (f64, f64, Vec<f64>) {
     let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
     let b = b.max(a + 1);
     let mut t: Vec<f64> = (a..=b).map(|k| 10f64.powi(k)).collect();
     if b - a <= 2 {
+        let between: &[f64] = if b - a == 1 {
+            &[1.0, 2.0, 5.0]
+        } else {
+            &[1.0, 3.0]
+        };
         t = (a..b)
-            .flat_map(|k| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(k)))
+            .flat_map(|k| between.iter().map(move |m| m * 10f64.powi(k)))
             .chain([10f64.powi(b)])
             .collect();
     } else if b - a > 6 {
@@ -1741,7 +1747,9 @@ pub(crate) mod tests {
         assert_eq!(time_ticks(5.3, 6), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
         let (a, b, t) = log_ticks(14.0, 900.0);
         assert_eq!((a, b), (10.0, 1000.0));
-        assert_eq!(t.len(), 7, "{t:?}");
+        assert_eq!(t, vec![10.0, 30.0, 100.0, 300.0, 1000.0]);
+        let (_, _, t) = log_ticks(14.0, 90.0);
+        assert_eq!(t, vec![10.0, 20.0, 50.0, 100.0]);
         let (a, b, t) = log_ticks(0.002, 3000.0);
         assert_eq!((a, b), (0.001, 10000.0));
         assert_eq!(t, vec![0.001, 0.1, 10.0, 1000.0, 10000.0]);
