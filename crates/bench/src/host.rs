@@ -3,22 +3,15 @@
 //! and what the machine is, for results.json.
 
 use crate::live::{live, ALLOWED_CC};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use longhaul_lab::topology::LabConfig;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 pub(crate) fn mount_tmpfs(dir: &Path, size: u64) -> Result<()> {
     std::fs::create_dir_all(dir)?;
-    let st = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "lhrun"])
-        .arg(dir)
-        .status()
-        .context("running mount")?;
-    if !st.success() {
-        bail!("mount -t tmpfs on {} failed", dir.display());
-    }
+    let size = format!("size={size}");
+    crate::stage::mount(&["-t", "tmpfs", "-o", &size], Path::new("lhrun"), dir)?;
     live().mount = Some(dir.to_path_buf());
     Ok(())
 }

@@ -11,7 +11,8 @@
 //!
 //! Modules depend one way: `runner` → `feed`, `proc`, `host`, `metrics`,
 //! `tools`, `dataset`, `scenario`, `results`; `runner`, `proc`, `host` →
-//! `live` → `stage`; `report` → `html`; `report`, `html`, `numbers` →
+//! `live` → `stage` (whose `mount` and `unmount` every mount of a run goes
+//! through, `host`'s tmpfs too); `report` → `html`; `report`, `html`, `numbers` →
 //! `text` (the words and numbers both print) → `results` → `scenario` →
 //! `tools`.
 

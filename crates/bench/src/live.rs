@@ -3,8 +3,7 @@
 //! at the end ([`clean_up`]).
 
 use longhaul_lab::ops;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// What an interrupted run must clean up.
@@ -45,7 +44,7 @@ pub fn clean_up() {
         ops::teardown(&lab);
     }
     if let Some(m) = l.mount.take() {
-        unmount(&m);
+        crate::stage::unmount(&m);
     }
     if let Some(root) = l.stage.take() {
         crate::stage::unstage(&root);
@@ -59,7 +58,3 @@ pub fn clean_up() {
 }
 
 pub(crate) const ALLOWED_CC: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
-
-pub(crate) fn unmount(dir: &Path) {
-    let _ = Command::new("umount").arg(dir).status();
-}

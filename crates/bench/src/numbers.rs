@@ -88,13 +88,31 @@ pub struct Choice {
     /// The longhaul label to show (default: the best of the tools whose
     /// label starts with "longhaul" in each scenario, named when not plain).
     pub ours: Option<String>,
-    /// The peers to compare with (default: every other tool but iperf3 in
-    /// any setting, which moves no files).
+    /// The peers to compare with (default: every tool whose label does not
+    /// start with "longhaul", but iperf3 in any setting, which moves no files).
     pub peers: Option<Vec<String>>,
     /// Add both sides' CPU seconds per GB.
     pub cpu: bool,
     /// Only the scenarios matching one of these globs (`*`).
     pub scenarios: Option<Vec<String>>,
+}
+
+impl Choice {
+    /// Whether tool label `t` is shown as longhaul.
+    fn is_ours(&self, t: &str) -> bool {
+        match &self.ours {
+            Some(o) => t == o,
+            None => t.starts_with("longhaul"),
+        }
+    }
+
+    /// Whether tool label `t` is a peer to compare with.
+    fn is_peer(&self, t: &str) -> bool {
+        match &self.peers {
+            Some(p) => p.iter().any(|x| x == t),
+            None => !t.starts_with("longhaul") && t.split(':').next() != Some("iperf3"),
+        }
+    }
 }
 
 /// The median of `v` (not empty).
@@ -217,21 +235,9 @@ pub fn date(unix: u64) -> String {
 fn feed_table(r: &Results, scenarios: &[String], choice: &Choice) -> String {
     let mut s = format!("{}:\n\n", source(r, "the first of"));
     let (_, tools) = axes(r);
-    let ours: Vec<&String> = tools
-        .iter()
-        .filter(|t| match &choice.ours {
-            Some(o) => *t == o,
-            None => t.starts_with("longhaul"),
-        })
-        .collect();
-    let peers: Vec<&String> = tools
-        .iter()
-        .filter(|t| match &choice.peers {
-            Some(p) => p.contains(t),
-            None => !ours.contains(t) && t.split(':').next() != Some("iperf3"),
-        })
-        .collect();
-    let shown: Vec<&String> = ours.iter().chain(peers.iter()).copied().collect();
+    let ours = tools.iter().filter(|t| choice.is_ours(t));
+    let peers = tools.iter().filter(|t| choice.is_peer(t));
+    let shown: Vec<&String> = ours.chain(peers).collect();
     let _ = writeln!(
         s,
         "| station | path | {} |",
@@ -368,14 +374,6 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
     if scenarios.iter().all(|sc| crate::text::is_feed(r, sc)) {
         return feed_table(r, &scenarios, choice);
     }
-    let ours_of = |t: &String| match &choice.ours {
-        Some(o) => t == o,
-        None => t.starts_with("longhaul"),
-    };
-    let peer = |t: &String| match &choice.peers {
-        Some(p) => p.contains(t),
-        None => !t.starts_with("longhaul") && t.split(':').next() != Some("iperf3"),
-    };
     // The rows first: the head says what ⏱ means only if one is capped.
     let mut s = String::new();
     let figure_of = |sc: &str| {
@@ -419,8 +417,8 @@ pub fn table(sources: &[Results], choice: &Choice) -> String {
     );
     for sc in &scenarios {
         let figure = figure_of(sc);
-        let ours = best(r, sc, tools.iter().filter(|t| ours_of(t)), figure);
-        let theirs = best(r, sc, tools.iter().filter(|t| peer(t)), figure);
+        let ours = best(r, sc, tools.iter().filter(|t| choice.is_ours(t)), figure);
+        let theirs = best(r, sc, tools.iter().filter(|t| choice.is_peer(t)), figure);
         if ours.is_none() && theirs.is_none() {
             continue;
         }

@@ -8,9 +8,10 @@
 use crate::dataset::{self, DataSet};
 use crate::host::{machine, mount_tmpfs, set_cc, set_tcp_max};
 pub use crate::live::clean_up;
-use crate::live::{live, unmount};
+use crate::live::live;
 use crate::results::{Results, Run, Status};
 use crate::scenario::{Data, Feed, Plan, Storage, Suite};
+use crate::stage::unmount;
 use crate::tools::{Tool, ToolSpec};
 use anyhow::{bail, Context, Result};
 use longhaul_lab::ops;

@@ -61,7 +61,8 @@ pub(crate) fn stage(lab: &str, out: &Path) -> Result<PathBuf> {
     Ok(root)
 }
 
-fn mount(flags: &[&str], from: &Path, at: &Path) -> Result<()> {
+/// `mount FLAGS [FROM] AT` (FROM left out when empty).
+pub(crate) fn mount(flags: &[&str], from: &Path, at: &Path) -> Result<()> {
     let mut cmd = Command::new("mount");
     cmd.args(flags);
     if !from.as_os_str().is_empty() {
@@ -79,6 +80,14 @@ fn mount(flags: &[&str], from: &Path, at: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Unmounts what is mounted at `dir`; whether that worked.
+pub(crate) fn unmount(dir: &Path) -> bool {
+    Command::new("umount")
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Unmounts and removes a staged root (anything beneath a staged directory,
 /// such as a tmpfs, first). Quiet: used on the way out.
 pub(crate) fn unstage(root: &Path) {
@@ -93,11 +102,7 @@ pub(crate) fn unstage(root: &Path) {
             if !is_mount_point(&at) {
                 break;
             }
-            let ok = Command::new("umount")
-                .arg(&at)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
+            if !unmount(&at) {
                 let _ = Command::new("umount").arg("-l").arg(&at).status();
             }
         }

@@ -429,8 +429,8 @@ pub struct TableArgs {
     /// with "longhaul"].
     #[arg(long, value_name = "LABEL")]
     pub ours: Option<String>,
-    /// The tool labels to compare with [default: all others but iperf3,
-    /// which moves no files].
+    /// The tool labels to compare with [default: every label not starting
+    /// with "longhaul", but iperf3, which moves no files].
     #[arg(long, value_delimiter = ',', value_name = "L1,L2")]
     pub peers: Option<Vec<String>>,
     /// Add both sides' CPU seconds per GB delivered.
