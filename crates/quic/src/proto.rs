@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 /// [`REPAIRED_PRELUDE`], and RaptorQ symbols of each ([`Repair`]) follow as
 /// QUIC datagrams, from which the receiver rebuilds what the path lost
 /// instead of waiting a round trip for QUIC's retransmission.
-pub const VERSION: u32 = 11;
+pub const VERSION: u32 = 12;
 /// TLS ALPN both sides require; it names the protocol family and stays
 /// `longhaul/1` across versions ([`VERSION`] is in the `Hello`).
 pub const ALPN: &[u8] = b"longhaul/1";
@@ -283,6 +283,20 @@ pub enum Want {
     /// No data: only the file's BLAKE3, in a `FileDone` that says
     /// `unchanged: false` (a dry run's `--checksum`). Version 11.
     HashOnly,
+    /// Chunks `first..end` only (a shard's part of a file, `--shard`):
+    /// the sender reads none of the others, sends the chunks of `send`
+    /// (ranges within `first..end`; the receiver holds the rest), and its
+    /// `FileDone` carries the slice's digest
+    /// ([`longhaul_transfer::ChunkPlan::slice_digest`] over `first..end`),
+    /// not the file's BLAKE3. Version 12.
+    Slice {
+        /// First chunk of the slice.
+        first: u64,
+        /// One past its last chunk.
+        end: u64,
+        /// What goes out of it: half-open chunk ranges.
+        send: Vec<(u64, u64)>,
+    },
 }
 
 /// Final word of the receiver on one file.

@@ -91,6 +91,22 @@ impl ChunkPlan {
         }
     }
 
+    /// The digest of a slice of the file: chunks `first..first + digests.len()`
+    /// (a shard's part, [`crate::shard`]), from their chaining values in
+    /// order. Sender and receiver both compute it, so the slice is checked
+    /// end to end without either reading the rest of the file; the chaining
+    /// values it covers are those the file's root is later made of.
+    pub fn slice_digest(&self, first: u64, digests: &[Digest]) -> Digest {
+        let mut h = blake3::Hasher::new_derive_key("longhaul 2026-11-30 slice of a file");
+        h.update(&self.size.to_le_bytes());
+        h.update(&first.to_le_bytes());
+        h.update(&(digests.len() as u64).to_le_bytes());
+        for d in digests {
+            h.update(d);
+        }
+        *h.finalize().as_bytes()
+    }
+
     /// Split chunks `[lo, hi)` into BLAKE3's left and right subtree: the left one holds
     /// the largest power of two of chunks that is smaller than the whole.
     fn split(&self, lo: usize, hi: usize) -> (usize, usize) {

@@ -14,6 +14,10 @@
 //! - [`partlock`]: a part file's lock against other processes, held while its data moves.
 //! - [`unnamed`]: unnamed files (`O_TMPFILE`) linked under their name once verified.
 //! - [`sync`]: skip/resume/full decisions.
+//! - [`shard`]: shards of one transfer (`--shard K/N`): the plan every shard computes
+//!   from one listing, and the plan file that shares it.
+//! - [`slice`]: a shard's slice of a file: several shards writing one part, each with
+//!   its own journal, the last naming the file.
 //! - [`mod@shown`]: the far side's names and messages made safe for terminals and logs.
 //! - [`units`]: one grammar of sizes, rates and durations for flags, SPECs and suites.
 //! - [`testdata`]: seeded, incompressible test data for the demo, the bench and tests.
@@ -31,8 +35,10 @@ pub mod open;
 pub mod partlock;
 pub mod path;
 pub mod place;
+pub mod shard;
 pub mod shown;
 pub mod sibling;
+pub mod slice;
 pub mod sync;
 pub mod testdata;
 pub mod units;

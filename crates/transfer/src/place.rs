@@ -1084,7 +1084,7 @@ pub struct Incoming {
 }
 
 /// Chunk `index` as the part file holds it, hashed (its digest, if intact).
-fn read_back(file: &File, plan: &ChunkPlan, index: u64) -> io::Result<Digest> {
+pub(crate) fn read_back(file: &File, plan: &ChunkPlan, index: u64) -> io::Result<Digest> {
     let len = plan.len(index).unwrap_or(0) as usize;
     let buf = crate::chunk::read_at(file, len, plan.offset(index))?;
     let mut h = plan.hasher(index);
@@ -1902,6 +1902,24 @@ pub fn start_writeback(file: &File, offset: u64, len: u64) {
 /// descriptors are `O_PATH`, which syncfs refuses (EBADF): it gets one of its
 /// own, opened for reading.
 pub fn sync_fs(dir: &Dir) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = open_dot(dir)?;
+    // SAFETY: syncfs on a descriptor held open for the call.
+    match unsafe { libc::syncfs(fd.as_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Make `dir`'s entries durable (fsync of the directory: a name given by a
+/// rename survives a power cut).
+pub fn sync_dir(dir: &Dir) -> io::Result<()> {
+    File::from(open_dot(dir)?).sync_all()
+}
+
+/// `dir` opened for reading (a `Dir`'s own descriptor is a path only,
+/// which neither syncfs nor fsync takes).
+fn open_dot(dir: &Dir) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     // SAFETY: openat on a descriptor `dir` holds open, a NUL-terminated path.
     let fd = unsafe {
@@ -1915,12 +1933,7 @@ pub fn sync_fs(dir: &Dir) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` was just opened and is owned here alone.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: syncfs on a descriptor held open for the call.
-    match unsafe { libc::syncfs(fd.as_raw_fd()) } {
-        0 => Ok(()),
-        _ => Err(io::Error::last_os_error()),
-    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// A counting semaphore for blocking threads: at most `max` places taken.

@@ -249,6 +249,9 @@ struct OutFile<S> {
     entry: Entry,
     /// It is the second try of a file that changed while it was sent.
     again: bool,
+    /// Only chunks `first..end` are read (`Want::Slice`): its `FileDone`
+    /// says their slice digest.
+    slice: Option<(u64, u64)>,
 }
 
 impl<S> OutFile<S> {
@@ -270,6 +273,23 @@ impl<S> OutFile<S> {
             sparse: false,
             entry: entry.clone(),
             again,
+            slice: None,
+        }
+    }
+}
+
+impl<S> OutFile<S> {
+    /// Once every chunk wanted is read: the file's BLAKE3, or for a slice
+    /// its slice digest.
+    fn final_hash(&self) -> Digest {
+        let (first, end) = self.slice.unwrap_or((0, self.plan.count()));
+        let d: Vec<Digest> = self.digests[first as usize..end as usize]
+            .iter()
+            .map(|d| d.expect("every chunk of it was read"))
+            .collect();
+        match self.slice {
+            Some(_) => self.plan.slice_digest(first, &d),
+            None => self.plan.root(&d),
         }
     }
 }
@@ -300,6 +320,8 @@ enum Work {
     Chunks {
         id: u64,
         next: u64,
+        /// One past the last chunk handed out.
+        end: u64,
         send: Option<Arc<Vec<bool>>>,
     },
     Compare {
@@ -522,18 +544,21 @@ impl<S: Clone> SendCore<S> {
                 // After its entry, so that an empty file's FileDone follows
                 // it on the control stream; its data may still overtake it.
                 if file.is_some() && self.cfg.fresh {
-                    self.start(id, None);
+                    self.start(id, None, None);
                 }
             }
         }
         self.assign(now);
     }
 
-    /// A file is wanted: queue its chunks (`send`: which go out).
-    fn start(&mut self, id: u64, send: Option<Vec<bool>>) {
+    /// A file is wanted: queue its chunks (`send`: which go out; `slice`:
+    /// only chunks `first..end` are read).
+    fn start(&mut self, id: u64, send: Option<Vec<bool>>, slice: Option<(u64, u64)>) {
         let f = self.files.get_mut(&id).expect("a started file is known");
         f.started = true;
-        f.remaining = f.plan.count();
+        let (first, end) = slice.unwrap_or((0, f.plan.count()));
+        f.slice = slice;
+        f.remaining = end - first;
         if f.plan.count() == 0 {
             let hash = f.plan.root(&[]);
             self.frames.push_back(Frame::FileDone {
@@ -544,7 +569,7 @@ impl<S: Clone> SendCore<S> {
             return;
         }
         if let Some(send) = &send {
-            let skipped: u64 = (0..f.plan.count())
+            let skipped: u64 = (first..end)
                 .filter(|&i| !send[i as usize])
                 .filter_map(|i| f.plan.len(i))
                 .sum();
@@ -553,7 +578,8 @@ impl<S: Clone> SendCore<S> {
         }
         self.queue.push_back(Work::Chunks {
             id,
-            next: 0,
+            next: first,
+            end,
             send: send.map(Arc::new),
         });
     }
@@ -574,7 +600,7 @@ impl<S: Clone> SendCore<S> {
                 match want {
                     Want::Skip => Ok(()),
                     Want::All => {
-                        self.start(id, None);
+                        self.start(id, None, None);
                         Ok(())
                     }
                     Want::UnlessHash(hash) => {
@@ -601,7 +627,26 @@ impl<S: Clone> SendCore<S> {
                             }
                             m[a as usize..b as usize].iter_mut().for_each(|x| *x = true);
                         }
-                        self.start(id, Some(m));
+                        self.start(id, Some(m), None);
+                        Ok(())
+                    }
+                    Want::Slice { first, end, send } => {
+                        if n < 2 || first >= end || end > n {
+                            return Err(protocol(format!(
+                                "slice {first}..{end} of file {id} of {n} chunks: a slice is \
+                                 a non-empty chunk range of a file of several chunks"
+                            )));
+                        }
+                        let mut m = vec![false; n as usize];
+                        for &(a, b) in &send {
+                            if a > b || a < first || b > end {
+                                return Err(protocol(format!(
+                                    "chunk range {a}..{b} outside slice {first}..{end} of file {id}"
+                                )));
+                            }
+                            m[a as usize..b as usize].iter_mut().for_each(|x| *x = true);
+                        }
+                        self.start(id, Some(m), Some((first, end)));
                         Ok(())
                     }
                 }
@@ -754,7 +799,12 @@ impl<S: Clone> SendCore<S> {
                     };
                     return Some((job, LANE_BYTES));
                 }
-                Work::Chunks { id, next, send } => {
+                Work::Chunks {
+                    id,
+                    next,
+                    end,
+                    send,
+                } => {
                     let (id, index) = (*id, *next);
                     let sending = send.as_ref().is_none_or(|s| s[index as usize]);
                     *next += 1;
@@ -762,7 +812,7 @@ impl<S: Clone> SendCore<S> {
                         self.queue.pop_front();
                         continue;
                     };
-                    if *next >= f.plan.count() {
+                    if *next >= *end {
                         self.queue.pop_front();
                     }
                     if f.failed {
@@ -843,10 +893,7 @@ impl<S: Clone> SendCore<S> {
                 }
                 let whole = f.remaining == 0;
                 let single = f.plan.count() == 1;
-                let hash = whole.then(|| {
-                    let d: Vec<Digest> = f.digests.iter().map(|d| d.unwrap()).collect();
-                    f.plan.root(&d)
-                });
+                let hash = whole.then(|| f.final_hash());
                 if sending {
                     f.sent += data.len() as u64;
                     Progress::add(&self.progress.bytes_done, data.len() as u64);
@@ -904,8 +951,7 @@ impl<S: Clone> SendCore<S> {
                 };
                 match result {
                     Ok(()) if !f.failed => {
-                        let d: Vec<Digest> = f.digests.iter().map(|d| d.unwrap()).collect();
-                        let hash = f.plan.root(&d);
+                        let hash = f.final_hash();
                         self.frames.push_back(Frame::FileDone {
                             id,
                             hash,
@@ -942,7 +988,7 @@ impl<S: Clone> SendCore<S> {
                             unchanged: true,
                         });
                     }
-                    (Ok(_), Compare::Unless(_)) => self.start(id, None),
+                    (Ok(_), Compare::Unless(_)) => self.start(id, None, None),
                     (Err(e), _) => self.file_failed(id, &e),
                 }
                 Ok(())
@@ -1011,7 +1057,7 @@ impl<S: Clone> SendCore<S> {
             .insert(new, OutFile::new(old.src, old.display, &entry, true));
         self.frames.push_back(Frame::Entry(entry));
         if self.cfg.fresh {
-            self.start(new, None);
+            self.start(new, None, None);
         }
     }
 

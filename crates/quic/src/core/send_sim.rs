@@ -8,7 +8,7 @@ use super::{Role, State};
 use crate::proto::{ErrorCode, Frame, Outcome, Want};
 use crate::report::{Kind, Progress, Status};
 use bytes::Bytes;
-use longhaul_transfer::{Entry, EntryKind, CHUNK_SIZE};
+use longhaul_transfer::{ChunkPlan, Entry, EntryKind, CHUNK_SIZE};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,8 @@ struct Sim {
     changing: Vec<u64>,
     /// Lanes report idle again as soon as they have written.
     auto_idle: bool,
+    /// Every chunk read: (id, index).
+    read: std::cell::RefCell<Vec<(u64, u64)>>,
 }
 
 impl Sim {
@@ -48,6 +50,7 @@ impl Sim {
             sparse: false,
             changing: Vec::new(),
             auto_idle: true,
+            read: Default::default(),
         };
         s.pump();
         s
@@ -92,6 +95,7 @@ impl Sim {
                 check,
                 ..
             } => {
+                self.read.borrow_mut().push((id, index));
                 let result = if self.unreadable == Some(id) {
                     Err(std::io::Error::other("unreadable"))
                 } else if check.is_some() && self.changing.contains(&id) {
@@ -432,6 +436,66 @@ fn a_resume_sends_only_the_missing_chunks_and_still_hashes_the_whole_file() {
     let r = verified(&mut s, 2, &big);
     assert_eq!(r.files[0].bytes_resumed, 2 * MIB as u64);
     assert_eq!(r.files[0].bytes_transferred, MIB as u64);
+}
+
+#[test]
+fn a_slice_reads_only_its_chunks_and_says_their_slice_digest() {
+    let mut s = Sim::new(false, 1, 0);
+    let big = bytes(5 * MIB - 10, 8);
+    s.walk("", EntryKind::Dir, None);
+    s.file("big", &big);
+    s.frame(Frame::Want {
+        id: 2,
+        want: Want::Slice {
+            first: 1,
+            end: 4,
+            send: vec![(2, 4)],
+        },
+    });
+    assert_eq!(s.chunks_of(2), [2, 3]);
+    assert_eq!(*s.read.borrow(), [(2, 1), (2, 2), (2, 3)]);
+    let plan = ChunkPlan::new(big.len() as u64);
+    let cvs: Vec<[u8; 32]> = (1..4)
+        .map(|i| {
+            let o = plan.offset(i) as usize;
+            let mut h = plan.hasher(i);
+            h.update(&big[o..o + MIB]);
+            h.finish()
+        })
+        .collect();
+    assert!(s.sent.contains(&Frame::FileDone {
+        id: 2,
+        hash: plan.slice_digest(1, &cvs),
+        unchanged: false
+    }));
+    let bad = [
+        ((0, 0, vec![]), "slice 0..0 of file 2 of 5 chunks"),
+        ((3, 6, vec![]), "slice 3..6 of file 2 of 5 chunks"),
+        ((1, 3, vec![(0, 2)]), "chunk range 0..2 outside slice 1..3"),
+        ((1, 3, vec![(2, 4)]), "chunk range 2..4 outside slice 1..3"),
+    ];
+    for ((first, end, send), needle) in bad {
+        let mut s = Sim::new(false, 1, 0);
+        s.walk("", EntryKind::Dir, None);
+        s.file("big", &big);
+        s.frame(Frame::Want {
+            id: 2,
+            want: Want::Slice { first, end, send },
+        });
+        s.fails_with(needle);
+    }
+    let mut s = Sim::new(false, 1, 0);
+    s.walk("", EntryKind::Dir, None);
+    s.file("small", b"one chunk");
+    s.frame(Frame::Want {
+        id: 2,
+        want: Want::Slice {
+            first: 0,
+            end: 1,
+            send: vec![],
+        },
+    });
+    s.fails_with("a slice is a non-empty chunk range of a file of several chunks");
 }
 
 #[test]
