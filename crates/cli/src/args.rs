@@ -482,6 +482,24 @@ impl SshArgs {
 pub struct GetArgs {
     #[command(flatten)]
     pub t: TransferArgs,
+    /// Move only shard K of N of the transfer (1/4 .. 4/4), so that N
+    /// processes on several hosts sharing DEST's file system move it
+    /// together: each a byte-balanced part (whole small files, chunk ranges
+    /// of large ones), every byte once, the last shard of a file naming it
+    /// once all its parts are checked. `auto` reads the launcher's index:
+    /// LONGHAUL_SHARD=K/N, a Slurm array or step, Open MPI, MPICH, or a
+    /// Kubernetes Indexed Job with `auto/N`. Rerun a failed shard alone.
+    /// `finish`, once every shard is done: check the whole tree by BLAKE3
+    /// on both sides (sending again what differs), set the directories'
+    /// times, make the hard links and remove the plan.
+    #[arg(long, value_name = "K/N|auto|auto/N|finish")]
+    pub shard: Option<String>,
+    /// Where the shards share the listing they all plan from: the first
+    /// shard lists the source and writes it, the others read it (default:
+    /// DEST/.longhaul.lh-plan; DEST must then be a directory). Remove it
+    /// before a new transfer of a changed source.
+    #[arg(long, value_name = "FILE", requires = "shard")]
+    pub plan: Option<PathBuf>,
     /// HOST[:PORT]:REMOTE_PATH... LOCAL_DEST
     #[arg(required = true, num_args = 2.., value_name = "PATHS", allow_hyphen_values = false)]
     pub paths: Vec<std::ffi::OsString>,

@@ -638,6 +638,7 @@ pub(crate) fn client_opts(a: &TransferArgs, host_key: String) -> Result<ClientOp
         interrupt: Default::default(),
         connect_timeout: None,
         retry_for: a.retry_for,
+        shard: None,
         gone: Default::default(),
     })
 }
@@ -664,17 +665,95 @@ async fn get(a: args::GetArgs) -> Result<i32> {
         (host, port) = (h, p);
         paths.push(path);
     }
-    let opts = client_opts(&a.t, key.unwrap())?;
+    let mut opts = client_opts(&a.t, key.unwrap())?;
     let dest = PathBuf::from(&dest[0]);
+    let finish = a.shard.as_deref() == Some("finish");
+    let mut plan = None;
+    if let Some(s) = &a.shard {
+        let sh = sharding(s, a.plan.as_deref(), &a.t, &paths, &dest)?;
+        plan = Some(sh.plan_file.clone());
+        match finish {
+            // The whole tree once, by BLAKE3 on both sides (what differs is
+            // sent again), then the directories' times, the links, and the
+            // plan removed.
+            true if opts.sync == SyncMode::SizeMtime => opts.sync = SyncMode::Checksum,
+            true => {}
+            false => opts.shard = Some(sh),
+        }
+    }
     let progress = Arc::new(Progress::default());
-    Ok(drive(
+    let code = drive(
         &a.t,
         "get",
         &opts.interrupt,
         progress.clone(),
         longhaul_quic::get(&host, port, &paths, &dest, &opts, progress),
     )
-    .await)
+    .await;
+    if let (true, 0, Some(plan)) = (finish, code, plan) {
+        match std::fs::remove_file(&plan) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                eprintln!("longhaul: the shards' plan {} stays: {e}", plan.display());
+            }
+            _ => {}
+        }
+    }
+    Ok(code)
+}
+
+/// A get's `--shard` and `--plan`: which shard, and where the plan is
+/// shared. What is listed (the remote paths and the filters, not the host:
+/// each shard may fetch from another server of the same file system) keys
+/// the plan.
+fn sharding(
+    shard: &str,
+    plan: Option<&std::path::Path>,
+    t: &args::TransferArgs,
+    paths: &[Vec<u8>],
+    dest: &std::path::Path,
+) -> Result<longhaul_quic::Sharding> {
+    let finishing = shard == "finish";
+    // (`finish` is no shard: any index does for the plan's place.)
+    let shard = match shard {
+        "finish" => longhaul_transfer::shard::Shard::new(0, 1).expect("1 of 1"),
+        s => longhaul_transfer::shard::Shard::parse(s, |k| std::env::var(k).ok())
+            .map_err(|e| usage(format!("--shard: {e}")))?,
+    };
+    for (on, flag) in [
+        (t.delete, "--delete"),
+        (t.dry_run, "--dry-run"),
+        (t.ssh.on(), "--ssh"),
+    ] {
+        if on && !finishing {
+            return Err(usage(format!(
+                "--shard and {flag} do not go together: a shard moves its part only \
+                 (run {flag} without --shard)"
+            )));
+        }
+    }
+    let plan_file = match plan {
+        Some(p) => p.to_path_buf(),
+        None if dest.is_dir() => dest.join(".longhaul.lh-plan"),
+        None => {
+            return Err(usage(format!(
+                "--shard: {} is not a directory, so the shards' plan needs a place: --plan FILE \
+                 on a file system every shard sees",
+                dest.display()
+            )))
+        }
+    };
+    let mut source: Vec<String> = paths
+        .iter()
+        .map(|p| longhaul_transfer::shown(&String::from_utf8_lossy(p)).into_owned())
+        .collect();
+    for r in &t.filters {
+        source.push(format!("{:?}", r));
+    }
+    Ok(longhaul_quic::Sharding {
+        shard,
+        plan_file,
+        source: source.join(" "),
+    })
 }
 
 async fn put(a: args::PutArgs) -> Result<i32> {
@@ -900,11 +979,18 @@ fn summary(r: &ClientReport) -> String {
         0 => String::new(),
         n => format!("\n{n} path(s) deleted at the destination (--delete)"),
     };
+    let shards = match (t.slices, t.other_shards) {
+        (0, 0) => String::new(),
+        (s, o) => format!(
+            "\nthis shard: {s} part(s) of files received and checked (each file named by \
+             the shard that completes it); {o} file(s) moved by other shards"
+        ),
+    };
     format!(
         "{}: {} file(s), {} verified, {} skipped, {} failed; {} dir(s), {}\n\
          {:.1} MB moved in {:.2} s = {:.1} Mbit/s ({:.1} MB/s); {:.1} MB resumed, \
          {:.1} MB skipped; \
-         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}{}{}{}{}",
+         RTT {:.2} ms; {} B retransmitted; {} stream(s){}, cc {}{}{}{}{}{}{}{}{}",
         r.op,
         t.files,
         t.verified,
@@ -932,7 +1018,8 @@ fn summary(r: &ClientReport) -> String {
         outages,
         not_made,
         deleted,
-        attrs
+        attrs,
+        shards
     )
 }
 

@@ -98,6 +98,9 @@ pub struct ClientOpts {
     /// Set when the server cannot come back (`--ssh`: the ssh session that
     /// started it ended): a lost connection is then not retried.
     pub gone: Arc<std::sync::atomic::AtomicBool>,
+    /// A get that is one shard of a transfer (`--shard K/N`): it moves its
+    /// part of the files by the plan shared in the plan file.
+    pub shard: Option<crate::sharding::Sharding>,
 }
 
 /// A handle on a transfer's connection for the user's Ctrl-C: dropping the
@@ -169,6 +172,7 @@ impl ClientOpts {
             meta: Default::default(),
             numeric_ids: false,
             interrupt: Interrupt::default(),
+            shard: None,
         }
     }
 }
@@ -763,6 +767,7 @@ fn build_report(
         symlinks: r.symlinks,
         specials: r.specials,
         hardlinks: r.hardlinks,
+        other_shards: r.other_shards,
         deleted: r
             .changes
             .iter()
@@ -1050,8 +1055,16 @@ async fn get_once<R: AsRef<[u8]>>(
         meta: opts.meta,
     };
     let (opts, remembered) = &recall_rate(opts, "get");
-    // (A dry run asks for each file: the server sends none unasked.)
-    let fresh = !opts.dry_run && spec.is_fresh();
+    // (A dry run asks for each file: the server sends none unasked; so
+    // does a shard, which wants only its part.)
+    let fresh = !opts.dry_run && opts.shard.is_none() && spec.is_fresh();
+    let shard = match &opts.shard {
+        Some(sh) => {
+            let plan = sh.read().map_err(|e| Problem::new(Kind::LocalIo, e))?;
+            Some((sh.clone(), plan))
+        }
+        None => None,
+    };
     let mut s = connect(host, port, opts, op, fresh).await?;
     progress.welcomed();
     if s.fresh != fresh {
@@ -1070,6 +1083,7 @@ async fn get_once<R: AsRef<[u8]>>(
         spec,
         RecvOpts {
             keep: None,
+            shard,
             sync: opts.sync,
             fresh,
             durable: opts.durable,

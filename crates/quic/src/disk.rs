@@ -7,6 +7,8 @@ use crate::core::recv::{Done, Job, Opened, Wrote};
 use crate::proto::{Want, What};
 use cap_std::fs::Dir;
 use longhaul_transfer::place::{DestDir, FinishError, Heard, Incoming, Settled};
+use longhaul_transfer::shard::Run;
+use longhaul_transfer::slice::SlicePart;
 use longhaul_transfer::sync::{decide, needs_local_hash, Decision, SyncMode};
 use longhaul_transfer::{EntryKind, CHUNK_SIZE};
 use std::collections::HashMap;
@@ -78,6 +80,10 @@ pub(crate) struct RecvDisk {
     targets: Mutex<HashMap<u64, Target>>,
     /// What of the owners and attributes sent is applied.
     meta: longhaul_transfer::meta::Policy,
+    /// A shard's slices of files, by id, each with the file's runs.
+    slices: Mutex<HashMap<u64, (SlicePart, Vec<Run>)>>,
+    /// A shard: where its plan is shared.
+    sharding: Option<crate::sharding::Sharding>,
 }
 
 #[derive(Default)]
@@ -110,7 +116,15 @@ impl RecvDisk {
             heard: Heard::new(),
             targets: Default::default(),
             meta: Default::default(),
+            slices: Default::default(),
+            sharding: None,
         }
+    }
+
+    /// A shard's destination: its plan is shared in `sharding`'s file.
+    pub(crate) fn with_sharding(mut self, sharding: Option<crate::sharding::Sharding>) -> RecvDisk {
+        self.sharding = sharding;
+        self
     }
 
     /// What of an entry's owner and attributes this destination applies.
@@ -287,13 +301,19 @@ impl RecvDisk {
                 sync,
                 fresh,
                 dry,
+                slice,
             } => Done::Opened {
                 id,
-                result: match dry {
-                    true => self.open_dry(&target, &entry, sync),
-                    false => self.open(id, &target, &entry, sync, fresh),
+                result: match (dry, slice) {
+                    (true, _) => self.open_dry(&target, &entry, sync),
+                    (false, Some(slice)) => self.open_slice(id, &target, &entry, sync, slice),
+                    (false, None) => self.open(id, &target, &entry, sync, fresh),
                 },
             },
+            Job::Plan { listing } => Done::Planned(match &self.sharding {
+                Some(sh) => sh.write(listing),
+                None => Err("a plan asked of a session that is not a shard".into()),
+            }),
             Job::Probe { target, entry } => {
                 let found = self.dest.lock().unwrap().found(&target);
                 Done::Probed {
@@ -310,13 +330,23 @@ impl RecvDisk {
                 expected,
                 stream,
             } => {
-                let result = self.write(id, index, &data, (shape, zero_digest), expected);
+                let result = match self.is_slice(id) {
+                    true => self.write_slice(id, index, &data, (shape, zero_digest)),
+                    false => self.write(id, index, &data, (shape, zero_digest), expected),
+                };
                 Done::Written {
                     id,
                     stream,
                     data,
                     result,
                 }
+            }
+            Job::Checkpoint { id, sync } if self.is_slice(id) => {
+                let result = match self.slices.lock().unwrap().get_mut(&id) {
+                    Some((sp, _)) => sp.checkpoint(sync),
+                    None => Ok(()),
+                };
+                Done::Checkpointed { id, result }
             }
             Job::Checkpoint { id, sync } => {
                 let cp = match self.files.lock().unwrap().get_mut(&id) {
@@ -325,6 +355,15 @@ impl RecvDisk {
                 };
                 let result = cp.and_then(|cp| cp.map_or(Ok(()), |cp| cp.commit()));
                 Done::Checkpointed { id, result }
+            }
+            Job::Finish { id, expected, .. } if self.is_slice(id) => {
+                let slice = self.slices.lock().unwrap().remove(&id);
+                let result = match slice {
+                    Some((sp, runs)) => sp.finish(expected, &runs),
+                    None => Err(FinishError::Io(gone())),
+                };
+                self.targets.lock().unwrap().remove(&id);
+                Done::SliceFinished { id, result }
             }
             Job::Finish { id, expected, .. } => {
                 let inc = self.files.lock().unwrap().remove(&id);
@@ -354,12 +393,25 @@ impl RecvDisk {
                 }
             }
             Job::Commit { ids } => Done::Committed(self.commit(&ids, true)),
+            Job::Discard { id } if self.is_slice(id) => {
+                if let Some((sp, _)) = self.slices.lock().unwrap().remove(&id) {
+                    sp.discard();
+                }
+                self.targets.lock().unwrap().remove(&id);
+                Done::Discarded { id }
+            }
             Job::Discard { id } => {
                 if let Some(mut inc) = self.files.lock().unwrap().remove(&id) {
                     inc.discard();
                 }
                 self.targets.lock().unwrap().remove(&id);
                 Done::Discarded { id }
+            }
+            Job::Close { id } if self.is_slice(id) => {
+                if let Some((mut sp, _)) = self.slices.lock().unwrap().remove(&id) {
+                    let _ = sp.close();
+                }
+                Done::Closed
             }
             Job::Close { id } => {
                 let inc = self.files.lock().unwrap().remove(&id);
@@ -528,6 +580,85 @@ impl RecvDisk {
         })
     }
 
+    fn is_slice(&self, id: u64) -> bool {
+        self.slices.lock().unwrap().contains_key(&id)
+    }
+
+    /// A shard's [`Job::Open`] of its slice `first..end` of a file: skipped
+    /// when the file is there already (as [`RecvDisk::open`] decides), else
+    /// the slice's part and journal, and the chunks of it still missing.
+    fn open_slice(
+        &self,
+        id: u64,
+        target: &longhaul_transfer::RelPath,
+        e: &longhaul_transfer::Entry,
+        sync: SyncMode,
+        (first, end, runs): (u64, u64, Vec<Run>),
+    ) -> io::Result<Opened> {
+        let Some(sharding) = &self.sharding else {
+            return Err(io::Error::other(
+                "a slice opened in a session that is not a shard",
+            ));
+        };
+        let mut dest = self.dest.lock().unwrap();
+        let existing = dest.existing_file(target)?;
+        // (By size and mtime: a slice cannot be compared by its hash.)
+        let mode = match sync {
+            SyncMode::Always => SyncMode::Always,
+            _ => SyncMode::SizeMtime,
+        };
+        if decide(mode, e, existing.as_ref(), None) == Decision::Skip {
+            return Ok(Opened::Skip);
+        }
+        let (dir, name) = dest.parent_of(target)?;
+        drop(dest);
+        let (mut sp, missing) =
+            SlicePart::open(dir.clone(), &name, e, sharding.shard, (first, end))?;
+        sp.set_meta(self.applied(&e.owner, &e.xattrs));
+        let resumed_bytes = sp.resumed_bytes;
+        self.targets.lock().unwrap().insert(
+            id,
+            Target {
+                path: target.clone(),
+                size: e.size,
+                dir,
+                name,
+            },
+        );
+        self.slices.lock().unwrap().insert(id, (sp, runs));
+        Ok(Opened::Open {
+            want: Want::Slice {
+                first,
+                end,
+                send: missing,
+            },
+            resumed_bytes,
+        })
+    }
+
+    /// [`Job::Write`] of a chunk of a shard's slice.
+    fn write_slice(
+        &self,
+        id: u64,
+        index: u64,
+        data: &[u8],
+        (shape, zero_digest): (crate::core::recv::Shape, Option<[u8; 32]>),
+    ) -> io::Result<Wrote> {
+        let (writer, plan) = {
+            let slices = self.slices.lock().unwrap();
+            let Some((sp, _)) = slices.get(&id) else {
+                return Ok(Wrote::Chunk); // given up meanwhile
+            };
+            // (The core checked the record against the slice wanted.)
+            (sp.writer(), sp.plan())
+        };
+        let digest = Incoming::write_shaped(&writer, &plan, index, data, shape, zero_digest)?;
+        if let Some((sp, _)) = self.slices.lock().unwrap().get_mut(&id) {
+            sp.record(index, digest);
+        }
+        Ok(Wrote::Chunk)
+    }
+
     fn write(
         &self,
         id: u64,
@@ -607,6 +738,9 @@ impl RecvDisk {
     /// of several chunks left unfinished whose part is kept (their targets
     /// beneath the destination's base, and sizes).
     pub(crate) fn close_all(&self) -> (Vec<(u64, [u8; 32])>, Unfinished) {
+        for (_, (mut sp, _)) in self.slices.lock().unwrap().drain() {
+            let _ = sp.close();
+        }
         let left: Vec<(u64, Incoming)> = self.files.lock().unwrap().drain().collect();
         for (_, f) in &left {
             f.ending();

@@ -36,6 +36,7 @@ mod resume;
 mod retry;
 mod sender;
 mod server;
+mod sharding;
 mod throttle;
 pub mod wan;
 
@@ -50,3 +51,4 @@ pub use report::{
 };
 pub use retry::DEFAULT_RETRY_FOR;
 pub use server::{ServeOpts, Server, DEFAULT_MAX_SESSIONS, DEFAULT_SEND_BUFFER};
+pub use sharding::Sharding;

@@ -72,6 +72,12 @@ pub(crate) struct RecvOpts {
     /// A server's record of unfinished parts, and the client this session
     /// is for: what it leaves unfinished is recorded there.
     pub keep: Option<(Arc<crate::kept::KeptParts>, String)>,
+    /// A shard (`get --shard`): which, where its plan is shared, and the
+    /// plan when its file was there at the start.
+    pub shard: Option<(
+        crate::sharding::Sharding,
+        Option<Arc<longhaul_transfer::shard::Plan>>,
+    )>,
 }
 
 /// What reaches the driver's loop besides control frames.
@@ -122,11 +128,16 @@ pub(crate) async fn run_receiver(
         max_waiting: MAX_WAITING,
         delete: opts.delete.clone(),
         dry_run: opts.dry_run,
+        shard: opts.shard.as_ref().map(|(s, plan)| (s.shard, plan.clone())),
     };
     let mut core = RecvCore::new(cfg, dest.landing, progress.clone());
     // A destination in memory only (tmpfs) has no disk to wait for.
     let durable = opts.durable && !longhaul_transfer::place::in_memory_only(&dest.base);
-    let disk = Arc::new(RecvDisk::new(dest.base, durable).with_meta(opts.meta));
+    let disk = Arc::new(
+        RecvDisk::new(dest.base, durable)
+            .with_meta(opts.meta)
+            .with_sharding(opts.shard.as_ref().map(|(s, _)| s.clone())),
+    );
     let (tx, mut inputs) = mpsc::channel::<Input>(1024);
     // The stream tasks live in the acceptor's set: aborting the acceptor at
     // the end stops those still reading a stream the sender has not finished

@@ -116,6 +116,10 @@ pub enum Status {
     Failed,
     /// A dry run (`--dry-run`): it would have been sent.
     WouldSend,
+    /// A shard's part of the file (`--shard`) is received, checked against
+    /// the sender's slice digest and durable; the shard that completes the
+    /// file names it.
+    Slice,
 }
 
 /// What became of one file in a session, as one side saw it.
@@ -260,6 +264,8 @@ pub struct SessionReport {
     /// `Failed`, not counted in `files`): what a transfer that reconnects
     /// adds to the next session's account of them.
     pub unsettled: Vec<FileReport>,
+    /// A shard (`--shard`): files of the manifest that other shards move.
+    pub other_shards: u64,
 }
 
 impl SessionReport {
@@ -473,6 +479,11 @@ pub struct Totals {
     pub verified: u64,
     /// Files skipped as already at the destination.
     pub skipped: u64,
+    /// A shard's parts of files received and checked, the files named by
+    /// the shard that completes them (`--shard`).
+    pub slices: u64,
+    /// A shard: files other shards move (`--shard`).
+    pub other_shards: u64,
     /// Files that failed.
     pub failed: u64,
     /// Directory entries in the manifest, the roots included.

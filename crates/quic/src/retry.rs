@@ -187,6 +187,7 @@ pub(crate) fn merge(mut reports: Vec<ClientReport>, seconds: f64) -> ClientRepor
         symlinks: last.totals.symlinks,
         specials: last.totals.specials,
         hardlinks: last.totals.hardlinks,
+        other_shards: last.totals.other_shards,
         ..totals(&last.files)
     };
     last.seconds = seconds;
@@ -229,6 +230,7 @@ pub(crate) fn totals(files: &[FileReport]) -> Totals {
                 t.would_send += 1;
                 t.bytes_would_send += f.size;
             }
+            Status::Slice => t.slices += 1,
         }
     }
     t

@@ -1251,6 +1251,7 @@ async fn session(
             .to_string();
             let opts = RecvOpts {
                 keep: Some((ctx.kept.clone(), crate::kept::client_of(remote.ip()))),
+                shard: None,
                 sync: sync.into(),
                 fresh,
                 durable,

@@ -213,21 +213,6 @@ impl SlicePart {
         self.plan
     }
 
-    /// Is chunk `index` of `len` bytes one this slice may receive? An error
-    /// says why not.
-    pub fn check_record(&self, index: u64, len: u64) -> Result<(), String> {
-        if !(self.first..self.end).contains(&index) {
-            return Err(format!(
-                "chunk {index} outside slice {}..{}",
-                self.first, self.end
-            ));
-        }
-        match self.plan.len(index) {
-            Some(l) if l == len => Ok(()),
-            _ => Err(format!("chunk {index} has the wrong length {len}")),
-        }
-    }
-
     /// A writer of the part (it needs no lock of the caller's), for
     /// [`crate::place::Incoming::write_shaped`].
     pub fn writer(&self) -> crate::partlock::Writer {

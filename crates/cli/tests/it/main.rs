@@ -27,6 +27,7 @@ mod progress_line;
 mod put_fresh;
 mod rate;
 mod resume;
+mod shards;
 mod slow_receiver;
 mod sparse;
 mod specials;

@@ -62,7 +62,13 @@ pub(crate) struct RecvConfig {
     /// Write nothing: work out what the session would change, list it in
     /// the report and in `Changes` frames, and want no data (`--dry-run`).
     pub dry_run: bool,
+    /// One shard of the transfer (`--shard`): it wants only its part of
+    /// the files, by the plan (known at the start when a plan file was
+    /// there; else made from the whole manifest, [`Job::Plan`]).
+    pub shard: Option<(longhaul_transfer::shard::Shard, Option<Arc<Plan>>)>,
 }
+
+use longhaul_transfer::shard::{Part, Plan};
 
 /// The most record bytes a fresh session holds for entries not yet seen. A
 /// sender sends a file's entry before its data, so records wait only while
@@ -144,6 +150,15 @@ pub(crate) enum Job {
         sync: SyncMode,
         fresh: bool,
         dry: bool,
+        /// Only this shard's slice of it: chunks `first..end`, and the
+        /// file's runs (which shard moves which chunks).
+        slice: Option<(u64, u64, Vec<longhaul_transfer::shard::Run>)>,
+    },
+    /// A shard whose plan was not known: the listing of the whole manifest,
+    /// to be planned from (the plan file written unless one is there, and
+    /// the plan read back from it).
+    Plan {
+        listing: longhaul_transfer::shard::Listing,
     },
     /// A dry run: what making directory, link or node `target` as `entry`
     /// says would change there (nothing, when it is there already).
@@ -204,6 +219,7 @@ impl Job {
                 | Job::Symlink { .. }
                 | Job::Special { .. }
                 | Job::Open { .. }
+                | Job::Plan { .. }
                 | Job::Probe { .. }
                 | Job::FinishDirs { .. }
                 | Job::SyncFs
@@ -323,6 +339,13 @@ pub(crate) enum Done {
         result: Result<[u8; 32], longhaul_transfer::place::FinishError>,
         waiting: bool,
     },
+    /// Of [`Job::Finish`] of a shard's slice.
+    SliceFinished {
+        id: u64,
+        result: Result<longhaul_transfer::slice::SliceEnd, longhaul_transfer::place::FinishError>,
+    },
+    /// Of [`Job::Plan`]: the plan every shard follows, or why there is none.
+    Planned(Result<Arc<Plan>, String>),
     /// Of [`Job::Commit`]: each file placed, or why not.
     Committed(Vec<(u64, Result<[u8; 32], longhaul_transfer::place::FinishError>)>),
     Discarded {
@@ -435,6 +458,13 @@ pub(crate) struct RecvCore {
     /// The highest entry id seen (ids must rise).
     last_entry: u64,
     manifest_done: bool,
+    /// A shard's plan, once known.
+    plan: Option<Arc<Plan>>,
+    /// A shard's file entries held until the plan is made: each with where
+    /// it lands and how it is shown.
+    held: Vec<(Entry, RelPath, String)>,
+    /// A shard's [`Job::Plan`] is out.
+    planning: bool,
     files: HashMap<u64, InFile>,
     /// Files the sender gave up on (`FileFailed`): records of theirs still on
     /// their way (the control stream overtakes the data) are dropped.
@@ -475,6 +505,7 @@ fn io_problem(path: &str, e: impl std::fmt::Display) -> Problem {
 impl RecvCore {
     pub(crate) fn new(cfg: RecvConfig, landing: Landing, progress: Arc<Progress>) -> RecvCore {
         RecvCore {
+            plan: cfg.shard.as_ref().and_then(|(_, p)| p.clone()),
             cfg,
             landing,
             progress,
@@ -487,6 +518,8 @@ impl RecvCore {
             file_targets: Default::default(),
             last_entry: 0,
             manifest_done: false,
+            held: Vec::new(),
+            planning: false,
             files: HashMap::new(),
             failed: HashSet::new(),
             waiting: BTreeMap::new(),
@@ -595,6 +628,22 @@ impl RecvCore {
             }
             Frame::ManifestEnd => {
                 self.manifest_done = true;
+                if self.cfg.shard.is_some() && self.plan.is_none() {
+                    let items = self
+                        .held
+                        .iter()
+                        .map(|(e, _, _)| longhaul_transfer::shard::Item {
+                            root: e.root,
+                            path: e.path.clone(),
+                            size: e.size,
+                            mtime_ns: e.mtime_ns,
+                        })
+                        .collect();
+                    self.planning = true;
+                    self.jobs.push_back(Job::Plan {
+                        listing: longhaul_transfer::shard::Listing::new(items),
+                    });
+                }
                 // Records still waiting name files that were never announced.
                 self.release_waiting(now, u64::MAX)
             }
@@ -814,41 +863,102 @@ impl RecvCore {
                         e.size
                     )));
                 }
-                Progress::add(&self.progress.files_total, 1);
-                Progress::add(&self.progress.bytes_total, e.size);
-                self.files.insert(
-                    e.id,
-                    InFile {
-                        display,
-                        target: target.clone(),
-                        plan: ChunkPlan::new(e.size),
-                        phase: Phase::Opening(Vec::new()),
-                        wanted: None,
-                        got: BTreeSet::new(),
-                        missing: 0,
-                        writing: 0,
-                        expected: None,
-                        received: 0,
-                        resumed: 0,
-                        unjournaled: 0,
-                        synced_at: now,
-                        checkpointing: false,
-                        settling: false,
-                        compare: None,
-                    },
-                );
-                self.jobs.push_back(Job::Open {
-                    id: e.id,
-                    target,
-                    entry: e.clone(),
-                    sync: self.cfg.sync,
-                    fresh: self.cfg.fresh,
-                    dry: self.cfg.dry_run,
-                });
+                match (&self.cfg.shard, &self.plan) {
+                    (None, _) => self.open_file(now, e.clone(), target, display, None),
+                    (Some(_), Some(_)) => self.shard_file(now, e.clone(), target, display),
+                    (Some(_), None) => self.held.push((e.clone(), target, display)),
+                }
             }
         }
         // Records that overtook this entry (or an earlier one that never came).
         self.release_waiting(now, e.id)
+    }
+
+    /// Open a file entry (`slice`: only a shard's chunks of it).
+    fn open_file(
+        &mut self,
+        now: Instant,
+        e: Entry,
+        target: RelPath,
+        display: String,
+        slice: Option<(u64, u64, Vec<longhaul_transfer::shard::Run>)>,
+    ) {
+        Progress::add(&self.progress.files_total, 1);
+        Progress::add(&self.progress.bytes_total, e.size);
+        self.files.insert(
+            e.id,
+            InFile {
+                display,
+                target: target.clone(),
+                plan: ChunkPlan::new(e.size),
+                phase: Phase::Opening(Vec::new()),
+                wanted: None,
+                got: BTreeSet::new(),
+                missing: 0,
+                writing: 0,
+                expected: None,
+                received: 0,
+                resumed: 0,
+                unjournaled: 0,
+                synced_at: now,
+                checkpointing: false,
+                settling: false,
+                compare: None,
+            },
+        );
+        self.jobs.push_back(Job::Open {
+            id: e.id,
+            target,
+            sync: self.cfg.sync,
+            fresh: self.cfg.fresh,
+            dry: self.cfg.dry_run,
+            entry: e,
+            slice,
+        });
+    }
+
+    /// A shard's file: open what the plan gives this shard of it; want
+    /// nothing of the rest.
+    fn shard_file(&mut self, now: Instant, e: Entry, target: RelPath, display: String) {
+        let (Some((shard, _)), Some(plan)) = (&self.cfg.shard, &self.plan) else {
+            return;
+        };
+        let (shard, plan) = (*shard, plan.clone());
+        let fail = |me: &mut RecvCore, why: &str| {
+            me.frames.push_back(Frame::Want {
+                id: e.id,
+                want: Want::Skip,
+            });
+            let p = Problem::at(Kind::Remote, display.clone(), why.to_string());
+            me.settle(e.id, display.clone(), e.size, 0, Status::Failed, Some(p));
+        };
+        let Some((i, item)) = plan.find(e.root, &e.path) else {
+            return fail(
+                self,
+                "not in the shard plan: the source gained it after its listing; \
+                 a transfer without --shard brings it",
+            );
+        };
+        if item.size != e.size || item.mtime_ns != e.mtime_ns {
+            return fail(
+                self,
+                "changed since the shard plan listed it; a transfer without --shard brings it",
+            );
+        }
+        match plan.part(i, shard.index) {
+            Part::None => {
+                self.report.other_shards += 1;
+                self.frames.push_back(Frame::Want {
+                    id: e.id,
+                    want: Want::Skip,
+                });
+            }
+            Part::Whole => self.open_file(now, e, target, display, None),
+            Part::Chunks { first, end } => {
+                let runs = plan.runs(i).to_vec();
+                self.open_file(now, e, target, display, Some((first, end, runs)))
+            }
+        }
     }
 
     /// Hand records waiting for entries up to `upto` on.
@@ -1070,6 +1180,42 @@ impl RecvCore {
                 }
                 self.finished(id, result)
             }
+            Done::SliceFinished { id, result } => {
+                use longhaul_transfer::slice::SliceEnd;
+                match result {
+                    Ok(SliceEnd::Placed(root)) => self.finished(id, Ok(root)),
+                    Ok(SliceEnd::Waiting(_) | SliceEnd::PlacedByOther) => {
+                        let Some(f) = self.files.remove(&id) else {
+                            return Ok(());
+                        };
+                        self.report.files.push(FileReport {
+                            path: f.display,
+                            size: f.plan.size,
+                            status: Status::Slice,
+                            bytes_transferred: f.received,
+                            bytes_resumed: f.resumed,
+                            blake3: None,
+                            error: None,
+                        });
+                        Progress::add(&self.progress.files_done, 1);
+                        self.frames.push_back(Frame::FileResult {
+                            id,
+                            outcome: Outcome::Verified,
+                        });
+                        Ok(())
+                    }
+                    Err(e) => self.finished(id, Err(e)),
+                }
+            }
+            Done::Planned(result) => {
+                self.planning = false;
+                let plan = result.map_err(|e| Problem::new(Kind::LocalIo, e))?;
+                self.plan = Some(plan);
+                for (e, target, display) in std::mem::take(&mut self.held) {
+                    self.shard_file(now, e, target, display);
+                }
+                Ok(())
+            }
             Done::Committed(results) => {
                 self.committing = false;
                 for (id, result) in results {
@@ -1285,7 +1431,7 @@ impl RecvCore {
                 resumed_bytes,
             } => {
                 f.wanted = match &want {
-                    Want::Chunks(r) => Some(r.clone()),
+                    Want::Chunks(r) | Want::Slice { send: r, .. } => Some(r.clone()),
                     _ => None,
                 };
                 f.missing = match &f.wanted {
@@ -1443,6 +1589,7 @@ impl RecvCore {
             (Status::Verified, _) => Outcome::Verified,
             (Status::Skipped, _) => Outcome::Skipped,
             (Status::WouldSend, _) => Outcome::WouldSend,
+            (Status::Slice, _) => Outcome::Verified,
             (Status::Failed, p) => Outcome::Failed {
                 code: match p.as_ref().map(|p| p.kind) {
                     Some(Kind::Verify) => ErrorCode::Verify,
@@ -1497,6 +1644,7 @@ impl RecvCore {
     fn check_end(&mut self) {
         if self.running()
             && self.manifest_done
+            && !self.planning
             && !self.ending
             && self.files.is_empty()
             && self.waiting.is_empty()

@@ -50,6 +50,7 @@ fn cfg(fresh: bool) -> RecvConfig {
         devices: false,
         delete: None,
         dry_run: false,
+        shard: None,
     }
 }
 
@@ -1441,4 +1442,88 @@ fn a_usr_share_shaped_tree_onto_a_slow_disk_completes_with_bounded_buffers() {
     for l in &links {
         assert_eq!(std::fs::read_link(s.path(l)).unwrap(), Path::new("target"));
     }
+}
+
+#[test]
+fn a_shard_plans_from_the_whole_manifest_then_wants_only_its_part() {
+    use longhaul_transfer::shard::Shard;
+    let tmp = tempfile::tempdir().unwrap();
+    let sharding = crate::sharding::Sharding {
+        shard: Shard::new(1, 2).unwrap(),
+        plan_file: tmp.path().join(".longhaul.lh-plan"),
+        source: "run".into(),
+    };
+    let mut s = Sim::at(
+        tmp.path(),
+        RecvConfig {
+            shard: Some((sharding.shard, None)),
+            ..cfg(false)
+        },
+    );
+    let base = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+    s.disk = RecvDisk::new(base, false).with_sharding(Some(sharding.clone()));
+    let (a, big, z) = (bytes(1000, 1), bytes(4 * MIB, 2), bytes(1000, 3));
+    s.frame(entry(1, "", EntryKind::Dir, 0));
+    s.frame(file(2, "a", &a));
+    s.frame(file(3, "big", &big));
+    s.frame(file(4, "z", &z));
+    // Nothing is wanted before the plan, which needs the whole listing.
+    assert!(!s.sent.iter().any(|f| matches!(f, Frame::Want { .. })));
+    s.frame(Frame::ManifestEnd);
+    // The files laid end to end: a (1000 bytes), big (4 MiB), z (1000):
+    // half is 2 MiB + 1000, where big's chunk 2 starts.
+    let wants: Vec<&Frame> = s
+        .sent
+        .iter()
+        .filter(|f| matches!(f, Frame::Want { .. }))
+        .collect();
+    assert_eq!(
+        wants,
+        [
+            &Frame::Want {
+                id: 2,
+                want: Want::Skip
+            },
+            &Frame::Want {
+                id: 3,
+                want: Want::Slice {
+                    first: 2,
+                    end: 4,
+                    send: vec![(2, 4)]
+                }
+            },
+            &Frame::Want {
+                id: 4,
+                want: Want::All
+            },
+        ]
+    );
+    assert!(
+        sharding.read().unwrap().is_some(),
+        "the plan file is written"
+    );
+    // Its part: chunks 2 and 3, checked against the slice digest; the file
+    // waits for shard 1.
+    let plan = longhaul_transfer::ChunkPlan::new(big.len() as u64);
+    let mut cvs = Vec::new();
+    for i in 2..4u64 {
+        let c = &big[i as usize * MIB..(i as usize + 1) * MIB];
+        let mut h = plan.hasher(i);
+        h.update(c);
+        cvs.push(h.finish());
+        s.record(3, 3, i, c, None);
+    }
+    s.frame(Frame::FileDone {
+        id: 3,
+        hash: plan.slice_digest(2, &cvs),
+        unchanged: false,
+    });
+    s.send_file(4, &z);
+    let r = s.core.take_report();
+    let status = |p: &str| r.files.iter().find(|f| f.path.ends_with(p)).unwrap().status;
+    assert_eq!(status("big"), Status::Slice);
+    assert_eq!(status("z"), Status::Verified);
+    assert_eq!(r.other_shards, 1);
+    assert!(!s.path("big").exists());
+    assert_eq!(std::fs::read(s.path("z")).unwrap(), z);
 }

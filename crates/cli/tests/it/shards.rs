@@ -1,0 +1,241 @@
+//! `get --shard K/N`: shards of one transfer, run one after another, at
+//! once, and one killed and rerun, each land the same tree as one get,
+//! with every byte sent once.
+
+use longhaul_testkit::*;
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A tree of many small files (some empty), one large file and one of a
+/// few chunks; its total bytes.
+fn tree(root: &Path) -> u64 {
+    let mut total = 0;
+    for i in 0..120u64 {
+        let dir = root.join(format!("d{}", i % 7));
+        std::fs::create_dir_all(&dir).unwrap();
+        let len = (i * 7919) % 150_000;
+        gen_file(&dir.join(format!("f{i:03}")), i, len);
+        total += len;
+    }
+    gen_file(&root.join("big.bin"), 500, 40 * MIB + 123);
+    gen_file(&root.join("d3/mid.bin"), 501, 5 * MIB + 7);
+    set_mode(&root.join("big.bin"), 0o640);
+    total + 45 * MIB + 130
+}
+
+fn shard_args(srv: &Server, dest: &Path, shard: &str, extra: &[&str]) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec!["--accept-new".into(), "--json".into()];
+    a.extend(extra.iter().map(OsString::from));
+    a.extend([
+        "--shard".into(),
+        shard.into(),
+        srv.remote("data/"),
+        dest.into(),
+    ]);
+    a
+}
+
+/// Only the files of the tree and the plan are left: no part, no journal.
+fn only_the_plan_left(dest: &Path) {
+    let hidden: Vec<_> = list_tree(dest)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains(".lh-"))
+        .collect();
+    assert_eq!(hidden, [dest.join(".longhaul.lh-plan")], "{hidden:?}");
+}
+
+/// `--shard finish`: every file checked by BLAKE3 and none sent again, the
+/// plan removed, and the tree as the source's, modes and times too.
+fn finish(c: &Client, srv: &Server, data: &Path, dest: &Path) {
+    let out = c.run("get", shard_args(srv, dest, "finish", &[]));
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(totals(&j, "bytes_transferred"), 0, "{j:#}");
+    assert_eq!(totals(&j, "skipped"), totals(&j, "files"), "{j:#}");
+    // (The top directory is DEST, which a get leaves as it was.)
+    let files_and_dirs = Compare {
+        top_meta: false,
+        ..Compare::ALL
+    };
+    assert_same_tree(data, dest, files_and_dirs);
+    let left: Vec<_> = list_tree(dest)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains(".lh-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn shards_in_turn_and_at_once_land_the_tree_with_every_byte_sent_once() {
+    let t = Tmp::new("shards");
+    let root = t.join("root");
+    let data = root.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let total = tree(&data);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+
+    // Three shards, one after another.
+    let dest = t.join("three");
+    std::fs::create_dir(&dest).unwrap();
+    let mut sent = 0;
+    for k in 1..=3 {
+        let out = c.run("get", shard_args(&srv, &dest, &format!("{k}/3"), &[]));
+        out.expect_code(0);
+        let j = out.json();
+        sent += totals(&j, "bytes_transferred");
+        // Each moves about a third: within a chunk, or a small file.
+        let mine = totals(&j, "bytes_transferred");
+        assert!(
+            mine.abs_diff(total / 3) <= MIB,
+            "shard {k}: {mine} of {total}"
+        );
+        let big = dest.join("big.bin");
+        // The large file is split: named only once the last of its shards is done.
+        assert_eq!(big.exists(), k == 3, "after shard {k}");
+        if k < 3 {
+            assert!(totals(&j, "slices") >= 1, "{j:#}");
+        }
+    }
+    assert_eq!(sent, total, "every byte once");
+    only_the_plan_left(&dest);
+    // A rerun of a shard whose part is placed moves nothing.
+    let out = c.run("get", shard_args(&srv, &dest, "2/3", &[]));
+    out.expect_code(0);
+    assert_eq!(totals(&out.json(), "bytes_transferred"), 0);
+    finish(&c, &srv, &data, &dest);
+
+    // Four at once, with `auto` as a launcher would give it.
+    let dest = t.join("four");
+    std::fs::create_dir(&dest).unwrap();
+    let runs: Vec<_> = (1..=4)
+        .map(|k| {
+            let mut cmd = c.cmd("get", shard_args(&srv, &dest, "auto", &[]));
+            cmd.env("SLURM_ARRAY_TASK_ID", (k - 1).to_string())
+                .env("SLURM_ARRAY_TASK_COUNT", "4");
+            std::thread::spawn(move || run_timeout(cmd, Duration::from_secs(120)))
+        })
+        .collect();
+    let mut sent = 0;
+    for r in runs {
+        let out = r.join().unwrap();
+        out.expect_code(0);
+        sent += totals(&out.json(), "bytes_transferred");
+    }
+    assert_eq!(sent, total, "every byte once");
+    only_the_plan_left(&dest);
+    finish(&c, &srv, &data, &dest);
+}
+
+#[test]
+fn a_killed_shard_reruns_alone_and_fetches_only_what_it_lacks() {
+    let t = Tmp::new("shard-kill");
+    let root = t.join("root");
+    let data = root.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    gen_file(&data.join("big.bin"), 7, 64 * MIB);
+    gen_file(&data.join("small"), 8, 1000);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+
+    // Shard 1 of 2, slowed, killed once it has journaled some chunks.
+    let cmd = c.cmd(
+        "get",
+        shard_args(
+            &srv,
+            &dest,
+            "1/2",
+            &["--max-rate", "100M", "--retry-for", "0"],
+        ),
+    );
+    let mut child = longhaul_child(cmd);
+    let journal = dest.join(".big.bin.lh-slice-1-2");
+    let started = Instant::now();
+    while journal_len(&journal) < 28 + 4 * 44 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no chunk journaled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!dest.join("big.bin").exists());
+
+    // Shard 2 does its part; the file waits for shard 1.
+    let out = c.run("get", shard_args(&srv, &dest, "2/2", &[]));
+    out.expect_code(0);
+    let two = totals(&out.json(), "bytes_transferred");
+    assert!(!dest.join("big.bin").exists());
+
+    // Shard 1 again, alone: it resumes its slice and names the file.
+    let out = c.run("get", shard_args(&srv, &dest, "1/2", &[]));
+    out.expect_code(0);
+    let j = out.json();
+    let one = totals(&j, "bytes_transferred");
+    assert!(totals(&j, "bytes_resumed") >= 2 * MIB, "{j:#}");
+    assert!(
+        one + two < 64 * MIB + 1000,
+        "nothing of shard 2's sent again: {one} + {two}"
+    );
+    assert_eq!(
+        hash_file(&dest.join("big.bin")),
+        hash_file(&data.join("big.bin"))
+    );
+    only_the_plan_left(&dest);
+    finish(&c, &srv, &data, &dest);
+}
+
+#[test]
+fn a_shard_says_what_is_wrong_with_its_flags_and_its_plan() {
+    let t = Tmp::new("shard-flags");
+    let root = t.join("root");
+    std::fs::create_dir_all(root.join("data")).unwrap();
+    gen_file(&root.join("data/a"), 1, 10);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--shard", "0/2"], "K counts from 1"),
+        (&["--shard", "3/2"], "shard 3 of 2 does not exist"),
+        (
+            &["--shard", "1/2", "--delete"],
+            "--shard and --delete do not go together",
+        ),
+        (&["--shard", "auto"], "found no shard in the environment"),
+    ];
+    for (flags, says) in cases {
+        let mut a: Vec<OsString> = vec!["--accept-new".into()];
+        a.extend(flags.iter().map(OsString::from));
+        a.extend([srv.remote("data/"), dest.clone().into()]);
+        let out = c.run("get", a);
+        out.expect_code(2);
+        assert!(out.stderr.contains(says), "{flags:?}: {}", out.stderr);
+    }
+    // A plan of another transfer is refused, not followed.
+    let out = c.run("get", shard_args(&srv, &dest, "1/2", &[]));
+    out.expect_code(0);
+    let out = c.run("get", shard_args(&srv, &dest, "1/4", &[]));
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr
+            .contains("it cuts the transfer into 2 shards, not 4; remove it"),
+        "{}",
+        out.stderr
+    );
+}
+
+fn journal_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map_or(0, |m| m.len())
+}
+
+fn longhaul_child(mut cmd: std::process::Command) -> std::process::Child {
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
