@@ -21,6 +21,9 @@ fn tree(root: &Path) -> u64 {
     gen_file(&root.join("big.bin"), 500, 40 * MIB + 123);
     gen_file(&root.join("d3/mid.bin"), 501, 5 * MIB + 7);
     set_mode(&root.join("big.bin"), 0o640);
+    // Hard links: made by `--shard finish`, which holds every file.
+    std::fs::hard_link(root.join("d3/mid.bin"), root.join("d5/mid-link")).unwrap();
+    std::fs::hard_link(root.join("d1/f001"), root.join("d6/f001-link")).unwrap();
     total + 45 * MIB + 130
 }
 
@@ -59,6 +62,13 @@ fn finish(c: &Client, srv: &Server, data: &Path, dest: &Path) {
         ..Compare::ALL
     };
     assert_same_tree(data, dest, files_and_dirs);
+    use std::os::unix::fs::MetadataExt;
+    let ino = |p: &str| {
+        std::fs::metadata(dest.join(p))
+            .map(|m| m.ino())
+            .unwrap_or(0)
+    };
+    assert_eq!(ino("d3/mid.bin"), ino("d5/mid-link"), "hard links kept");
     let left: Vec<_> = list_tree(dest)
         .into_iter()
         .filter(|p| p.to_string_lossy().contains(".lh-"))

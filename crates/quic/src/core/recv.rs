@@ -853,7 +853,11 @@ impl RecvCore {
                         "{display}: a hard link to a name that is not a file of this session"
                     )));
                 }
-                self.links.push((target, first));
+                // (A shard does not hold every file a link may name: the
+                // links are made by `--shard finish`.)
+                if self.cfg.shard.is_none() {
+                    self.links.push((target, first));
+                }
             }
             EntryKind::File => {
                 self.file_targets.insert(path_key(&target));
