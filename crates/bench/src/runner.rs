@@ -246,6 +246,7 @@ fn bring_up_lab(
         LinkArgs {
             default: None,
             per_host: &per_host,
+            sites: &[],
         },
         0x6c68,
         plan.mtu,

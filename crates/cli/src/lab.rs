@@ -196,6 +196,7 @@ fn up(a: UpArgs, exe: &std::path::Path) -> Result<i32> {
         LinkArgs {
             default: a.link.as_deref(),
             per_host: &a.link_to,
+            sites: &a.site,
         },
         seed,
         a.mtu,
@@ -221,7 +222,10 @@ fn up(a: UpArgs, exe: &std::path::Path) -> Result<i32> {
             })
             .collect();
         let v = serde_json::json!({"lab": cfg.name, "seed": cfg.seed, "mtu": cfg.mtu,
-                "offload": cfg.offload, "hosts": hosts});
+                "offload": cfg.offload, "hosts": hosts, "sites": cfg.sites.iter().map(|s| {
+                    serde_json::json!({"name": s.name, "link": s.link.to_string(),
+                        "hosts": s.ports.iter().map(|&p| &cfg.hosts[p as usize].name).collect::<Vec<_>>()})
+                }).collect::<Vec<_>>()});
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
@@ -237,6 +241,19 @@ fn up(a: UpArgs, exe: &std::path::Path) -> Result<i32> {
             h.addr.to_string(),
             cfg.netns(&h.name),
             h.link
+        );
+    }
+    for site in &cfg.sites {
+        let members: Vec<&str> = site
+            .ports
+            .iter()
+            .map(|&p| cfg.hosts[p as usize].name.as_str())
+            .collect();
+        println!(
+            "  site {} of {}: {}",
+            site.name,
+            members.join(", "),
+            site.link
         );
     }
     let name = if cfg.name == topology::DEFAULT_LAB {
@@ -334,29 +351,44 @@ fn print_stats(name: &str, s: &longhaul_netem::Snapshot) {
         "LATE max",
         "RATE 1s"
     );
+    let row = |name: &str, dir: &str, d: &DirStats| {
+        let c = &d.counters;
+        println!(
+            "{:<10} {:<4} {:>10} {:>11} {:>8} {:>8} {:>8} {:>10} {:>11} {:>6} {:>7}us {:>7}us {:>6.1} Mb/s",
+            name,
+            dir,
+            c.offered_pkts,
+            human_bytes(c.offered_bytes),
+            c.lost_pkts,
+            c.queue_drop_pkts,
+            c.outage_drop_pkts,
+            c.delivered_pkts,
+            human_bytes(c.delivered_bytes),
+            c.queue_hwm_pkts,
+            c.late.mean_ns() / 1000,
+            c.late.max_ns / 1000,
+            recent_rate(d) / 1e6
+        );
+    };
     for h in &s.hosts {
-        for (dir, d) in [("up", &h.up), ("down", &h.down)] {
-            let c = &d.counters;
-            println!(
-                "{:<10} {:<4} {:>10} {:>11} {:>8} {:>8} {:>8} {:>10} {:>11} {:>6} {:>7}us {:>7}us {:>6.1} Mb/s",
-                h.name,
-                dir,
-                c.offered_pkts,
-                human_bytes(c.offered_bytes),
-                c.lost_pkts,
-                c.queue_drop_pkts,
-                c.outage_drop_pkts,
-                c.delivered_pkts,
-                human_bytes(c.delivered_bytes),
-                c.queue_hwm_pkts,
-                c.late.mean_ns() / 1000,
-                c.late.max_ns / 1000,
-                recent_rate(d) / 1e6
-            );
-        }
+        row(&h.name, "up", &h.up);
+        row(&h.name, "down", &h.down);
+    }
+    for site in &s.sites {
+        let name = format!("[{}]", site.name);
+        row(&name, "up", &site.up);
+        row(&name, "down", &site.down);
     }
     for h in &s.hosts {
         println!("{:<10} {} link: {}", h.name, h.addr, h.link);
+    }
+    for site in &s.sites {
+        println!(
+            "[{}] site of {}: link {}",
+            site.name,
+            site.hosts.join(", "),
+            site.link
+        );
     }
     print_schedule(s);
     let hub = &s.hub;

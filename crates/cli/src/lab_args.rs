@@ -101,9 +101,17 @@ pub struct UpArgs {
     /// Link of every host but the first (see below).
     #[arg(long, value_name = "SPEC")]
     pub link: Option<String>,
-    /// Link of one host, overriding --link: HOST=SPEC (repeatable).
+    /// Link of one host, overriding --link: HOST=SPEC (repeatable); or of
+    /// a site: SITE=SPEC.
     #[arg(long, value_name = "HOST=SPEC")]
     pub link_to: Vec<String>,
+    /// Hosts behind one shared link, as data-transfer nodes behind a
+    /// site's WAN link: NAME=H1,H2,... (repeatable; the link is ideal
+    /// unless --link-to NAME=SPEC gives it one). Unicast between a site's
+    /// hosts and hosts outside it crosses that link; within the site it
+    /// does not.
+    #[arg(long, value_name = "NAME=H1,H2,...")]
+    pub site: Vec<String>,
     /// Seed of the loss and jitter generators [default: random, printed].
     #[arg(long)]
     pub seed: Option<u64>,

@@ -2,7 +2,7 @@
 //! its state lives. Pure data and naming rules; no side effects.
 
 use anyhow::{bail, Result};
-use longhaul_netem::{HostConfig, HubConfig, LinkSpec};
+use longhaul_netem::{HostConfig, HubConfig, LinkSpec, SiteConfig};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -82,18 +82,25 @@ pub struct LabConfig {
     /// once the lab is ready.
     #[serde(default)]
     pub schedule_held: bool,
+    /// Sites: hosts behind one shared link (`--site NAME=H1,H2`, its link
+    /// given by `--link-to NAME=SPEC`).
+    #[serde(default)]
+    pub sites: Vec<SiteConfig>,
 }
 
 fn yes() -> bool {
     true
 }
 
-/// `--link` and `--link-to` as given.
+/// `--link`, `--link-to` and `--site` as given.
 pub struct LinkArgs<'a> {
     /// Applies to every host but the first (the hub host), which is ideal by default.
     pub default: Option<&'a str>,
-    /// HOST=SPEC overrides.
+    /// HOST=SPEC overrides, and SITE=SPEC for a site's shared link.
     pub per_host: &'a [String],
+    /// NAME=H1,H2,...: hosts behind one shared link (ideal unless
+    /// `per_host` gives NAME a SPEC).
+    pub sites: &'a [String],
 }
 
 impl LabConfig {
@@ -138,19 +145,54 @@ impl LabConfig {
                 },
             })
             .collect();
+        let mut sites: Vec<SiteConfig> = Vec::new();
+        for arg in links.sites {
+            let Some((name, members)) = arg.split_once('=') else {
+                bail!("--site '{arg}': expected NAME=HOST,HOST,... (e.g. src=dtn1,dtn2)");
+            };
+            check_host_name(name).map_err(|e| anyhow::anyhow!("--site: {e}"))?;
+            if hosts.iter().any(|h| h == name) || sites.iter().any(|s| s.name == name) {
+                bail!("--site '{arg}': '{name}' already names a host or a site");
+            }
+            let mut ports = Vec::new();
+            for m in members.split(',') {
+                let Some(i) = hosts.iter().position(|h| h == m) else {
+                    bail!(
+                        "--site '{arg}': no host '{m}' (hosts: {})",
+                        hosts.join(", ")
+                    );
+                };
+                if sites.iter().any(|s| s.ports.contains(&(i as u16)))
+                    || ports.contains(&(i as u16))
+                {
+                    bail!("--site '{arg}': host '{m}' is in a site already");
+                }
+                ports.push(i as u16);
+            }
+            sites.push(SiteConfig {
+                name: name.to_string(),
+                ports,
+                link: LinkSpec::default(),
+            });
+        }
         for arg in links.per_host {
             let Some((host, spec)) = arg.split_once('=') else {
                 bail!("--link-to '{arg}': expected HOST=SPEC (e.g. cli1='delay=35ms loss=1e-3')");
             };
+            let parsed: LinkSpec = spec
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--link-to {host}: {e}"))?;
+            if let Some(site) = sites.iter_mut().find(|s| s.name == host) {
+                site.link = parsed;
+                continue;
+            }
             let Some(h) = cfg_hosts.iter_mut().find(|h| h.name == host) else {
                 bail!(
-                    "--link-to '{arg}': no host '{host}' (hosts: {})",
+                    "--link-to '{arg}': no host or site '{host}' (hosts: {})",
                     hosts.join(", ")
                 );
             };
-            h.link = spec
-                .parse()
-                .map_err(|e| anyhow::anyhow!("--link-to {host}: {e}"))?;
+            h.link = parsed;
         }
         Ok(LabConfig {
             name: name.to_string(),
@@ -161,6 +203,7 @@ impl LabConfig {
             snaplen: 68,
             offload: true,
             schedule_held: false,
+            sites,
         })
     }
 
@@ -177,6 +220,7 @@ impl LabConfig {
     /// True when some host's link has outages or rate steps.
     pub fn has_schedule(&self) -> bool {
         self.hosts.iter().any(|h| h.link.has_schedule())
+            || self.sites.iter().any(|s| s.link.has_schedule())
     }
 
     /// The host called `name`, if the lab has one.
@@ -189,6 +233,7 @@ impl LabConfig {
     pub fn hub_config(&self) -> HubConfig {
         HubConfig {
             hosts: self.hosts.clone(),
+            sites: self.sites.clone(),
             seed: self.seed,
             mtu: self.mtu,
             vnet_hdr: self.offload,
@@ -235,6 +280,7 @@ mod tests {
             LinkArgs {
                 default: Some("delay=35ms loss=1e-3"),
                 per_host: &per,
+                sites: &[],
             },
             7,
             1500,
@@ -258,6 +304,7 @@ mod tests {
             LinkArgs {
                 default: Some("rate=100M delay=35ms outage=20s@5s"),
                 per_host: &[],
+                sites: &[],
             },
             1,
             1500,
@@ -280,6 +327,7 @@ mod tests {
             LinkArgs {
                 default: Some("delay=35ms"),
                 per_host: &[],
+                sites: &[],
             },
             1,
             1500,
@@ -293,6 +341,7 @@ mod tests {
         let none = LinkArgs {
             default: None,
             per_host: &[],
+            sites: &[],
         };
         let err = |name: &str, h: &str, links: LinkArgs| {
             LabConfig::new(name, &hosts(h), links, 0, 1500)
@@ -303,16 +352,19 @@ mod tests {
         let none = LinkArgs {
             default: None,
             per_host: &[],
+            sites: &[],
         };
         assert!(err("x", "a", none).contains("at least two"));
         let none = LinkArgs {
             default: None,
             per_host: &[],
+            sites: &[],
         };
         assert!(err("x", "a,a", none).contains("twice"));
         let none = LinkArgs {
             default: None,
             per_host: &[],
+            sites: &[],
         };
         assert!(err("x", "a,9b", none).contains("host name"));
         let per = vec!["zz=delay=1ms".to_string()];
@@ -322,17 +374,58 @@ mod tests {
             LinkArgs {
                 default: None,
                 per_host: &per,
+                sites: &[],
             },
         );
-        assert!(e.contains("no host 'zz'"), "{e}");
+        assert!(e.contains("no host or site 'zz'"), "{e}");
         let e = err(
             "x",
             "a,b",
             LinkArgs {
                 default: Some("rate=fast"),
                 per_host: &[],
+                sites: &[],
             },
         );
         assert!(e.contains("--link"), "{e}");
+    }
+
+    #[test]
+    fn sites_group_hosts_behind_a_link_of_their_own() {
+        let per = vec!["src=rate=1G delay=35ms".to_string()];
+        let sites = vec!["src=s1,s2".to_string(), "dst=d1,d2".to_string()];
+        let c = LabConfig::new(
+            "t",
+            &hosts("s1,s2,d1,d2"),
+            LinkArgs {
+                default: None,
+                per_host: &per,
+                sites: &sites,
+            },
+            1,
+            1500,
+        )
+        .unwrap();
+        assert_eq!(c.sites.len(), 2);
+        assert_eq!(c.sites[0].ports, [0, 1]);
+        assert_eq!(c.sites[0].link.up.delay_ns, 35_000_000);
+        assert_eq!(c.sites[1].ports, [2, 3]);
+        assert_eq!(c.sites[1].link, LinkSpec::default());
+        assert_eq!(c.hub_config().sites, c.sites);
+        let bad = |sites: &[&str]| {
+            let sites: Vec<String> = sites.iter().map(|s| s.to_string()).collect();
+            let links = LinkArgs {
+                default: None,
+                per_host: &[],
+                sites: &sites,
+            };
+            LabConfig::new("t", &hosts("s1,s2,d1"), links, 1, 1500)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(bad(&["a=s1,x"]).contains("no host 'x'"));
+        assert!(bad(&["a=s1", "b=s1"]).contains("in a site already"));
+        assert!(bad(&["s1=s2"]).contains("already names a host"));
+        assert!(bad(&["a"]).contains("expected NAME=HOST"));
     }
 }

@@ -1,7 +1,11 @@
 //! The emulator's core: a hub with one port per host. A packet a host sends
 //! crosses that host's `up` link, then the `down` link of the host it is
 //! addressed to; a multicast or broadcast packet is copied to every other
-//! host's `down` link, each copy meeting that link's own losses. Sans-IO: the
+//! host's `down` link, each copy meeting that link's own losses. Hosts may
+//! stand behind a site (several data-transfer nodes behind one WAN link):
+//! a unicast packet from a site's host to a host outside it also crosses
+//! the site's `up` link, and one to a site's host from outside it the
+//! site's `down` link, so the hosts of a site share that bottleneck. Sans-IO: the
 //! driver reads packets into pool buffers, hands them to `ingress`, and writes
 //! out whatever `poll_egress` returns.
 
@@ -26,11 +30,27 @@ pub struct HostConfig {
     pub link: LinkSpec,
 }
 
+/// Hosts behind one shared link (a site's WAN link).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiteConfig {
+    /// The site's name, shown in snapshots.
+    pub name: String,
+    /// Its hosts, by port (index into [`HubConfig::hosts`]); a host is in
+    /// one site at most.
+    pub ports: Vec<u16>,
+    /// The site's link to the hub (`up`: out of the site, `down`: into it),
+    /// crossed by unicast between its hosts and hosts outside it.
+    pub link: LinkSpec,
+}
+
 /// What [`Hub::new`] builds: the hosts, the seed, and frame and buffer sizes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HubConfig {
     /// One port per host, in this order (port `i` is `hosts[i]`).
     pub hosts: Vec<HostConfig>,
+    /// Sites: hosts behind a shared link (none: every host on its own).
+    #[serde(default)]
+    pub sites: Vec<SiteConfig>,
     /// Seed of every random choice; the same seed and traffic replay the same losses.
     pub seed: u64,
     /// Largest packet on the wire (the ports' MTU).
@@ -109,6 +129,23 @@ struct Port {
     link: LinkSpec,
     up: DirLink<Pkt>,
     down: DirLink<Pkt>,
+    /// The site it stands behind.
+    site: Option<u16>,
+}
+
+struct Site {
+    name: String,
+    link: LinkSpec,
+    up: DirLink<Pkt>,
+    down: DirLink<Pkt>,
+}
+
+/// A link a train waits on before it is handed to the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    HostUp(usize),
+    SiteUp(usize),
+    SiteDown(usize),
 }
 
 /// A frame to write to `port`: get its bytes from [`Hub::egress_frame`], then
@@ -141,6 +178,7 @@ impl Egress {
 /// is in ns and supplied by the caller.
 pub struct Hub {
     ports: Vec<Port>,
+    sites: Vec<Site>,
     by_addr: FxHashMap<Ipv4Addr, u16>,
     pool: Pool,
     vnet: usize,
@@ -162,9 +200,35 @@ pub struct Hub {
 
 impl Hub {
     /// A hub with one port per host of `cfg`, each link direction seeded from
-    /// `cfg.seed`, and an empty buffer pool. Panics with 65535 hosts or more.
+    /// `cfg.seed`, and an empty buffer pool. Panics with 65535 hosts or more,
+    /// or a site that names a port twice or one that is not there.
     pub fn new(cfg: &HubConfig) -> Hub {
         assert!(cfg.hosts.len() < GROUP as usize);
+        let mut site_of = vec![None; cfg.hosts.len()];
+        for (s, site) in cfg.sites.iter().enumerate() {
+            for &p in &site.ports {
+                assert!(
+                    site_of[p as usize].is_none(),
+                    "a host is in one site at most"
+                );
+                site_of[p as usize] = Some(s as u16);
+            }
+        }
+        let n = cfg.hosts.len() as u64;
+        let sites = cfg
+            .sites
+            .iter()
+            .enumerate()
+            .map(|(s, site)| Site {
+                name: site.name.clone(),
+                link: site.link.clone(),
+                up: DirLink::new(site.link.up.clone(), mix(cfg.seed, 2 * (n + s as u64))),
+                down: DirLink::new(
+                    site.link.down.clone(),
+                    mix(cfg.seed, 2 * (n + s as u64) + 1),
+                ),
+            })
+            .collect();
         let ports: Vec<Port> = cfg
             .hosts
             .iter()
@@ -175,6 +239,7 @@ impl Hub {
                 link: h.link.clone(),
                 up: DirLink::new(h.link.up.clone(), mix(cfg.seed, 2 * i as u64)),
                 down: DirLink::new(h.link.down.clone(), mix(cfg.seed, 2 * i as u64 + 1)),
+                site: site_of[i],
             })
             .collect();
         let by_addr = ports
@@ -197,6 +262,7 @@ impl Hub {
         }
         Hub {
             ports,
+            sites,
             by_addr,
             pool: Pool::new(&sizes, cfg.buffer_bytes as usize),
             vnet,
@@ -215,6 +281,7 @@ impl Hub {
     /// True when some link has outages or rate steps.
     pub fn has_schedule(&self) -> bool {
         self.ports.iter().any(|p| p.link.has_schedule())
+            || self.sites.iter().any(|s| s.link.has_schedule())
     }
 
     /// (Re)starts the links' schedule clock at `now`: every link's outages
@@ -235,6 +302,10 @@ impl Hub {
         for p in &mut self.ports {
             p.up.set_epoch(epoch);
             p.down.set_epoch(epoch);
+        }
+        for s in &mut self.sites {
+            s.up.set_epoch(epoch);
+            s.down.set_epoch(epoch);
         }
     }
 
@@ -365,26 +436,46 @@ impl Hub {
         i
     }
 
-    /// Moves every train whose `up` link delivers by `now` onto the `down`
-    /// link(s) of its destination, in time order. A multicast train is
-    /// offered to every other host's `down` link; they share its buffer.
+    /// Moves every train whose `up` link (a host's, or a site's) delivers by
+    /// `now` on to the next link of its path, in time order: a site's `up`
+    /// or `down` link, or the `down` link(s) of its destination. A multicast
+    /// train is offered to every other host's `down` link (sites are not
+    /// crossed); they share its buffer.
     fn cross_hub(&mut self, now: u64) {
         loop {
-            let next = self
-                .ports
-                .iter()
-                .enumerate()
-                .filter_map(|(i, p)| p.up.next_due().map(|d| (d, i)))
-                .min();
-            let Some((due, i)) = next.filter(|&(d, _)| d <= now) else {
+            let hosts = self.ports.iter().enumerate();
+            let hosts = hosts.filter_map(|(i, p)| p.up.next_due().map(|d| (d, Stage::HostUp(i))));
+            let sites = self.sites.iter().enumerate().flat_map(|(i, s)| {
+                [
+                    s.up.next_due().map(|d| (d, Stage::SiteUp(i))),
+                    s.down.next_due().map(|d| (d, Stage::SiteDown(i))),
+                ]
+            });
+            let next = hosts.chain(sites.flatten()).min();
+            let Some((due, stage)) = next.filter(|&(d, _)| d <= now) else {
                 return;
             };
-            let t = self.ports[i].up.pop_due(due).expect("due train");
+            let link = match stage {
+                Stage::HostUp(i) => &mut self.ports[i].up,
+                Stage::SiteUp(i) => &mut self.sites[i].up,
+                Stage::SiteDown(i) => &mut self.sites[i].down,
+            };
+            let t = link.pop_due(due).expect("due train");
             let pkt = t.item;
             let flows = &mut self.flow_counters;
             let kept = if pkt.dst != GROUP {
-                let down = &mut self.ports[pkt.dst as usize].down;
-                offer(down, flows, t.due, t.first, t.count, pkt)
+                let from = self.ports[pkt.src as usize].site;
+                let to = self.ports[pkt.dst as usize].site;
+                let next = match stage {
+                    Stage::HostUp(_) if from.is_some() && from != to => {
+                        &mut self.sites[from.unwrap() as usize].up
+                    }
+                    Stage::HostUp(_) | Stage::SiteUp(_) if to.is_some() && from != to => {
+                        &mut self.sites[to.unwrap() as usize].down
+                    }
+                    _ => &mut self.ports[pkt.dst as usize].down,
+                };
+                offer(next, flows, t.due, t.first, t.count, pkt)
             } else {
                 let mut kept = 0;
                 for (r, port) in self.ports.iter_mut().enumerate() {
@@ -445,9 +536,12 @@ impl Hub {
 
     /// The earliest time anything is due, to set the driver's timer.
     pub fn next_deadline(&self) -> Option<u64> {
+        let sites = self.sites.iter().map(|s| (&s.up, &s.down));
         self.ports
             .iter()
-            .flat_map(|p| [p.up.next_due(), p.down.next_due()])
+            .map(|p| (&p.up, &p.down))
+            .chain(sites)
+            .flat_map(|(up, down)| [up.next_due(), down.next_due()])
             .flatten()
             .min()
     }
@@ -487,6 +581,21 @@ impl Hub {
                     link: p.link.to_string(),
                     up: dir(&p.up),
                     down: dir(&p.down),
+                })
+                .collect(),
+            sites: self
+                .sites
+                .iter()
+                .enumerate()
+                .map(|(i, s)| SiteStats {
+                    name: s.name.clone(),
+                    hosts: (self.ports.iter())
+                        .filter(|p| p.site == Some(i as u16))
+                        .map(|p| p.name.clone())
+                        .collect(),
+                    link: s.link.to_string(),
+                    up: dir(&s.up),
+                    down: dir(&s.down),
                 })
                 .collect(),
             flows: self
@@ -601,6 +710,21 @@ pub struct HostStats {
     pub down: DirStats,
 }
 
+/// One site's shared link, in a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiteStats {
+    /// The site's name ([`SiteConfig::name`]).
+    pub name: String,
+    /// Its hosts' names.
+    pub hosts: Vec<String>,
+    /// The site's link spec as canonical text.
+    pub link: String,
+    /// What left the site (site → hub).
+    pub up: DirStats,
+    /// What entered it (hub → site).
+    pub down: DirStats,
+}
+
 /// One tracked flow, in a [`Snapshot`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlowStats {
@@ -631,6 +755,9 @@ pub struct Snapshot {
     pub seed: u64,
     /// One entry per port, in port order.
     pub hosts: Vec<HostStats>,
+    /// One entry per site, in the order configured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sites: Vec<SiteStats>,
     /// Per-flow counters, in the order flows were first seen (at most
     /// [`MAX_FLOWS`]).
     pub flows: Vec<FlowStats>,
@@ -669,11 +796,73 @@ mod tests {
             .collect();
         Hub::new(&HubConfig {
             hosts,
+            sites: Vec::new(),
             seed: 1,
             mtu: 1500,
             vnet_hdr,
             buffer_bytes: 256 << 20,
         })
+    }
+
+    /// Hosts h0..h3 on ideal links: h0 and h1 behind site `a` (`a_link`),
+    /// h2 and h3 behind site `b` (ideal).
+    fn two_sites(a_link: &str) -> Hub {
+        let mut h = hub(&["", "", "", ""]);
+        let cfg = HubConfig {
+            hosts: h
+                .ports
+                .iter()
+                .map(|p| HostConfig {
+                    name: p.name.clone(),
+                    addr: p.addr,
+                    link: p.link.clone(),
+                })
+                .collect(),
+            sites: vec![
+                SiteConfig {
+                    name: "a".into(),
+                    ports: vec![0, 1],
+                    link: a_link.parse().unwrap(),
+                },
+                SiteConfig {
+                    name: "b".into(),
+                    ports: vec![2, 3],
+                    link: LinkSpec::default(),
+                },
+            ],
+            seed: 1,
+            mtu: 1500,
+            vnet_hdr: false,
+            buffer_bytes: 256 << 20,
+        };
+        h = Hub::new(&cfg);
+        h
+    }
+
+    #[test]
+    fn hosts_of_a_site_share_its_link_to_other_sites_not_to_each_other() {
+        // Site a's link: 35 ms each way, 12 Mbit/s (1 ms per 1500 bytes).
+        let mut h = two_sites("delay=35ms rate=12M");
+        // Within the site: no delay.
+        udp(&mut h, 0, 0, [10, 77, 0, 2], 1, 1500);
+        assert_eq!(drain(&mut h, 0), vec![(1, 0, 1)]);
+        // h0 -> h2 and h1 -> h3 at once: both cross a's up link, one after
+        // the other.
+        udp(&mut h, 0, 0, [10, 77, 0, 3], 2, 1500);
+        udp_from(&mut h, 0, 1, 5000, [10, 77, 0, 4], 3, 1500);
+        assert_eq!(
+            drain(&mut h, u64::MAX),
+            vec![(2, 36 * MS, 2), (3, 37 * MS, 3)]
+        );
+        // The way back crosses a's down link: 35 ms and its rate.
+        udp(&mut h, 100 * MS, 3, [10, 77, 0, 1], 4, 1500);
+        assert_eq!(drain(&mut h, u64::MAX), vec![(0, 136 * MS, 4)]);
+        let s = h.snapshot(200 * MS);
+        assert_eq!(s.sites[0].hosts, ["h0", "h1"]);
+        assert_eq!(s.sites[0].up.counters.delivered_pkts, 2);
+        assert_eq!(s.sites[0].down.counters.delivered_pkts, 1);
+        assert_eq!(s.sites[1].down.counters.delivered_pkts, 2);
+        assert_eq!(h.pool.in_use(), 0);
     }
 
     fn udp(h: &mut Hub, now: u64, from: usize, dst: [u8; 4], seq: u32, len: usize) {

@@ -18,7 +18,7 @@ mod pcap;
 mod pool;
 pub mod spec;
 
-pub use hub::{HostConfig, Hub, HubConfig, Snapshot};
+pub use hub::{HostConfig, Hub, HubConfig, SiteConfig, Snapshot};
 pub use link::Series;
 pub use spec::{DirSpec, LinkSpec, LossSpec, Outage, QueueLimit, RateStep, Schedule};
 pub mod driver;

@@ -16,7 +16,7 @@
 //! - [`sync`]: skip/resume/full decisions.
 //! - [`shard`]: shards of one transfer (`--shard K/N`): the plan every shard computes
 //!   from one listing, and the plan file that shares it.
-//! - [`slice`]: a shard's slice of a file: several shards writing one part, each with
+//! - [`mod@slice`]: a shard's slice of a file: several shards writing one part, each with
 //!   its own journal, the last naming the file.
 //! - [`mod@shown`]: the far side's names and messages made safe for terminals and logs.
 //! - [`units`]: one grammar of sizes, rates and durations for flags, SPECs and suites.
