@@ -541,18 +541,22 @@ impl RecvDisk {
         let in_fresh_dir = fresh || dest.in_fresh_dir(target);
         drop(dest);
         let heard = || Some(self.heard.clone());
-        let (mut inc, ranges) =
-            match Incoming::open_heard(dir.clone(), &name, e, resume, CLAIM_WAIT, heard()) {
-                // The session it waited for placed the same file: done. (A
-                // fresh session's sender sends it anyway: received again.)
-                Err(err) if longhaul_transfer::place::placed_meanwhile(&err) => {
-                    if !fresh {
-                        return Ok(Opened::Skip);
-                    }
-                    Incoming::open_heard(dir, &name, e, resume, CLAIM_WAIT, heard())?
+        let compare = matches!(decision, Decision::UnlessHash(_));
+        let open = |dir| match compare {
+            true => Incoming::open_to_compare(dir, &name, e, CLAIM_WAIT, heard()),
+            false => Incoming::open_heard(dir, &name, e, resume, CLAIM_WAIT, heard()),
+        };
+        let (mut inc, ranges) = match open(dir.clone()) {
+            // The session it waited for placed the same file: done. (A
+            // fresh session's sender sends it anyway: received again.)
+            Err(err) if longhaul_transfer::place::placed_meanwhile(&err) => {
+                if !fresh {
+                    return Ok(Opened::Skip);
                 }
-                r => r?,
-            };
+                open(dir)?
+            }
+            r => r?,
+        };
         // A fresh session's destination held none of its targets, nor parts.
         if in_fresh_dir {
             inc.in_fresh_dir();

@@ -1245,6 +1245,33 @@ impl Incoming {
         claim_wait: std::time::Duration,
         heard: Option<Heard>,
     ) -> io::Result<(Incoming, Vec<(u64, u64)>)> {
+        Incoming::open_checked(dir, name, entry, resume, claim_wait, heard, true)
+    }
+
+    /// [`Incoming::open_heard`] of a file the destination holds and that
+    /// is sent only if its BLAKE3 differs (`--checksum`): not resumed, and
+    /// not refused for want of room, since most such files are the same
+    /// and need none (a file that differs and does not fit fails when it is
+    /// written).
+    pub fn open_to_compare(
+        dir: Arc<Dir>,
+        name: &[u8],
+        entry: &Entry,
+        claim_wait: std::time::Duration,
+        heard: Option<Heard>,
+    ) -> io::Result<(Incoming, Vec<(u64, u64)>)> {
+        Incoming::open_checked(dir, name, entry, false, claim_wait, heard, false)
+    }
+
+    fn open_checked(
+        dir: Arc<Dir>,
+        name: &[u8],
+        entry: &Entry,
+        resume: bool,
+        claim_wait: std::time::Duration,
+        heard: Option<Heard>,
+        check_room: bool,
+    ) -> io::Result<(Incoming, Vec<(u64, u64)>)> {
         if entry.size > MAX_FILE_SIZE {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -1294,7 +1321,7 @@ impl Incoming {
             }
         }
         // What the part still lacks must fit on its file system.
-        if let Some(lock) = &lock {
+        if let Some(lock) = lock.as_ref().filter(|_| check_room) {
             // (A sparse file needs what its data takes, not its size.)
             let needs = match entry.allocated {
                 0 => entry.size,

@@ -283,3 +283,37 @@ fn a_sparse_file_larger_than_the_disk_fits_when_its_data_does() {
     .expect_code(0);
     assert_eq!(hash_file(&mnt.join("disk.img")), hash_file(&img));
 }
+
+#[test]
+fn checksum_of_files_already_there_needs_no_room_for_a_second_copy() {
+    let t = Tmp::new("diskfull-checksum");
+    let test = "checksum_of_files_already_there_needs_no_room_for_a_second_copy";
+    let Some((_fs, mnt)) = small_disk(&t, test) else {
+        return;
+    };
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    // 5 MiB of the 8: a second copy would not fit.
+    gen_file(&root.join("f.bin"), 9, 5 * MIB);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let get = |extra: &str| {
+        let out = c.run(
+            "get",
+            [
+                OsString::from("--accept-new"),
+                OsString::from("--json"),
+                OsString::from(extra),
+                srv.remote("f.bin"),
+                mnt.clone().into(),
+            ],
+        );
+        out.expect_code(0);
+        out.json()
+    };
+    get("--quiet");
+    let j = get("--checksum");
+    assert_eq!(totals(&j, "skipped"), 1, "{j:#}");
+    assert_eq!(totals(&j, "bytes_transferred"), 0, "{j:#}");
+    assert_eq!(list_tree(&mnt), [mnt.join("f.bin")], "no part left");
+}
