@@ -26,6 +26,7 @@ mod paths;
 mod progress_line;
 mod put_fresh;
 mod rate;
+mod recipes;
 mod resume;
 mod shards;
 mod slow_receiver;
