@@ -509,6 +509,16 @@ pub struct GetArgs {
 pub struct PutArgs {
     #[command(flatten)]
     pub t: TransferArgs,
+    /// Move only shard K of N of the put (1/4 .. 4/4), so that N processes
+    /// on several hosts sharing the source's file system, sending to
+    /// servers that share the destination's, move it together: each a
+    /// byte-balanced part, every byte once; the servers share the plan in
+    /// the destination (`.longhaul.lh-plan`). `auto` reads the launcher's
+    /// index as a get's does; `finish`, once every shard is done: every file
+    /// checked by BLAKE3, the hard links and directory times made, the plan
+    /// removed.
+    #[arg(long, value_name = "K/N|auto|auto/N|finish")]
+    pub shard: Option<String>,
     /// LOCAL_PATH... HOST[:PORT]:REMOTE_DEST
     #[arg(required = true, num_args = 2.., value_name = "PATHS")]
     pub paths: Vec<std::ffi::OsString>,

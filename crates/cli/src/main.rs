@@ -667,51 +667,48 @@ async fn get(a: args::GetArgs) -> Result<i32> {
     }
     let mut opts = client_opts(&a.t, key.unwrap())?;
     let dest = PathBuf::from(&dest[0]);
-    let finish = a.shard.as_deref() == Some("finish");
-    let mut plan = None;
     if let Some(s) = &a.shard {
-        let sh = sharding(s, a.plan.as_deref(), &a.t, &paths, &dest)?;
-        plan = Some(sh.plan_file.clone());
-        match finish {
-            // The whole tree once, by BLAKE3 on both sides (what differs is
-            // sent again), then the directories' times, the links, and the
-            // plan removed.
-            true if opts.sync == SyncMode::SizeMtime => opts.sync = SyncMode::Checksum,
-            true => {}
-            false => opts.shard = Some(sh),
-        }
+        opts.shard = Some(shard_role(s, &a.t, &mut opts, || {
+            let plan_file = match &a.plan {
+                Some(p) => p.clone(),
+                None if dest.is_dir() => dest.join(".longhaul.lh-plan"),
+                None => {
+                    return Err(usage(format!(
+                        "--shard: {} is not a directory, so the shards' plan needs a place: \
+                         --plan FILE on a file system every shard sees",
+                        dest.display()
+                    )))
+                }
+            };
+            let mut source: Vec<String> = paths
+                .iter()
+                .map(|p| longhaul_transfer::shown(&String::from_utf8_lossy(p)).into_owned())
+                .collect();
+            source.extend(a.t.filters.iter().map(|r| format!("{r:?}")));
+            Ok((longhaul_quic::PlanAt::Path(plan_file), source.join(" ")))
+        })?);
     }
     let progress = Arc::new(Progress::default());
-    let code = drive(
+    Ok(drive(
         &a.t,
         "get",
         &opts.interrupt,
         progress.clone(),
         longhaul_quic::get(&host, port, &paths, &dest, &opts, progress),
     )
-    .await;
-    if let (true, 0, Some(plan)) = (finish, code, plan) {
-        match std::fs::remove_file(&plan) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                eprintln!("longhaul: the shards' plan {} stays: {e}", plan.display());
-            }
-            _ => {}
-        }
-    }
-    Ok(code)
+    .await)
 }
 
-/// A get's `--shard` and `--plan`: which shard, and where the plan is
-/// shared. What is listed (the remote paths and the filters, not the host:
-/// each shard may fetch from another server of the same file system) keys
-/// the plan.
-fn sharding(
+/// `--shard K/N|auto|auto/N|finish` of a get or a put: which shard, or the
+/// finish (a whole-tree `--checksum` that then removes the plan); `place`
+/// says where the plan is shared and what keys it (a put's is the
+/// server's, in its destination).
+fn shard_role(
     shard: &str,
-    plan: Option<&std::path::Path>,
     t: &args::TransferArgs,
-    paths: &[Vec<u8>],
-    dest: &std::path::Path,
-) -> Result<longhaul_quic::Sharding> {
+    opts: &mut ClientOpts,
+    place: impl FnOnce() -> Result<(longhaul_quic::PlanAt, String)>,
+) -> Result<longhaul_quic::ShardRole> {
     let finishing = shard == "finish";
     // (`finish` is no shard: any index does for the plan's place.)
     let shard = match shard {
@@ -731,28 +728,23 @@ fn sharding(
             )));
         }
     }
-    let plan_file = match plan {
-        Some(p) => p.to_path_buf(),
-        None if dest.is_dir() => dest.join(".longhaul.lh-plan"),
-        None => {
-            return Err(usage(format!(
-                "--shard: {} is not a directory, so the shards' plan needs a place: --plan FILE \
-                 on a file system every shard sees",
-                dest.display()
-            )))
-        }
-    };
-    let mut source: Vec<String> = paths
-        .iter()
-        .map(|p| longhaul_transfer::shown(&String::from_utf8_lossy(p)).into_owned())
-        .collect();
-    for r in &t.filters {
-        source.push(format!("{:?}", r));
-    }
-    Ok(longhaul_quic::Sharding {
+    let (plan_file, source) = place()?;
+    let sharding = longhaul_quic::Sharding {
         shard,
         plan_file,
-        source: source.join(" "),
+        source,
+    };
+    Ok(match finishing {
+        true => {
+            // The whole tree once, by BLAKE3 on both sides (what differs is
+            // sent again), the directories' times and the links, then the
+            // plan removed.
+            if opts.sync == SyncMode::SizeMtime {
+                opts.sync = SyncMode::Checksum;
+            }
+            longhaul_quic::ShardRole::Finish(sharding)
+        }
+        false => longhaul_quic::ShardRole::Part(sharding),
     })
 }
 
@@ -765,7 +757,12 @@ async fn put(a: args::PutArgs) -> Result<i32> {
     }
     let (locals, dest) = a.paths.split_at(a.paths.len() - 1);
     let (key, host, port, rdest) = parse_remote(&dest[0])?;
-    let opts = client_opts(&a.t, key)?;
+    let mut opts = client_opts(&a.t, key)?;
+    if let Some(s) = &a.shard {
+        // (The server keeps a put's plan in its destination, keyed by it.)
+        let at = longhaul_quic::PlanAt::Dest(longhaul_transfer::RelPath::root());
+        opts.shard = Some(shard_role(s, &a.t, &mut opts, || Ok((at, String::new())))?);
+    }
     let locals: Vec<PathBuf> = locals.iter().map(PathBuf::from).collect();
     let progress = Arc::new(Progress::default());
     Ok(drive(

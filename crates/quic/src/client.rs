@@ -98,9 +98,10 @@ pub struct ClientOpts {
     /// Set when the server cannot come back (`--ssh`: the ssh session that
     /// started it ended): a lost connection is then not retried.
     pub gone: Arc<std::sync::atomic::AtomicBool>,
-    /// A get that is one shard of a transfer (`--shard K/N`): it moves its
-    /// part of the files by the plan shared in the plan file.
-    pub shard: Option<crate::sharding::Sharding>,
+    /// One shard of a transfer (`--shard K/N`: it moves its part of the
+    /// files by the plan shared in the plan file, a get's here, a put's at
+    /// the server), or its finish (`--shard finish`).
+    pub shard: Option<crate::sharding::ShardRole>,
 }
 
 /// A handle on a transfer's connection for the user's Ctrl-C: dropping the
@@ -1057,13 +1058,13 @@ async fn get_once<R: AsRef<[u8]>>(
     let (opts, remembered) = &recall_rate(opts, "get");
     // (A dry run asks for each file: the server sends none unasked; so
     // does a shard, which wants only its part.)
-    let fresh = !opts.dry_run && opts.shard.is_none() && spec.is_fresh();
-    let shard = match &opts.shard {
-        Some(sh) => {
-            let plan = sh.read().map_err(|e| Problem::new(Kind::LocalIo, e))?;
-            Some((sh.clone(), plan))
-        }
-        None => None,
+    let part = matches!(opts.shard, Some(crate::sharding::ShardRole::Part(_)));
+    let fresh = !opts.dry_run && !part && spec.is_fresh();
+    use crate::sharding::ShardRole;
+    let (shard, finish_plan) = match &opts.shard {
+        Some(ShardRole::Part(sh)) => (Some(sh.clone()), None),
+        Some(ShardRole::Finish(sh)) => (None, Some(sh.clone())),
+        None => (None, None),
     };
     let mut s = connect(host, port, opts, op, fresh).await?;
     progress.welcomed();
@@ -1084,6 +1085,7 @@ async fn get_once<R: AsRef<[u8]>>(
         RecvOpts {
             keep: None,
             shard,
+            finish_plan,
             sync: opts.sync,
             fresh,
             durable: opts.durable,
@@ -1247,6 +1249,14 @@ async fn put_once(
         },
         dry_run: opts.dry_run,
         numeric_ids: opts.numeric_ids,
+        shard: opts.shard.as_ref().map(|role| {
+            let s = role.sharding().shard;
+            crate::proto::ShardReq {
+                index: s.index,
+                count: s.count,
+                finish: matches!(role, crate::sharding::ShardRole::Finish(_)),
+            }
+        }),
     };
     let (opts, remembered) = &recall_rate(opts, "put");
     let mut s = connect(host, port, opts, op, false).await?;

@@ -14,7 +14,7 @@ use longhaul_transfer::{EntryKind, CHUNK_SIZE};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Jobs whose data is at most this many bytes are cheap enough to run on the
 /// driver's own task: a page-cache copy and a few metadata calls take
@@ -119,6 +119,19 @@ impl RecvDisk {
             slices: Default::default(),
             sharding: None,
         }
+    }
+
+    /// A shard's plan, if its file is there.
+    pub(crate) fn read_plan(
+        &self,
+        sh: &crate::sharding::Sharding,
+    ) -> Result<Option<Arc<longhaul_transfer::shard::Plan>>, String> {
+        sh.read(&mut self.dest.lock().unwrap())
+    }
+
+    /// Remove a sharded transfer's plan (`--shard finish`).
+    pub(crate) fn remove_plan(&self, sh: &crate::sharding::Sharding) -> io::Result<()> {
+        sh.remove(&mut self.dest.lock().unwrap())
     }
 
     /// A shard's destination: its plan is shared in `sharding`'s file.
@@ -311,7 +324,7 @@ impl RecvDisk {
                 },
             },
             Job::Plan { listing } => Done::Planned(match &self.sharding {
-                Some(sh) => sh.write(listing),
+                Some(sh) => sh.write(listing, &mut self.dest.lock().unwrap()),
                 None => Err("a plan asked of a session that is not a shard".into()),
             }),
             Job::Probe { target, entry } => {

@@ -51,4 +51,4 @@ pub use report::{
 };
 pub use retry::DEFAULT_RETRY_FOR;
 pub use server::{ServeOpts, Server, DEFAULT_MAX_SESSIONS, DEFAULT_SEND_BUFFER};
-pub use sharding::Sharding;
+pub use sharding::{PlanAt, ShardRole, Sharding};

@@ -136,7 +136,24 @@ pub enum Op {
         /// Owners go by the numbers sent, not by name (`--numeric-ids`),
         /// where the server applies them. Version 11.
         numeric_ids: bool,
+        /// One shard of a put that several clients share (`put --shard`),
+        /// or its finish. Version 12.
+        shard: Option<ShardReq>,
     },
+}
+
+/// A put's shard (`put --shard K/N`, `--shard finish`; version 12): the
+/// server, the receiver, wants only this shard's part of the files, by the
+/// plan its shards share in the destination (PROTOCOL.md §1.13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardReq {
+    /// The shard, from 0.
+    pub index: u32,
+    /// How many.
+    pub count: u32,
+    /// Not a shard but the finish: the put checks every file (`Checksum`)
+    /// and the server removes the plan once the session has ended well.
+    pub finish: bool,
 }
 
 /// What a receiver changed, or would change in a dry run, at one path
@@ -862,6 +879,11 @@ mod tests {
                     }],
                     dry_run: true,
                     numeric_ids: true,
+                    shard: Some(ShardReq {
+                        index: 1,
+                        count: 4,
+                        finish: false,
+                    }),
                 },
                 max_rate: 5,
                 cc: None,

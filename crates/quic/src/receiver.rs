@@ -72,12 +72,10 @@ pub(crate) struct RecvOpts {
     /// A server's record of unfinished parts, and the client this session
     /// is for: what it leaves unfinished is recorded there.
     pub keep: Option<(Arc<crate::kept::KeptParts>, String)>,
-    /// A shard (`get --shard`): which, where its plan is shared, and the
-    /// plan when its file was there at the start.
-    pub shard: Option<(
-        crate::sharding::Sharding,
-        Option<Arc<longhaul_transfer::shard::Plan>>,
-    )>,
+    /// A shard (`--shard K/N`): which, and where its plan is shared.
+    pub shard: Option<crate::sharding::Sharding>,
+    /// `--shard finish`: the plan to remove once the session has ended well.
+    pub finish_plan: Option<crate::sharding::Sharding>,
 }
 
 /// What reaches the driver's loop besides control frames.
@@ -128,16 +126,29 @@ pub(crate) async fn run_receiver(
         max_waiting: MAX_WAITING,
         delete: opts.delete.clone(),
         dry_run: opts.dry_run,
-        shard: opts.shard.as_ref().map(|(s, plan)| (s.shard, plan.clone())),
+        shard: None,
     };
-    let mut core = RecvCore::new(cfg, dest.landing, progress.clone());
     // A destination in memory only (tmpfs) has no disk to wait for.
     let durable = opts.durable && !longhaul_transfer::place::in_memory_only(&dest.base);
     let disk = Arc::new(
         RecvDisk::new(dest.base, durable)
             .with_meta(opts.meta)
-            .with_sharding(opts.shard.as_ref().map(|(s, _)| s.clone())),
+            .with_sharding(opts.shard.clone()),
     );
+    // A shard whose plan file is there plans from it at once; one that
+    // cannot read it fails, and tells its peer why.
+    let mut cfg = cfg;
+    let mut unplanned = None;
+    if let Some(sh) = &opts.shard {
+        match disk.read_plan(sh) {
+            Ok(plan) => cfg.shard = Some((sh.shard, plan)),
+            Err(e) => unplanned = Some(Problem::new(Kind::LocalIo, e)),
+        }
+    }
+    let mut core = RecvCore::new(cfg, dest.landing, progress.clone());
+    if let Some(p) = unplanned {
+        core.refuse(p);
+    }
     let (tx, mut inputs) = mpsc::channel::<Input>(1024);
     // The stream tasks live in the acceptor's set: aborting the acceptor at
     // the end stops those still reading a stream the sender has not finished
@@ -211,6 +222,11 @@ pub(crate) async fn run_receiver(
         longhaul_transfer::units::show_size(most)
     );
     let mut report = core.take_report();
+    if let (Ok(()), true, Some(sh)) = (&result, report.problems.is_empty(), &opts.finish_plan) {
+        if let Err(e) = disk.remove_plan(sh) {
+            tracing::warn!("the shards' plan stays: {e}");
+        }
+    }
     report.repair_bytes = repair.bytes.load(Ordering::Relaxed);
     report.rebuilt_streams = repair.rebuilt.load(Ordering::Relaxed);
     report.tail_s = repair.tail();

@@ -19,6 +19,7 @@ use crate::throttle::AuthThrottle;
 use anyhow::{Context, Result};
 use cap_std::fs::Dir;
 use longhaul_transfer::landing::{dest_is_dir as lands_in_dir, Landing};
+use longhaul_transfer::shard::Shard;
 use longhaul_transfer::RelPath;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -1183,7 +1184,19 @@ async fn session(
             filters,
             dry_run,
             numeric_ids,
+            shard,
         } => {
+            let shard = match shard.map(|s| (Shard::new(s.index, s.count), s.finish)) {
+                None => None,
+                Some((Ok(s), finish)) if !(delete || dry_run) => Some((s, finish)),
+                Some((Ok(_), _)) => {
+                    let m = "a put's shard cannot delete or be a dry run";
+                    return fatal(&ctl, &conn, &handshake, ErrorCode::Protocol, m.into()).await;
+                }
+                Some((Err(e), _)) => {
+                    return fatal(&ctl, &conn, &handshake, ErrorCode::Protocol, e).await
+                }
+            };
             let protect = match delete {
                 true => match longhaul_transfer::filter::Filter::new(&filters) {
                     Ok(f) => Some(Arc::new(f)),
@@ -1220,10 +1233,21 @@ async fn session(
                     roots: roots.into_iter().map(|r| r.name).collect(),
                 },
             };
+            // A put's shards share their plan in the destination: in the
+            // directory the roots land in, or beside the one file.
+            let sharding = match shard.map(|(s, finish)| put_sharding(&spec.landing, s, finish)) {
+                None => None,
+                Some(Ok(sh)) => Some(sh),
+                Some(Err(e)) => {
+                    return fatal(&ctl, &conn, &handshake, ErrorCode::BadPath, e.to_string()).await
+                }
+            };
             // None of the put's targets here, nor parts of them: the client
             // sends each file at once, and nothing is looked up or resumed.
-            // (A dry run's client waits for a Want for each file.)
-            let fresh = !dry_run && spec.is_fresh();
+            // (A dry run's client waits for a Want for each file, and so
+            // does a shard's, which the server wants a part of.)
+            let part = matches!(sharding, Some((_, false)));
+            let fresh = !dry_run && !part && spec.is_fresh();
             let _ = ctl
                 .send(Frame::Welcome {
                     version: VERSION,
@@ -1251,7 +1275,8 @@ async fn session(
             .to_string();
             let opts = RecvOpts {
                 keep: Some((ctx.kept.clone(), crate::kept::client_of(remote.ip()))),
-                shard: None,
+                shard: sharding.clone().filter(|(_, f)| !f).map(|(s, _)| s),
+                finish_plan: sharding.filter(|(_, f)| *f).map(|(s, _)| s),
                 sync: sync.into(),
                 fresh,
                 durable,
@@ -1353,6 +1378,35 @@ async fn session(
         }
     }
     close_sent(&conn, 0, b"done").await;
+}
+
+/// A put's shard and where its shards share their plan: in the directory
+/// the roots land in, or beside the one file (`finish`: the put that ends
+/// them).
+fn put_sharding(
+    l: &Landing,
+    shard: Shard,
+    finish: bool,
+) -> Result<(crate::sharding::Sharding, bool), longhaul_transfer::PathError> {
+    use longhaul_transfer::place::sibling_name;
+    let plan = match (l.dest_is_dir, l.prefix.parent()) {
+        (false, Some(parent)) => parent.join_name(&sibling_name(
+            l.prefix.file_name(),
+            longhaul_transfer::sibling::PLAN,
+        ))?,
+        _ => l.prefix.join_name(b".longhaul.lh-plan")?,
+    };
+    let roots: Vec<String> = l
+        .roots
+        .iter()
+        .map(|r| longhaul_transfer::shown(&String::from_utf8_lossy(r)).into_owned())
+        .collect();
+    let sharding = crate::sharding::Sharding {
+        shard,
+        plan_file: crate::sharding::PlanAt::Dest(plan),
+        source: format!("put {} {}", l.prefix.display(), roots.join(" ")),
+    };
+    Ok((sharding, finish))
 }
 
 fn server_name() -> String {

@@ -160,6 +160,7 @@ impl Raw {
             filters: vec![],
             dry_run: false,
             numeric_ids: false,
+            shard: None,
         })
         .await;
     }

@@ -83,6 +83,7 @@ fn the_server_closes_a_finished_session_itself() {
             filters: vec![],
             dry_run: false,
             numeric_ids: false,
+            shard: None,
         })
         .await;
         r.welcome().await;

@@ -25,6 +25,7 @@ async fn hostile_put(port: u16, kh: std::path::PathBuf, size: u64) -> Option<(Er
         filters: vec![],
         dry_run: false,
         numeric_ids: false,
+        shard: None,
     })
     .await;
     r.frame(&Frame::Entry(Entry {

@@ -249,3 +249,70 @@ fn longhaul_child(mut cmd: std::process::Command) -> std::process::Child {
         .spawn()
         .unwrap()
 }
+
+#[test]
+fn put_shards_at_once_land_the_tree_and_finish_removes_the_servers_plan() {
+    let t = Tmp::new("put-shards");
+    let data = t.join("src/data");
+    std::fs::create_dir_all(&data).unwrap();
+    let total = tree(&data);
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let srv = Server::start_writable(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    // First contact once, so the shards at once share a pinned server.
+    std::fs::write(t.join("hello"), b"hi").unwrap();
+    let hello: [OsString; 3] = [
+        "--accept-new".into(),
+        t.join("hello").into(),
+        srv.remote("hello"),
+    ];
+    c.run("put", hello).expect_code(0);
+    let put = |shard: &str| {
+        let args: Vec<OsString> = vec![
+            "--json".into(),
+            "--shard".into(),
+            shard.into(),
+            format!("{}/", data.display()).into(),
+            srv.remote("incoming/"),
+        ];
+        c.cmd("put", args)
+    };
+    let runs: Vec<_> = (1..=3)
+        .map(|k| {
+            let cmd = put(&format!("{k}/3"));
+            std::thread::spawn(move || run_timeout(cmd, Duration::from_secs(120)))
+        })
+        .collect();
+    let dest = root.join("incoming");
+    let mut sent = 0;
+    for r in runs {
+        let out = r.join().unwrap();
+        out.expect_code(0);
+        sent += totals(&out.json(), "bytes_transferred");
+    }
+    assert_eq!(sent, total, "every byte once");
+    assert!(
+        dest.join(".longhaul.lh-plan").is_file(),
+        "{:?}",
+        list_tree(&dest)
+    );
+    // A shard of another count is refused by the plan the servers keep.
+    let out = run_timeout(put("1/2"), Duration::from_secs(60));
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("3 shards, not 2"), "{}", out.stderr);
+    let out = run_timeout(put("finish"), Duration::from_secs(60));
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(totals(&j, "bytes_transferred"), 0, "{j:#}");
+    let files_and_dirs = Compare {
+        top_meta: false,
+        ..Compare::ALL
+    };
+    assert_same_tree(&data, &dest, files_and_dirs);
+    let left: Vec<_> = list_tree(&dest)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains(".lh-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

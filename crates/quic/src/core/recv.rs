@@ -583,6 +583,12 @@ impl RecvCore {
         self.state == State::Running
     }
 
+    /// End the session before it starts, for `p` (its peer is told why
+    /// when it is this side's fault).
+    pub(crate) fn refuse(&mut self, p: Problem) {
+        self.fail(p);
+    }
+
     fn fail(&mut self, p: Problem) {
         if !self.running() {
             return;

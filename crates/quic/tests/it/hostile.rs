@@ -71,6 +71,7 @@ async fn put_to(s: &Srv, dest: &[u8], root: &[u8]) -> Raw {
         filters: vec![],
         dry_run: false,
         numeric_ids: false,
+        shard: None,
     })
     .await;
     r
@@ -821,6 +822,7 @@ async fn put_over(s: &Srv, connections: u32, key: &[u8]) -> Raw {
             filters: vec![],
             dry_run: false,
             numeric_ids: false,
+            shard: None,
         },
         max_rate: 0,
         cc: None,
