@@ -39,13 +39,24 @@ fn shard_args(srv: &Server, dest: &Path, shard: &str, extra: &[&str]) -> Vec<OsS
     a
 }
 
-/// Only the files of the tree and the plan are left: no part, no journal.
-fn only_the_plan_left(dest: &Path) {
-    let hidden: Vec<_> = list_tree(dest)
+/// Names, bytes, modes and times, but not DEST's own, which a receiver
+/// leaves as it was.
+const FILES_AND_DIRS: Compare = Compare {
+    top_meta: false,
+    ..Compare::ALL
+};
+
+/// longhaul's own files in `dest`: parts, journals, plans.
+fn ours(dest: &Path) -> Vec<std::path::PathBuf> {
+    list_tree(dest)
         .into_iter()
         .filter(|p| p.to_string_lossy().contains(".lh-"))
-        .collect();
-    assert_eq!(hidden, [dest.join(".longhaul.lh-plan")], "{hidden:?}");
+        .collect()
+}
+
+/// Only the files of the tree and the plan are left: no part, no journal.
+fn only_the_plan_left(dest: &Path) {
+    assert_eq!(ours(dest), [dest.join(".longhaul.lh-plan")]);
 }
 
 /// `--shard finish`: every file checked by BLAKE3 and none sent again, the
@@ -56,12 +67,7 @@ fn finish(c: &Client, srv: &Server, data: &Path, dest: &Path) {
     let j = out.json();
     assert_eq!(totals(&j, "bytes_transferred"), 0, "{j:#}");
     assert_eq!(totals(&j, "skipped"), totals(&j, "files"), "{j:#}");
-    // (The top directory is DEST, which a get leaves as it was.)
-    let files_and_dirs = Compare {
-        top_meta: false,
-        ..Compare::ALL
-    };
-    assert_same_tree(data, dest, files_and_dirs);
+    assert_same_tree(data, dest, FILES_AND_DIRS);
     use std::os::unix::fs::MetadataExt;
     let ino = |p: &str| {
         std::fs::metadata(dest.join(p))
@@ -69,11 +75,7 @@ fn finish(c: &Client, srv: &Server, data: &Path, dest: &Path) {
             .unwrap_or(0)
     };
     assert_eq!(ino("d3/mid.bin"), ino("d5/mid-link"), "hard links kept");
-    let left: Vec<_> = list_tree(dest)
-        .into_iter()
-        .filter(|p| p.to_string_lossy().contains(".lh-"))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(ours(dest), Vec::<std::path::PathBuf>::new());
 }
 
 #[test]
@@ -305,14 +307,6 @@ fn put_shards_at_once_land_the_tree_and_finish_removes_the_servers_plan() {
     out.expect_code(0);
     let j = out.json();
     assert_eq!(totals(&j, "bytes_transferred"), 0, "{j:#}");
-    let files_and_dirs = Compare {
-        top_meta: false,
-        ..Compare::ALL
-    };
-    assert_same_tree(&data, &dest, files_and_dirs);
-    let left: Vec<_> = list_tree(&dest)
-        .into_iter()
-        .filter(|p| p.to_string_lossy().contains(".lh-"))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_same_tree(&data, &dest, FILES_AND_DIRS);
+    assert_eq!(ours(&dest), Vec::<std::path::PathBuf>::new());
 }
