@@ -356,6 +356,11 @@ impl SlicePart {
             };
             let _ = self.dir.remove_file(os(&journal_name(&self.name, shard)));
         }
+        // A resume journal an earlier, unsharded receiver left beside the
+        // same part describes nothing now.
+        let _ = self
+            .dir
+            .remove_file(os(&sibling_name(&self.name, crate::sibling::JOURNAL)));
         // The name, durable: each shard synced its data before journaling.
         crate::place::sync_dir(&self.dir)?;
         Ok(SliceEnd::Placed(root))
@@ -470,6 +475,8 @@ mod tests {
                 mtime_ns: 0,
             }]);
             let plan = Plan::new(listing, 3);
+            // An unsharded receiver's journal, left from an earlier run.
+            std::fs::write(tmp.path().join(".big.lh-journal"), b"LHJ1").unwrap();
             let mut ends = Vec::new();
             for s in order {
                 ends.push(receive(&dir, &plan, &src, s, None).unwrap().unwrap());
