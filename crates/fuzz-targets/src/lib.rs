@@ -236,6 +236,7 @@ fn seed_frames() -> Vec<Vec<u8>> {
             paths: vec![b"run42".to_vec()],
             filters: vec![],
             meta: Default::default(),
+            listed: false,
         },
         max_rate: 0,
         cc: None,

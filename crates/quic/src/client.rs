@@ -178,6 +178,30 @@ impl ClientOpts {
     }
 }
 
+/// A listed get's `Only` frames: every file of the plan that shard `shard`
+/// moves (whole, or a slice of), then `OnlyEnd`.
+async fn send_only(
+    ctl: &crate::control::CtlTx,
+    plan: &longhaul_transfer::shard::Plan,
+    shard: u32,
+) -> Result<(), Problem> {
+    use longhaul_transfer::shard::Part;
+    let mine: Vec<(u32, Vec<u8>)> = plan
+        .listing()
+        .items()
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| plan.part(i, shard) != Part::None)
+        // (A root's own entry comes unasked: a file fetched as a root.)
+        .filter(|(_, it)| !it.path.is_empty())
+        .map(|(_, it)| (it.root, it.path.clone()))
+        .collect();
+    for batch in mine.chunks(crate::proto::ONLY_PER_FRAME) {
+        ctl.send(Frame::Only(batch.to_vec())).await?;
+    }
+    ctl.send(Frame::OnlyEnd).await
+}
+
 /// `HOST:PORT`, an IPv6 host in brackets: the inverse of [`split_host_port`].
 pub fn join_host_port(host: &str, port: u16) -> String {
     if host.contains(':') {
@@ -1054,6 +1078,30 @@ async fn get_once<R: AsRef<[u8]>>(
         paths: remote.iter().map(|p| p.as_ref().to_vec()).collect(),
         filters: opts.filters.clone(),
         meta: opts.meta,
+        listed: false,
+    };
+    // A shard that holds its plan asks for its files only: the server then
+    // lists nothing, it finds those files one by one.
+    let listed = match &opts.shard {
+        Some(crate::sharding::ShardRole::Part(sh)) => sh
+            .read_path()
+            .map_err(|e| Problem::new(Kind::LocalIo, e))?
+            .map(|plan| (plan, sh.shard)),
+        _ => None,
+    };
+    let op = match op {
+        Op::Get {
+            paths,
+            filters,
+            meta,
+            ..
+        } => Op::Get {
+            paths,
+            filters,
+            meta,
+            listed: listed.is_some(),
+        },
+        op => op,
     };
     let (opts, remembered) = &recall_rate(opts, "get");
     // (A dry run asks for each file: the server sends none unasked; so
@@ -1075,6 +1123,11 @@ async fn get_once<R: AsRef<[u8]>>(
         );
         let failed = (SessionReport::default(), Err(conn_err(m)));
         return finish(s, started, "get", opts, failed).await;
+    }
+    if let Some((plan, shard)) = &listed {
+        if let Err(p) = send_only(&s.ctl, plan, shard.index).await {
+            return finish(s, started, "get", opts, (SessionReport::default(), Err(p))).await;
+        }
     }
     let (tuned, conns) = s.tune(opts, Flow::Rx);
     let r = run_receiver(
@@ -1174,6 +1227,7 @@ fn local_source(p: &Path, name: &[u8]) -> Result<(SendRoot, RootSpec), Problem> 
             start: RelPath::root(),
             must_be_dir: false,
             name: name.to_vec(),
+            only: None,
         };
         let name = name.to_vec();
         return Ok((src, RootSpec { name }));
@@ -1193,6 +1247,7 @@ fn local_source(p: &Path, name: &[u8]) -> Result<(SendRoot, RootSpec), Problem> 
         start,
         must_be_dir: false,
         name: name.to_vec(),
+        only: None,
     };
     Ok((
         src,

@@ -101,6 +101,11 @@ pub enum Op {
         /// The extended attributes and ACLs the server sends with each
         /// entry (`--xattrs`, `--acls`). Version 11.
         meta: longhaul_transfer::meta::Wanted,
+        /// A shard that holds its plan (`get --shard`): [`Frame::Only`]
+        /// frames and a [`Frame::OnlyEnd`] follow the `Hello`, listing the
+        /// files it wants, and the server sends the roots' own entries and
+        /// those files instead of walking the trees. Version 12.
+        listed: bool,
     },
     /// Send `roots` into `dest` (root-relative) on the server.
     Put {
@@ -461,7 +466,18 @@ pub enum Frame {
     /// receiver removed (`--delete`), or in a dry run what it would change,
     /// in batches of at most [`CHANGES_PER_FRAME`].
     Changes(Vec<Change>),
+    /// client → server after a listed get's `Hello` (since version 12):
+    /// files the shard wants, each its root (index into `Op::Get.paths`)
+    /// and its path beneath it; at most [`ONLY_PER_FRAME`] a frame.
+    Only(Vec<(u32, Vec<u8>)>),
+    /// client → server: the end of a listed get's `Only` frames (since
+    /// version 12).
+    OnlyEnd,
 }
+
+/// Most items in one [`Frame::Only`] (paths of up to 4 KiB keep a frame
+/// within [`MAX_FRAME`]).
+pub const ONLY_PER_FRAME: usize = 200;
 
 /// Most [`Change`]s in one [`Frame::Changes`] (paths of up to 4 KiB keep a
 /// frame under [`MAX_FRAME`]).
@@ -852,6 +868,7 @@ mod tests {
                         pattern: b"*.tmp".to_vec(),
                     }],
                     meta: Default::default(),
+                    listed: false,
                 },
                 max_rate: 0,
                 cc: Some("bbr".into()),

@@ -20,7 +20,7 @@ use cap_std::fs::Dir;
 use longhaul_transfer::chunk::Digest;
 use longhaul_transfer::place::open_read;
 use longhaul_transfer::place::Shape;
-use longhaul_transfer::walk::Walker;
+use longhaul_transfer::walk::{WalkError, WalkItem, Walker};
 use longhaul_transfer::{ChunkPlan, Entry, EntryKind, RelPath};
 use std::collections::HashMap;
 use std::fs::File;
@@ -38,6 +38,9 @@ pub(crate) struct SendRoot {
     /// The name it lands under at the destination (empty: its contents
     /// land there): what `filter` rules are matched beneath.
     pub name: Vec<u8>,
+    /// A listed get (a shard's): only these paths beneath `start`, found
+    /// one by one, not by a walk.
+    pub only: Option<Vec<RelPath>>,
 }
 
 /// A root that could not even be named (bad path): sent as a `RootError`.
@@ -527,7 +530,7 @@ fn walk_all(
         let root = root as u32;
         // (Hard links are kept within a root.)
         let mut linked = longhaul_transfer::walk::HardLinks::default();
-        let (src, walker) = match src.and_then(|s| open_root(s, filter)) {
+        let (mut src, walker) = match src.and_then(|s| open_root(s, filter)) {
             Ok(x) => x,
             Err((code, message)) => {
                 if !send(Walked::RootError {
@@ -540,7 +543,24 @@ fn walk_all(
                 continue;
             }
         };
-        for item in walker {
+        // A listed get: the root's own entry, then each path asked for.
+        let only = src.only.take();
+        let items: Box<dyn Iterator<Item = Result<WalkItem, WalkError>>> = match only {
+            None => Box::new(walker),
+            Some(paths) => {
+                let (dir, start) = (src.dir.clone(), src.start.clone());
+                let found = paths.into_iter().filter_map(move |p| {
+                    match longhaul_transfer::walk::item_at(&dir, &start, &p) {
+                        Ok(Some(it)) => Some(Ok(it)),
+                        // (Gone since the plan: the receiver reports what it lacks.)
+                        Ok(None) => None,
+                        Err(error) => Some(Err(WalkError { path: p, error })),
+                    }
+                });
+                Box::new(walker.take(1).chain(found))
+            }
+        };
+        for item in items {
             let w = match item {
                 Err(e) => Walked::Error {
                     root,

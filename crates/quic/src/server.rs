@@ -1115,6 +1115,7 @@ async fn session(
             paths,
             filters,
             meta,
+            listed,
         } => {
             let filter = match longhaul_transfer::filter::Filter::new(&filters) {
                 Ok(f) => Arc::new(f),
@@ -1122,21 +1123,6 @@ async fn session(
                     return fatal(&ctl, &conn, &handshake, ErrorCode::BadPath, e.to_string()).await
                 }
             };
-            let sources: Vec<SendRootResult> = paths
-                .iter()
-                .map(|p| {
-                    let name = longhaul_transfer::landing::root_name(p);
-                    let p = &follow_dir_links(&ctx.opts, p);
-                    RelPath::from_request(p)
-                        .map(|start| SendRoot {
-                            dir: ctx.root.clone(),
-                            start,
-                            must_be_dir: p.ends_with(b"/"),
-                            name,
-                        })
-                        .map_err(|e| (ErrorCode::BadPath, e.to_string()))
-                })
-                .collect();
             // The client's --streams, else ours.
             // (At least one per connection.)
             let streams = match h.streams {
@@ -1152,6 +1138,32 @@ async fn session(
                     streams: streams as u32,
                 })
                 .await;
+            // A shard's list of the files it wants, instead of a walk (it
+            // sends it once welcomed).
+            let mut only = match listed {
+                true => match read_only(&mut rx, paths.len()).await {
+                    Ok(lists) => Some(lists),
+                    Err(m) => return fatal(&ctl, &conn, &handshake, ErrorCode::Protocol, m).await,
+                },
+                false => None,
+            };
+            let sources: Vec<SendRootResult> = paths
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let name = longhaul_transfer::landing::root_name(p);
+                    let p = &follow_dir_links(&ctx.opts, p);
+                    RelPath::from_request(p)
+                        .map(|start| SendRoot {
+                            dir: ctx.root.clone(),
+                            start,
+                            must_be_dir: p.ends_with(b"/"),
+                            name,
+                            only: only.as_mut().map(|l| std::mem::take(&mut l[i])),
+                        })
+                        .map_err(|e| (ErrorCode::BadPath, e.to_string()))
+                })
+                .collect();
             let what = format!("get of {} path(s)", paths.len());
             let (report, result) = run_sender(
                 conns,
@@ -1378,6 +1390,46 @@ async fn session(
         }
     }
     close_sent(&conn, 0, b"done").await;
+}
+
+/// Most paths, and path bytes, a listed get may name (`Frame::Only`): a
+/// shard of a tree of ten million files, and what it costs a server to
+/// hold them.
+const MAX_ONLY: (usize, usize) = (10_000_000, 1 << 30);
+
+/// A listed get's `Only` frames, up to its `OnlyEnd`: per root, the paths
+/// it wants. An error says what is wrong with them.
+async fn read_only(rx: &mut CtlRx, roots: usize) -> Result<Vec<Vec<RelPath>>, String> {
+    let mut lists = vec![Vec::new(); roots];
+    let (mut count, mut bytes) = (0usize, 0usize);
+    loop {
+        match rx.recv().await {
+            Some(Ok(Frame::Only(items))) => {
+                for (root, path) in items {
+                    count += 1;
+                    bytes += path.len();
+                    if count > MAX_ONLY.0 || bytes > MAX_ONLY.1 {
+                        return Err(format!(
+                            "a listed get names more than {} paths or {} bytes of them",
+                            MAX_ONLY.0, MAX_ONLY.1
+                        ));
+                    }
+                    let p = RelPath::from_wire(&path).map_err(|e| e.to_string())?;
+                    if p.is_root() {
+                        return Err("a listed get names a root itself".into());
+                    }
+                    lists
+                        .get_mut(root as usize)
+                        .ok_or_else(|| format!("a listed path of root {root}, of {roots}"))?
+                        .push(p);
+                }
+            }
+            Some(Ok(Frame::OnlyEnd)) => return Ok(lists),
+            Some(Ok(other)) => return Err(format!("{other:?} among a listed get's paths")),
+            Some(Err(p)) => return Err(p.to_string()),
+            None => return Err("the client went before the end of its list".into()),
+        }
+    }
 }
 
 /// A put's shard and where its shards share their plan: in the directory

@@ -55,15 +55,28 @@ impl Sharding {
     /// The plan, if its file is there (an error if it is of another
     /// transfer, or damaged). `dest`: the receiving side's destination.
     pub(crate) fn read(&self, dest: &mut DestDir) -> Result<Option<Arc<Plan>>, String> {
-        let bytes = match self.load(dest) {
-            Ok(Some(b)) => b,
-            Ok(None) => return Ok(None),
-            Err(e) => return Err(self.says(&e.to_string())),
-        };
-        let pf = PlanFile::decode(&bytes).map_err(|e| self.says(&e.to_string()))?;
+        match self.load(Some(dest)) {
+            Ok(Some(b)) => self.parse(&b).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.says(&e.to_string())),
+        }
+    }
+
+    /// [`Sharding::read`] of a plan file of the client's own (none for one
+    /// in a destination).
+    pub(crate) fn read_path(&self) -> Result<Option<Arc<Plan>>, String> {
+        match self.load(None) {
+            Ok(Some(b)) => self.parse(&b).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.says(&e.to_string())),
+        }
+    }
+
+    fn parse(&self, bytes: &[u8]) -> Result<Arc<Plan>, String> {
+        let pf = PlanFile::decode(bytes).map_err(|e| self.says(&e.to_string()))?;
         pf.matches(&self.source, self.shard.count)
             .map_err(|e| self.says(&format!("{e}; remove it to list the source again")))?;
-        Ok(Some(Arc::new(Plan::new(pf.listing, self.shard.count))))
+        Ok(Arc::new(Plan::new(pf.listing, self.shard.count)))
     }
 
     /// Write `listing` as the plan file unless one is there (another shard
@@ -99,13 +112,14 @@ impl Sharding {
         }
     }
 
-    fn load(&self, dest: &mut DestDir) -> std::io::Result<Option<Vec<u8>>> {
-        let opened = match &self.plan_file {
-            PlanAt::Path(p) => std::fs::File::open(p),
-            PlanAt::Dest(rel) => {
+    fn load(&self, dest: Option<&mut DestDir>) -> std::io::Result<Option<Vec<u8>>> {
+        let opened = match (&self.plan_file, dest) {
+            (PlanAt::Path(p), _) => std::fs::File::open(p),
+            (PlanAt::Dest(rel), Some(dest)) => {
                 let (dir, name) = dest.parent_of(rel)?;
                 longhaul_transfer::place::open_read(&dir, os(&name))
             }
+            (PlanAt::Dest(_), None) => return Ok(None),
         };
         let mut f = match opened {
             Ok(f) => f,

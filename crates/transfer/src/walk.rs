@@ -181,6 +181,31 @@ fn item(dir: &Dir, name: &std::path::Path, path: RelPath) -> io::Result<Option<W
     }))
 }
 
+/// The item at `start/path` beneath `root`, found as a walk from `start`
+/// would find it (through no link: each directory on the way is opened
+/// without following one), with `path` as its path; `None` when it is
+/// not there. What a sender that was given a listing reads instead of
+/// walking (a shard's, [`crate::shard`]).
+pub fn item_at(root: &Dir, start: &RelPath, path: &RelPath) -> io::Result<Option<WalkItem>> {
+    let full = start.join(path).map_err(io::Error::other)?;
+    let Some(parent) = full.parent() else {
+        return Ok(None);
+    };
+    let mut dir = root.try_clone()?;
+    for c in parent.as_path().components() {
+        dir = match dir.open_dir_nofollow(c) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+    }
+    let name = std::path::Path::new(std::ffi::OsStr::from_bytes(full.file_name()));
+    match item(&dir, name, path.clone()) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        r => r,
+    }
+}
+
 /// Where the open file `file` of `size` bytes holds data, as SEEK_DATA and
 /// SEEK_HOLE find it: (offset, length) of each extent, in order; the rest
 /// is holes. None when its file system cannot say (it has data everywhere
@@ -453,6 +478,31 @@ impl Walker {
 mod tests {
     use super::*;
     use cap_std::ambient_authority;
+
+    #[test]
+    fn an_item_at_a_path_is_what_the_walk_finds_and_no_link_leads_to_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        std::fs::create_dir_all(t.join("top/a/b")).unwrap();
+        std::fs::write(t.join("top/a/b/f"), b"12345").unwrap();
+        std::os::unix::fs::symlink("a", t.join("top/l")).unwrap();
+        let root = Dir::open_ambient_dir(t, cap_std::ambient_authority()).unwrap();
+        let start = RelPath::from_wire(b"top").unwrap();
+        let rel = |p: &[u8]| RelPath::from_wire(p).unwrap();
+        let walked: Vec<WalkItem> = Walker::new(&root, &start)
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        let f = walked.iter().find(|i| i.path == rel(b"a/b/f")).unwrap();
+        assert_eq!(
+            item_at(&root, &start, &rel(b"a/b/f")).unwrap().as_ref(),
+            Some(f)
+        );
+        assert_eq!(item_at(&root, &start, &rel(b"a/b/none")).unwrap(), None);
+        assert_eq!(item_at(&root, &start, &rel(b"x/f")).unwrap(), None);
+        // Through the link `l` -> `a`: refused, not followed.
+        assert!(item_at(&root, &start, &rel(b"l/b/f")).is_err());
+    }
 
     #[test]
     fn walks_preorder_without_following_links() {

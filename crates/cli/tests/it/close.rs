@@ -53,6 +53,7 @@ fn the_server_closes_a_finished_session_itself() {
             paths: vec![b"empty".to_vec()],
             filters: vec![],
             meta: Default::default(),
+            listed: false,
         })
         .await;
         r.welcome().await;

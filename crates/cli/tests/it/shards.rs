@@ -61,12 +61,14 @@ fn only_the_plan_left(dest: &Path) {
 
 /// `--shard finish`: every file checked by BLAKE3 and none sent again, the
 /// plan removed, and the tree as the source's, modes and times too.
-fn finish(c: &Client, srv: &Server, data: &Path, dest: &Path) {
+/// `late`: bytes of files the shards' plan did not list, which it sends.
+fn finish(c: &Client, srv: &Server, data: &Path, dest: &Path, late: u64) {
     let out = c.run("get", shard_args(srv, dest, "finish", &[]));
     out.expect_code(0);
     let j = out.json();
-    assert_eq!(totals(&j, "bytes_transferred"), 0, "{j:#}");
-    assert_eq!(totals(&j, "skipped"), totals(&j, "files"), "{j:#}");
+    assert_eq!(totals(&j, "bytes_transferred"), late, "{j:#}");
+    let checked = totals(&j, "skipped") + totals(&j, "verified");
+    assert_eq!(checked, totals(&j, "files"), "{j:#}");
     assert_same_tree(data, dest, FILES_AND_DIRS);
     use std::os::unix::fs::MetadataExt;
     let ino = |p: &str| {
@@ -84,7 +86,7 @@ fn shards_in_turn_and_at_once_land_the_tree_with_every_byte_sent_once() {
     let root = t.join("root");
     let data = root.join("data");
     std::fs::create_dir_all(&data).unwrap();
-    let total = tree(&data);
+    let mut total = tree(&data);
     let srv = Server::start(&root, &t.join("state"));
     let c = Client::new(t.join("kh"));
 
@@ -106,17 +108,30 @@ fn shards_in_turn_and_at_once_land_the_tree_with_every_byte_sent_once() {
         let big = dest.join("big.bin");
         // The large file is split: named only once the last of its shards is done.
         assert_eq!(big.exists(), k == 3, "after shard {k}");
+        // Shards that found the plan asked the server for their files only:
+        // it walked nothing, and a file the source gained after the plan
+        // is not theirs (the finish brings it).
+        match k {
+            1 => {
+                assert!(totals(&j, "other_shards") > 0, "{j:#}");
+                std::fs::write(data.join("late.txt"), b"after the plan\n").unwrap();
+                total += 15;
+            }
+            _ => assert_eq!(totals(&j, "other_shards"), 0, "{j:#}"),
+        }
         if k < 3 {
             assert!(totals(&j, "slices") >= 1, "{j:#}");
         }
     }
-    assert_eq!(sent, total, "every byte once");
+    assert_eq!(sent + 15, total, "every byte of the plan once");
     only_the_plan_left(&dest);
     // A rerun of a shard whose part is placed moves nothing.
     let out = c.run("get", shard_args(&srv, &dest, "2/3", &[]));
     out.expect_code(0);
     assert_eq!(totals(&out.json(), "bytes_transferred"), 0);
-    finish(&c, &srv, &data, &dest);
+    finish(&c, &srv, &data, &dest, 15);
+    std::fs::remove_file(data.join("late.txt")).unwrap();
+    total -= 15;
 
     // Four at once, with `auto` as a launcher would give it.
     let dest = t.join("four");
@@ -137,7 +152,7 @@ fn shards_in_turn_and_at_once_land_the_tree_with_every_byte_sent_once() {
     }
     assert_eq!(sent, total, "every byte once");
     only_the_plan_left(&dest);
-    finish(&c, &srv, &data, &dest);
+    finish(&c, &srv, &data, &dest, 0);
 }
 
 #[test]
@@ -198,7 +213,40 @@ fn a_killed_shard_reruns_alone_and_fetches_only_what_it_lacks() {
         hash_file(&data.join("big.bin"))
     );
     only_the_plan_left(&dest);
-    finish(&c, &srv, &data, &dest);
+    finish(&c, &srv, &data, &dest, 0);
+}
+
+#[test]
+fn one_large_file_fetched_as_a_root_is_split_between_shards() {
+    let t = Tmp::new("shard-one-file");
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    gen_file(&root.join("one.bin"), 3, 20 * MIB + 1);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let mut sent = 0;
+    for k in ["1/2", "2/2"] {
+        let args: Vec<OsString> = vec![
+            "--accept-new".into(),
+            "--json".into(),
+            "--shard".into(),
+            k.into(),
+            srv.remote("one.bin"),
+            dest.clone().into(),
+        ];
+        let out = c.run("get", args);
+        out.expect_code(0);
+        let mine = totals(&out.json(), "bytes_transferred");
+        assert!(mine.abs_diff(10 * MIB) <= MIB, "{k}: {mine}");
+        sent += mine;
+    }
+    assert_eq!(sent, 20 * MIB + 1);
+    assert_eq!(
+        hash_file(&dest.join("one.bin")),
+        hash_file(&root.join("one.bin"))
+    );
 }
 
 #[test]

@@ -49,6 +49,7 @@ async fn get_session(s: &Srv) -> Raw {
         paths: vec![b"data.bin".to_vec()],
         filters: vec![],
         meta: Default::default(),
+        listed: false,
     })
     .await;
     r.welcome().await;
@@ -241,6 +242,7 @@ async fn garbage_on_the_control_stream() {
             paths: vec![],
             filters: vec![],
             meta: Default::default(),
+            listed: false,
         },
         max_rate: 0,
         cc: None,
@@ -265,6 +267,7 @@ async fn garbage_on_the_control_stream() {
             paths: vec![b"data.bin".to_vec()],
             filters: vec![],
             meta: Default::default(),
+            listed: false,
         },
         max_rate: 0,
         cc: None,
@@ -614,6 +617,7 @@ async fn get_session_with_hostile_wants() {
         paths: vec![b"data.bin".to_vec()],
         filters: vec![],
         meta: Default::default(),
+        listed: false,
     })
     .await;
     r.welcome().await;
@@ -642,6 +646,7 @@ async fn get_session_with_hostile_wants() {
         paths: vec![b"../outside".to_vec(), b"/etc/passwd".to_vec()],
         filters: vec![],
         meta: Default::default(),
+        listed: false,
     })
     .await;
     r.welcome().await;
@@ -924,4 +929,56 @@ async fn the_server_sends_two_session_tickets() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(r.tickets.get(), 2, "session tickets received");
     assert!(s.srv.is_running());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_listed_get_with_a_bad_list_is_refused_precisely() {
+    let s = start();
+    let listed = || Op::Get {
+        paths: vec![b"data.bin".to_vec()],
+        filters: vec![],
+        meta: Default::default(),
+        listed: true,
+    };
+    let cases: Vec<(Vec<Frame>, &str)> = vec![
+        (
+            vec![Frame::Only(vec![(5, b"x".to_vec())])],
+            "a listed path of root 5, of 1",
+        ),
+        (vec![Frame::Only(vec![(0, b"../x".to_vec())])], ".."),
+        (
+            vec![Frame::Only(vec![(0, Vec::new())])],
+            "names a root itself",
+        ),
+        (
+            vec![Frame::Want {
+                id: 1,
+                want: Want::All,
+            }],
+            "among a listed get's paths",
+        ),
+    ];
+    for (frames, needle) in cases {
+        let mut r = connect(&s).await;
+        r.hello(listed()).await;
+        r.welcome().await;
+        for f in &frames {
+            r.frame(f).await;
+        }
+        r.expect_fatal(ErrorCode::Protocol, &[needle]).await;
+    }
+    // A good list: the root's own entry and the file asked for, no walk.
+    let mut r = connect(&s).await;
+    r.hello(listed()).await;
+    r.welcome().await;
+    r.frame(&Frame::OnlyEnd).await;
+    let mut entries = Vec::new();
+    while let Some(f) = r.next().await {
+        match f {
+            Frame::Entry(e) => entries.push(e.path),
+            Frame::ManifestEnd => break,
+            _ => {}
+        }
+    }
+    assert_eq!(entries, [Vec::<u8>::new()], "only the root's own entry");
 }
