@@ -250,6 +250,35 @@ fn one_large_file_fetched_as_a_root_is_split_between_shards() {
 }
 
 #[test]
+fn a_file_the_source_lost_since_the_plan_is_reported_by_its_shard() {
+    let t = Tmp::new("shard-lost");
+    let root = t.join("root");
+    std::fs::create_dir_all(root.join("data")).unwrap();
+    gen_file(&root.join("data/a"), 1, 5000);
+    gen_file(&root.join("data/z"), 2, 5000);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    let dest = t.join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    c.run("get", shard_args(&srv, &dest, "1/2", &[]))
+        .expect_code(0);
+    // `z` is shard 2's; it goes before shard 2 runs.
+    std::fs::remove_file(root.join("data/z")).unwrap();
+    let out = c.run("get", shard_args(&srv, &dest, "2/2", &[]));
+    out.expect_code(24);
+    let j = out.json();
+    let z = &files_by_path(&j)["z"];
+    assert_eq!(z["status"], "failed", "{j:#}");
+    assert!(
+        z["error"]
+            .as_str()
+            .unwrap()
+            .contains("gone since the shard plan listed it"),
+        "{j:#}"
+    );
+}
+
+#[test]
 fn a_shard_says_what_is_wrong_with_its_flags_and_its_plan() {
     let t = Tmp::new("shard-flags");
     let root = t.join("root");

@@ -465,6 +465,8 @@ pub(crate) struct RecvCore {
     held: Vec<(Entry, RelPath, String)>,
     /// A shard's [`Job::Plan`] is out.
     planning: bool,
+    /// A shard: the plan's files the manifest announced.
+    in_manifest: HashSet<usize>,
     files: HashMap<u64, InFile>,
     /// Files the sender gave up on (`FileFailed`): records of theirs still on
     /// their way (the control stream overtakes the data) are dropped.
@@ -520,6 +522,7 @@ impl RecvCore {
             manifest_done: false,
             held: Vec::new(),
             planning: false,
+            in_manifest: HashSet::new(),
             files: HashMap::new(),
             failed: HashSet::new(),
             waiting: BTreeMap::new(),
@@ -649,6 +652,8 @@ impl RecvCore {
                     self.jobs.push_back(Job::Plan {
                         listing: longhaul_transfer::shard::Listing::new(items),
                     });
+                } else {
+                    self.report_unannounced();
                 }
                 // Records still waiting name files that were never announced.
                 self.release_waiting(now, u64::MAX)
@@ -942,7 +947,11 @@ impl RecvCore {
             let p = Problem::at(Kind::Remote, display.clone(), why.to_string());
             me.settle(e.id, display.clone(), e.size, 0, Status::Failed, Some(p));
         };
-        let Some((i, item)) = plan.find(e.root, &e.path) else {
+        let found = plan.find(e.root, &e.path);
+        if let Some((i, _)) = found {
+            self.in_manifest.insert(i);
+        }
+        let Some((i, item)) = found else {
             return fail(
                 self,
                 "not in the shard plan: the source gained it after its listing; \
@@ -968,6 +977,44 @@ impl RecvCore {
                 let runs = plan.runs(i).to_vec();
                 self.open_file(now, e, target, display, Some((first, end, runs)))
             }
+        }
+    }
+
+    /// Once the manifest has ended and the plan is known: the files of the
+    /// plan this shard moves that the sender did not announce are gone
+    /// from the source (or were left out), and reported so.
+    fn report_unannounced(&mut self) {
+        let (Some((shard, _)), Some(plan)) = (&self.cfg.shard, &self.plan) else {
+            return;
+        };
+        let (shard, plan) = (*shard, plan.clone());
+        for (i, item) in plan.listing().items().iter().enumerate() {
+            if self.in_manifest.contains(&i) || plan.part(i, shard.index) == Part::None {
+                continue;
+            }
+            let path = RelPath::from_wire(&item.path).ok();
+            let kind = self.root_kinds.get(&item.root).copied();
+            let display = match (path, kind) {
+                (Some(p), Some(k)) => match self.landing.target(item.root, k, &p) {
+                    Ok(t) => t.display(),
+                    Err(_) => p.display(),
+                },
+                (Some(p), None) => p.display(),
+                (None, _) => String::from_utf8_lossy(&item.path).into_owned(),
+            };
+            let why = "not at the source: gone since the shard plan listed it";
+            self.report.files.push(FileReport {
+                path: display.clone(),
+                size: item.size,
+                status: Status::Failed,
+                bytes_transferred: 0,
+                bytes_resumed: 0,
+                blake3: None,
+                error: Some(why.into()),
+            });
+            self.report
+                .problems
+                .push(Problem::at(Kind::Vanished, display, why));
         }
     }
 
@@ -1224,6 +1271,7 @@ impl RecvCore {
                 for (e, target, display) in std::mem::take(&mut self.held) {
                     self.shard_file(now, e, target, display);
                 }
+                self.report_unannounced();
                 Ok(())
             }
             Done::Committed(results) => {
