@@ -1138,6 +1138,7 @@ async fn get_once<R: AsRef<[u8]>>(
         RecvOpts {
             keep: None,
             shard,
+            plan: listed.as_ref().map(|(plan, _)| plan.clone()),
             finish_plan,
             sync: opts.sync,
             fresh,

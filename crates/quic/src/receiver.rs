@@ -74,6 +74,9 @@ pub(crate) struct RecvOpts {
     pub keep: Option<(Arc<crate::kept::KeptParts>, String)>,
     /// A shard (`--shard K/N`): which, and where its plan is shared.
     pub shard: Option<crate::sharding::Sharding>,
+    /// A shard's plan its client read already (a listed get): not read
+    /// again.
+    pub plan: Option<Arc<longhaul_transfer::shard::Plan>>,
     /// `--shard finish`: the plan to remove once the session has ended well.
     pub finish_plan: Option<crate::sharding::Sharding>,
 }
@@ -140,7 +143,11 @@ pub(crate) async fn run_receiver(
     let mut cfg = cfg;
     let mut unplanned = None;
     if let Some(sh) = &opts.shard {
-        match disk.read_plan(sh) {
+        let read = match &opts.plan {
+            Some(plan) => Ok(Some(plan.clone())),
+            None => disk.read_plan(sh),
+        };
+        match read {
             Ok(plan) => cfg.shard = Some((sh.shard, plan)),
             Err(e) => unplanned = Some(Problem::new(Kind::LocalIo, e)),
         }

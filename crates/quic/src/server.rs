@@ -1289,6 +1289,7 @@ async fn session(
                 keep: Some((ctx.kept.clone(), crate::kept::client_of(remote.ip()))),
                 shard: sharding.clone().filter(|(_, f)| !f).map(|(s, _)| s),
                 finish_plan: sharding.filter(|(_, f)| *f).map(|(s, _)| s),
+                plan: None,
                 sync: sync.into(),
                 fresh,
                 durable,

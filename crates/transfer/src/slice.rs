@@ -460,21 +460,26 @@ mod tests {
         Some(sp.finish(expected, runs))
     }
 
+    /// A destination directory and the plan of one file `big` of `size`
+    /// bytes cut into `shards`.
+    fn one_file(size: u64, shards: u32) -> (tempfile::TempDir, Arc<Dir>, Plan) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+        let listing = Listing::new(vec![Item {
+            root: 0,
+            path: b"big".to_vec(),
+            size,
+            mtime_ns: 0,
+        }]);
+        (tmp, Arc::new(dir), Plan::new(listing, shards))
+    }
+
     #[test]
     fn shards_in_any_order_place_one_verified_file_and_leave_nothing() {
         let size = 9 * CHUNK_SIZE + 12_345;
         let src = data(size);
         for order in [[0u32, 1, 2], [2, 0, 1], [1, 2, 0]] {
-            let tmp = tempfile::tempdir().unwrap();
-            let dir =
-                Arc::new(Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap());
-            let listing = Listing::new(vec![Item {
-                root: 0,
-                path: b"big".to_vec(),
-                size,
-                mtime_ns: 0,
-            }]);
-            let plan = Plan::new(listing, 3);
+            let (tmp, dir, plan) = one_file(size, 3);
             // An unsharded receiver's journal, left from an earlier run.
             std::fs::write(tmp.path().join(".big.lh-journal"), b"LHJ1").unwrap();
             let mut ends = Vec::new();
@@ -500,16 +505,7 @@ mod tests {
     fn a_killed_shard_rerun_resumes_its_slice_and_completes_the_file() {
         let size = 8 * CHUNK_SIZE;
         let src = data(size);
-        let tmp = tempfile::tempdir().unwrap();
-        let dir =
-            Arc::new(Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap());
-        let listing = Listing::new(vec![Item {
-            root: 0,
-            path: b"big".to_vec(),
-            size,
-            mtime_ns: 0,
-        }]);
-        let plan = Plan::new(listing, 2);
+        let (tmp, dir, plan) = one_file(size, 2);
         assert!(receive(&dir, &plan, &src, 0, Some(2)).is_none());
         let end = receive(&dir, &plan, &src, 1, None).unwrap().unwrap();
         assert_eq!(end, SliceEnd::Waiting(vec![1]));
