@@ -256,6 +256,9 @@ impl Controller for WanController {
     fn initial_window(&self) -> u64 {
         self.core.window()
     }
+    fn pacing_rtt(&self) -> Option<Duration> {
+        self.core.pacing_rtt()
+    }
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
         self
     }
@@ -420,6 +423,14 @@ impl Controller for Switchable {
         };
         capped.max(self.handle.floor.load(Ordering::Relaxed))
     }
+    fn pacing_rtt(&self) -> Option<Duration> {
+        // Only while the window is the controller's own: one held to the
+        // rate cap (a window over the smoothed RTT) or raised to the
+        // receive floor paces as quinn does.
+        (self.window() == self.inner.window())
+            .then(|| self.inner.pacing_rtt())
+            .flatten()
+    }
     fn metrics(&self) -> ControllerMetrics {
         self.inner.metrics()
     }
@@ -574,6 +585,63 @@ mod tests {
         h.set(Some(CcChoice::Wan(0)), 0);
         c.on_sent(now, 1200, 4);
         assert_eq!(c.window(), crate::wan::FIRST_FLIGHT_MIN * 1200);
+    }
+
+    /// A controller with a fixed window that paces over a fixed RTT.
+    #[derive(Clone)]
+    struct Paced(u64);
+
+    impl Controller for Paced {
+        fn on_congestion_event(&mut self, _: Instant, _: Instant, _: bool, _: u64) {}
+        fn on_mtu_update(&mut self, _: u16) {}
+        fn window(&self) -> u64 {
+            self.0
+        }
+        fn clone_box(&self) -> Box<dyn Controller> {
+            Box::new(self.clone())
+        }
+        fn initial_window(&self) -> u64 {
+            self.0
+        }
+        fn pacing_rtt(&self) -> Option<Duration> {
+            Some(Duration::from_millis(700))
+        }
+        fn into_any(self: Box<Self>) -> Box<dyn Any> {
+            self
+        }
+    }
+
+    #[test]
+    fn the_pacers_rtt_is_the_controllers_only_while_the_window_is_its_own() {
+        let now = Instant::now();
+        let handle = Arc::new(CcHandle::default());
+        let mut c = Switchable {
+            inner: Box::new(Paced(50_000_000)),
+            choice: CcChoice::Wan(0),
+            handle: handle.clone(),
+            max_rate: 0,
+            rtt: Duration::from_millis(950),
+            min_rtt: Some(Duration::from_millis(700)),
+            seed: None,
+            mtu: 1200,
+            created: now,
+        };
+        assert_eq!(c.pacing_rtt(), Some(Duration::from_millis(700)));
+        // Capped under its window (a window of the cap over the smoothed
+        // RTT): paced as quinn does.
+        c.max_rate = 80_000_000;
+        assert!(c.window() < 50_000_000, "{}", c.window());
+        assert_eq!(c.pacing_rtt(), None);
+        // A cap above it changes nothing.
+        c.max_rate = 8_000_000_000;
+        assert_eq!(c.pacing_rtt(), Some(Duration::from_millis(700)));
+        // Raised to a receive floor: quinn's again.
+        handle.set_floor(60_000_000);
+        assert_eq!(c.window(), 60_000_000);
+        assert_eq!(c.pacing_rtt(), None);
+        // quinn's own controllers name none.
+        let (cubic, _) = built(now, CcChoice::Cubic);
+        assert_eq!(cubic.pacing_rtt(), None);
     }
 
     #[test]

@@ -356,6 +356,16 @@ pub(crate) fn spawn_window_tuner(
             if flow == Flow::Tx && stats.path.cwnd < crate::cc::UNPACED_WINDOW {
                 send.grow(&conn, (4 * stats.path.cwnd).min(opts.max_window));
             }
+            tracing::trace!(
+                cwnd = stats.path.cwnd,
+                send_window = send.get(),
+                recv_window,
+                data_blocked_tx = stats.frame_tx.data_blocked,
+                stream_blocked_tx = stats.frame_tx.stream_data_blocked,
+                data_blocked_rx = stats.frame_rx.data_blocked,
+                lost = stats.path.lost_bytes,
+                "window tick"
+            );
             let (t, now) = (std::time::Instant::now(), counts(&stats));
             series.lock().unwrap().push(t, of_flow(now));
             let elapsed = t.saturating_duration_since(since);

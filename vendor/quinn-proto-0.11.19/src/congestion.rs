@@ -1,6 +1,6 @@
 //! Logic for controlling the rate at which data is sent
 
-use crate::Instant;
+use crate::{Duration, Instant};
 use crate::connection::RttEstimator;
 use std::any::Any;
 use std::sync::Arc;
@@ -79,6 +79,15 @@ pub trait Controller: Send + Sync {
 
     /// Initial congestion window
     fn initial_window(&self) -> u64;
+
+    /// longhaul patch: the round trip the pacer spreads the window over;
+    /// None: the smoothed RTT. A controller that models the path's own RTT
+    /// names it, so that a queue its window once built (which the smoothed
+    /// RTT holds for a while) does not also slow the pacer while the window
+    /// drains it, leaving the bottleneck idle.
+    fn pacing_rtt(&self) -> Option<Duration> {
+        None
+    }
 
     /// Returns Self for use in down-casting to extract implementation details
     fn into_any(self: Box<Self>) -> Box<dyn Any>;

@@ -3,7 +3,8 @@
 //! drop, ACK per packet, and competing TCP CUBIC flows (unpaced, as a kernel
 //! without fq sends them). A `wan` sender is driven as quinn drives
 //! a controller: at most `window` bytes in flight, paced at 1.25 × window /
-//! smoothed RTT, and back to back while it asks for a train (`unpaced`),
+//! the RTT the controller names (`pacing_rtt`, as longhaul's patched quinn
+//! does) or the smoothed RTT, and back to back while it asks for a train (`unpaced`),
 //! with the RTT of a handshake (the path's and the queue standing when it
 //! joins) known before its first packet. Every sender declares a packet lost once three later ones are
 //! acknowledged, or all of its flight after a timeout.
@@ -319,7 +320,8 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
                 f.pacer = match &f.cc {
                     Sender::Wan(w) if w.unpaced() => now,
                     Sender::Wan(w) => {
-                        let rtt = f.srtt.unwrap_or(Duration::from_millis(100));
+                        let srtt = f.srtt.unwrap_or(Duration::from_millis(100));
+                        let rtt = w.pacing_rtt().unwrap_or(srtt);
                         let pace = w.window() as f64 * 1.25 / rtt.as_secs_f64();
                         f.pacer.max(now - Duration::from_millis(2))
                             + Duration::from_secs_f64(path.pkt as f64 / pace.max(1.0))

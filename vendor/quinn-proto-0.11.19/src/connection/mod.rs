@@ -635,7 +635,12 @@ impl Connection {
                     }
 
                     // Check whether the next datagram is blocked by pacing
-                    let smoothed_rtt = self.path.rtt.get();
+                    // longhaul patch: over the controller's RTT, if it names one.
+                    let smoothed_rtt = self
+                        .path
+                        .congestion
+                        .pacing_rtt()
+                        .unwrap_or_else(|| self.path.rtt.get());
                     if let Some(delay) = self.path.pacing.delay(
                         smoothed_rtt,
                         bytes_to_send,
