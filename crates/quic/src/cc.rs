@@ -426,10 +426,10 @@ impl Controller for Switchable {
     fn pacing_rtt(&self) -> Option<Duration> {
         // Only while the window is the controller's own: one held to the
         // rate cap (a window over the smoothed RTT) or raised to the
-        // receive floor paces as quinn does.
-        (self.window() == self.inner.window())
-            .then(|| self.inner.pacing_rtt())
-            .flatten()
+        // receive floor paces as quinn does. (Asked before every datagram:
+        // the windows are worked out only when the controller names one.)
+        let rtt = self.inner.pacing_rtt()?;
+        (self.window() == self.inner.window()).then_some(rtt)
     }
     fn metrics(&self) -> ControllerMetrics {
         self.inner.metrics()

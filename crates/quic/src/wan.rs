@@ -954,9 +954,9 @@ impl Wan {
 
     /// The round trip the driver's pacer spreads the window over (quinn's,
     /// patched: `Controller::pacing_rtt`), None for the smoothed RTT. The
-    /// path RTT for two rounds after a startup (after its
-    /// drain round, if it has one), while the window of the BDP drains the
-    /// queue startup built: the smoothed RTT holds that queue for a round
+    /// path RTT for two rounds after a startup (after its drain round, if
+    /// it has one), while the window of the BDP drains the queue startup
+    /// built: the smoothed RTT holds that queue for a round
     /// or two, and a pacer at the window over it sent under the link while
     /// the queue emptied (at 700 ms the smoothed RTT stood at 870-980 ms,
     /// the flight fell to 64 MB under a window of 86 MB, and the round
