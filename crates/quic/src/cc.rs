@@ -190,31 +190,36 @@ impl Controller for FixedRate {
 #[derive(Debug, Clone)]
 pub(crate) struct WanController {
     core: crate::wan::Wan,
+    /// Bytes in flight as quinn counts them: set at the end of each ACK,
+    /// raised by what is sent, lowered by what is declared lost. Bounds a
+    /// train to its room ([`crate::wan::Wan::train_room`]).
+    in_flight: u64,
 }
 
 impl WanController {
     pub(crate) fn new(mtu: u16, hint: u64) -> Self {
         WanController {
             core: crate::wan::Wan::new(mtu, hint),
+            in_flight: 0,
         }
     }
 
     pub(crate) fn fair(mtu: u16) -> Self {
         WanController {
             core: crate::wan::Wan::fair(mtu),
+            in_flight: 0,
         }
     }
 }
 
-/// What a controller's window reads while `wan`'s train goes out: above
-/// `u32::MAX` quinn neither paces nor (in practice) holds the sender to
-/// the window, so the train leaves back to back; quinn reports each batch
-/// it sent ([`Controller::on_sent`]), and the window is the core's again
-/// once the train is out (at most one GSO batch, ten datagrams, late).
+/// What a controller's window reads at least while it paces nothing, for
+/// `net`'s window tuner: a window above `u32::MAX` quinn neither paces nor
+/// holds the sender to.
 pub(crate) const UNPACED_WINDOW: u64 = u32::MAX as u64 + 1;
 
 impl Controller for WanController {
     fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {
+        self.in_flight += bytes;
         self.core.on_sent(now, bytes);
     }
     fn on_ack(
@@ -231,23 +236,27 @@ impl Controller for WanController {
     fn on_end_acks(
         &mut self,
         now: Instant,
-        _in_flight: u64,
+        in_flight: u64,
         _app_limited: bool,
         _largest: Option<u64>,
     ) {
+        self.in_flight = in_flight;
         self.core.on_end_acks(now);
     }
     fn on_congestion_event(&mut self, now: Instant, sent: Instant, _persistent: bool, lost: u64) {
+        self.in_flight = self.in_flight.saturating_sub(lost);
         self.core.on_loss(now, sent, lost);
     }
     fn on_mtu_update(&mut self, mtu: u16) {
         self.core.set_mtu(mtu);
     }
     fn window(&self) -> u64 {
-        if self.core.unpaced() {
-            UNPACED_WINDOW
-        } else {
-            self.core.window()
+        // While the train goes out: what is in flight and the train's room,
+        // so quinn stops within a batch where the train must end; unpaced
+        // (`pacing_rtt`), so it leaves back to back.
+        match self.core.train_room() {
+            Some(room) => self.in_flight + room,
+            None => self.core.window(),
         }
     }
     fn clone_box(&self) -> Box<dyn Controller> {
@@ -257,6 +266,10 @@ impl Controller for WanController {
         self.core.window()
     }
     fn pacing_rtt(&self) -> Option<Duration> {
+        // (quinn's pacer lets everything out over a zero RTT.)
+        if self.core.unpaced() {
+            return Some(Duration::ZERO);
+        }
         self.core.pacing_rtt()
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -674,19 +687,35 @@ mod tests {
     }
 
     #[test]
-    fn wans_train_goes_out_unpaced_and_then_the_window_holds() {
-        // A cold `wan` after a 70 ms handshake: quinn paces only windows up
-        // to u32::MAX, and holds the sender to the window; while the train
-        // goes out the window is above both.
+    fn wans_train_goes_out_unpaced_and_no_further_than_the_first_flight() {
+        // A cold `wan` after a 70 ms handshake: a reply alone starts no
+        // train and is paced over the smoothed RTT.
         let now = Instant::now();
         let mut c = CcChoice::Wan(0).build(now, 1200, Some(Duration::from_millis(70)));
-        c.on_sent(now, 1200, 1); // a reply alone: no train
-        assert!(c.window() <= u32::MAX as u64);
+        c.on_sent(now, 1200, 1);
+        assert_eq!(c.pacing_rtt(), None);
+        // The first batch of data starts it: unpaced (a zero RTT, which
+        // quinn's pacer does not hold), and the window is what is in flight
+        // and the train's room, the first flight (32 datagrams at 70 ms).
         c.on_sent(now, 12_000, 11);
-        assert!(c.window() > u32::MAX as u64, "{}", c.window());
+        assert_eq!(c.pacing_rtt(), Some(Duration::ZERO));
+        let first = crate::wan::FIRST_FLIGHT_MIN * 1200;
+        assert_eq!(c.window(), 1200 + first);
         c.on_sent(now, 12_000, 21);
+        assert_eq!(c.window(), 1200 + first, "in flight and room move together");
+        // 30 datagrams out: the train is timed; the first window is the
+        // train's (at least 32 datagrams), paced again.
         c.on_sent(now, 12_000, 31);
-        // 30 datagrams out: the first window is the train's (at least 32).
-        assert_eq!(c.window(), crate::wan::FIRST_FLIGHT_MIN * 1200);
+        assert_eq!(c.pacing_rtt(), None);
+        assert_eq!(c.window(), first);
+        // At 290 ms (seed 001's 256 kbit/s path) the first flight is 45
+        // datagrams, which its 50-packet queue holds: a batch of 54 after
+        // the first ten would take the train to 64; the window stops it
+        // at 45.
+        let mut c = CcChoice::Wan(0).build(now, 1200, Some(Duration::from_millis(290)));
+        c.on_sent(now, 12_000, 10);
+        let in_flight = 12_000;
+        let room = c.window() - in_flight;
+        assert_eq!((in_flight + room) / 1200, 45);
     }
 }
