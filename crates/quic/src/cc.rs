@@ -212,9 +212,8 @@ impl WanController {
     }
 }
 
-/// What a controller's window reads at least while it paces nothing, for
-/// `net`'s window tuner: a window above `u32::MAX` quinn neither paces nor
-/// holds the sender to.
+/// From this window up quinn neither paces nor holds the sender to the
+/// window: `net`'s window tuner takes no send window from one.
 pub(crate) const UNPACED_WINDOW: u64 = u32::MAX as u64 + 1;
 
 impl Controller for WanController {
@@ -394,6 +393,19 @@ impl Switchable {
     }
 }
 
+impl Switchable {
+    /// The controller's window `w` held to the rate cap and raised to the
+    /// receive floor.
+    fn bounded(&self, w: u64) -> u64 {
+        let capped = if self.max_rate == 0 {
+            w
+        } else {
+            w.min(rate_window(self.max_rate, self.rtt, self.mtu))
+        };
+        capped.max(self.handle.floor.load(Ordering::Relaxed))
+    }
+}
+
 impl Controller for Switchable {
     fn on_sent(&mut self, now: Instant, bytes: u64, last_packet_number: u64) {
         self.poll_switch();
@@ -428,21 +440,16 @@ impl Controller for Switchable {
         self.inner.on_mtu_update(mtu)
     }
     fn window(&self) -> u64 {
-        let w = self.inner.window();
-        let capped = if self.max_rate == 0 {
-            w
-        } else {
-            w.min(rate_window(self.max_rate, self.rtt, self.mtu))
-        };
-        capped.max(self.handle.floor.load(Ordering::Relaxed))
+        self.bounded(self.inner.window())
     }
     fn pacing_rtt(&self) -> Option<Duration> {
         // Only while the window is the controller's own: one held to the
         // rate cap (a window over the smoothed RTT) or raised to the
         // receive floor paces as quinn does. (Asked before every datagram:
-        // the windows are worked out only when the controller names one.)
+        // the window is worked out only when the controller names one.)
         let rtt = self.inner.pacing_rtt()?;
-        (self.window() == self.inner.window()).then_some(rtt)
+        let own = self.inner.window();
+        (self.bounded(own) == own).then_some(rtt)
     }
     fn metrics(&self) -> ControllerMetrics {
         self.inner.metrics()

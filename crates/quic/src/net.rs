@@ -348,8 +348,8 @@ pub(crate) fn spawn_window_tuner(
             }
             wait = conn.rtt().clamp(Duration::from_millis(10), TICK);
             let stats = conn.stats();
-            // (Not from the window `wan` reports while its first train goes
-            // out: it is no window, and the send window never shrinks.)
+            // (Not from a window quinn does not hold the sender to: it is
+            // no window, and the send window never shrinks.)
             // (Only where this side sends the files: a receiver's window has
             // a floor for its ACKs, `spawn_receive_floor`, which is no
             // claim on a server's send budget.)

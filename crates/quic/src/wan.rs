@@ -662,10 +662,16 @@ impl Wan {
     /// wake-up of the receiver: several hundred Mbit/s or more), and a
     /// train four times as long spreads over more than the hosts' wake-ups.
     fn train_packets(&self) -> u64 {
+        TRAIN_PACKETS * self.train_times()
+    }
+
+    /// How many times a first train's size the one under way is: 1, or
+    /// [`TRAIN_AGAIN`] for a second.
+    fn train_times(&self) -> u64 {
         if self.train_tries > 1 {
-            TRAIN_PACKETS * TRAIN_AGAIN
+            TRAIN_AGAIN
         } else {
-            TRAIN_PACKETS
+            1
         }
     }
 
@@ -678,22 +684,17 @@ impl Wan {
     /// While the train goes out, the bytes it may still send: it ends once
     /// [`TRAIN_PACKETS`] datagrams are out, but the sender sends a batch at
     /// a time (up to 54 datagrams in one GSO send), so a batch must not take
-    /// it past the first flight (or four times that for a
-    /// second train), which fits a slow link's 50-packet queue: uncapped, a
-    /// train of 68 datagrams at 256 kbit/s and 290 ms lost 18 of them in the
-    /// queue and their repair came 1.4 s later (seed 001's path B, 10 x 10
-    /// kB in 5.5 s instead of 4.0). None when no train is going out.
+    /// it past the first flight (or four times that for a second train),
+    /// which fits a slow link's 50-packet queue: uncapped, a train of 68
+    /// datagrams at 256 kbit/s and 290 ms lost 18 of them in the queue and
+    /// their repair came 1.4 s later (seed 001's path B, 10 x 10 kB in 5.5 s
+    /// instead of 4.0). None when no train is going out.
     pub fn train_room(&self) -> Option<u64> {
         let Train::Sending { bytes, .. } = self.train else {
             return None;
         };
         let first = (TRAIN_PACKETS * self.mtu).max(self.first_flight());
-        let budget = if self.train_tries > 1 {
-            first * TRAIN_AGAIN
-        } else {
-            first
-        };
-        Some(budget.saturating_sub(bytes))
+        Some((first * self.train_times()).saturating_sub(bytes))
     }
 
     /// The train is out (its last datagrams sent by `end`): time its ACKs.
@@ -977,9 +978,9 @@ impl Wan {
     /// patched: `Controller::pacing_rtt`), None for the smoothed RTT. The
     /// path RTT for two rounds after a startup (after its drain round, if
     /// it has one), while the window of the BDP drains the queue startup
-    /// built: the smoothed RTT holds that queue for a round
-    /// or two, and a pacer at the window over it sent under the link while
-    /// the queue emptied (at 700 ms the smoothed RTT stood at 870-980 ms,
+    /// built: the smoothed RTT holds that queue for a round or two, and a
+    /// pacer at the window over it sent under the link while the queue
+    /// emptied (at 700 ms the smoothed RTT stood at 870-980 ms,
     /// the flight fell to 64 MB under a window of 86 MB, and the round
     /// delivered 570 Mbit/s of 1 Gbit/s). Not otherwise: a queue that
     /// others keep standing belongs in the pacing rate (paced over the path
