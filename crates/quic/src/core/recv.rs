@@ -1003,18 +1003,8 @@ impl RecvCore {
                 (None, _) => String::from_utf8_lossy(&item.path).into_owned(),
             };
             let why = "not at the source: gone since the shard plan listed it";
-            self.report.files.push(FileReport {
-                path: display.clone(),
-                size: item.size,
-                status: Status::Failed,
-                bytes_transferred: 0,
-                bytes_resumed: 0,
-                blake3: None,
-                error: Some(why.into()),
-            });
-            self.report
-                .problems
-                .push(Problem::at(Kind::Vanished, display, why));
+            let p = Problem::at(Kind::Vanished, display.clone(), why);
+            self.report_file(display, item.size, 0, Status::Failed, Some(p));
         }
     }
 
@@ -1657,6 +1647,23 @@ impl RecvCore {
                 message: p.as_ref().map(|p| p.message.clone()).unwrap_or_default(),
             },
         };
+        self.report_file(display, size, received, status, problem);
+        if status == Status::Skipped {
+            Progress::add(&self.progress.bytes_done, size);
+        }
+        Progress::add(&self.progress.files_done, 1);
+        self.frames.push_back(Frame::FileResult { id, outcome });
+    }
+
+    /// A file's line in the report, and its problem if any.
+    fn report_file(
+        &mut self,
+        display: String,
+        size: u64,
+        received: u64,
+        status: Status,
+        problem: Option<Problem>,
+    ) {
         self.report.files.push(FileReport {
             path: display,
             size,
@@ -1669,11 +1676,6 @@ impl RecvCore {
         if let Some(p) = problem {
             self.report.problems.push(p);
         }
-        if status == Status::Skipped {
-            Progress::add(&self.progress.bytes_done, size);
-        }
-        Progress::add(&self.progress.files_done, 1);
-        self.frames.push_back(Frame::FileResult { id, outcome });
     }
 
     /// A dry run's file settled: it would be sent for `what`'s reason, or
