@@ -296,7 +296,9 @@ pub struct TransferArgs {
     /// Beside it, FILE.resume (mode 0600) keeps each known server's session
     /// tickets and address-validation tokens, so the next transfer with it
     /// sends its request in its first flight (QUIC 0-RTT: the first data one
-    /// round trip after the start, not two); `--json` says `zero_rtt`.
+    /// round trip after the start, not two; a put's files go with it, unless
+    /// it put the same targets there lately); `--json` says `zero_rtt` and
+    /// `early_files`.
     #[arg(long, value_name = "FILE")]
     pub known_hosts: Option<PathBuf>,
     /// Trust the server only if its fingerprint is this (SHA256:...).

@@ -251,6 +251,55 @@ struct Session {
     /// The connection's congestion controller.
     cc: Option<Arc<crate::cc::CcHandle>>,
     zero_rtt: ZeroRtt,
+    /// A put that sends its files in its first flight, before the handshake
+    /// and the server's `Welcome` (see [`EarlyPut`]).
+    early: Option<EarlyPut>,
+}
+
+/// A put that started before its connection's handshake completed and its
+/// `Welcome` came ([`crate::sender::SendOpts::welcome`]): both come while
+/// its files go.
+struct EarlyPut {
+    /// The handshake's end: whether the server accepted the 0-RTT data, or
+    /// why the connection failed (as [`connect`] says it).
+    handshake: tokio::sync::watch::Receiver<Option<Result<bool, Problem>>>,
+    welcome: Arc<crate::sender::Welcomed>,
+}
+
+/// How a put that started early went, once its sender stopped.
+enum Early {
+    /// Welcomed, to a fresh destination: the session as any other.
+    Welcomed(String),
+    /// Its data is lost (0-RTT refused) or was for a fresh destination the
+    /// server does not have (`there`: its targets are there): the put goes
+    /// again, waiting for the answer.
+    Again { why: &'static str, there: bool },
+    /// The handshake failed.
+    Failed(Problem),
+    /// No `Welcome` came: the sender's own end stands.
+    Unwelcomed,
+}
+
+impl EarlyPut {
+    async fn outcome(mut self) -> Early {
+        let shake = match self.handshake.wait_for(Option::is_some).await {
+            Ok(v) => v.clone().expect("waited for"),
+            Err(_) => return Early::Unwelcomed,
+        };
+        match (shake, self.welcome.get()) {
+            (Err(p), _) => Early::Failed(p),
+            (Ok(false), _) => Early::Again {
+                why: "the server refused the ticket: its 0-RTT data was dropped",
+                there: false,
+            },
+            (Ok(true), Some((_, false))) => Early::Again {
+                why: "the destination holds some of the put's targets",
+                there: true,
+            },
+            (Ok(true), Some((server, true))) => Early::Welcomed(server),
+            (Ok(true), None) => Early::Unwelcomed,
+        }
+    }
 }
 
 impl Session {
@@ -518,7 +567,7 @@ async fn connect(
     let (endpoint, connecting, cc, outcome) = dial(addr, opts, opts.trust.clone(), !op_is_get)?;
     let n = opts.connections.clamp(1, MAX_CONNECTIONS as usize);
     let session = if n > 1 { session_key()? } else { vec![] };
-    let hello = Frame::Hello(Hello {
+    let hello = Hello {
         version: VERSION,
         token: opts.token.clone(),
         op,
@@ -532,7 +581,16 @@ async fn connect(
         },
         connections: n as u32,
         session: session.clone(),
-    });
+    };
+    // A put's `Hello.fresh` says that its files go before the answer, which
+    // only one started in the first flight does.
+    let (early_hello, hello) = (
+        Frame::Hello(hello.clone()),
+        Frame::Hello(Hello {
+            fresh: fresh && op_is_get,
+            ..hello
+        }),
+    );
     let failed = |e: quinn::ConnectionError| {
         let trust = outcome.lock().unwrap().clone();
         connect_error(e, trust.as_ref(), opts, host, port, addr)
@@ -542,6 +600,67 @@ async fn connect(
     // server acts on an early Hello only where a replay of it could do no
     // harm (docs/PROTOCOL.md, "0-RTT"); a refused one is sent again.
     let (conn, early, zero_rtt) = match connecting.into_0rtt() {
+        // A put to a fresh destination (the caller's guess, `fresh`) does
+        // not wait for the handshake or the answer: its files go in the
+        // first flight too, and wait in the server's buffers until the
+        // handshake has completed (docs/PROTOCOL.md, "0-RTT").
+        Ok((conn, accepted)) if !op_is_get && fresh && n == 1 => {
+            opts.interrupt.set(&endpoint, &conn);
+            // (No RTT is measured before the server's first answer: the
+            // first data, its train, is timed by the last connection's.)
+            let rtt = crate::resume::Memo::new(&opts.trust).and_then(|m| m.rtt());
+            if let (Some(cc), Some(rtt)) = (&cc, rtt) {
+                cc.seed_rtt(rtt);
+            }
+            let (ctl, writer, rx, _) = send_hello(&conn, early_hello).await?;
+            let (done, handshake) = tokio::sync::watch::channel(None);
+            let (c, o, opts, host) = (
+                conn.clone(),
+                outcome.clone(),
+                opts.clone(),
+                host.to_string(),
+            );
+            tokio::spawn(async move {
+                let ended = match opts.connect_timeout {
+                    None => Ok(accepted.await),
+                    Some(t) => tokio::time::timeout(t, accepted)
+                        .await
+                        .map_err(|_| no_answer(&host, port, addr, t)),
+                };
+                let ended = ended.and_then(|accepted| match c.close_reason() {
+                    Some(e) => {
+                        let trust = o.lock().unwrap().clone();
+                        Err(connect_error(e, trust.as_ref(), &opts, &host, port, addr))
+                    }
+                    None => Ok(accepted),
+                });
+                // (Refused or failed, what was sent is lost: the sender
+                // stops with the connection.)
+                if ended != Ok(true) {
+                    c.close(quinn::VarInt::from_u32(0), b"again");
+                }
+                let _ = done.send(Some(ended));
+            });
+            return Ok(Session {
+                endpoint,
+                conn,
+                extra: Vec::new(),
+                ctl,
+                writer,
+                rx,
+                fingerprint: None,
+                server: String::new(),
+                fresh: true,
+                streams: 0,
+                welcomed: Instant::now(),
+                cc,
+                zero_rtt: ZeroRtt::Accepted,
+                early: Some(EarlyPut {
+                    handshake,
+                    welcome: Default::default(),
+                }),
+            });
+        }
         Ok((conn, accepted)) => {
             opts.interrupt.set(&endpoint, &conn);
             // (A session over several connections pins the others to the
@@ -684,6 +803,7 @@ async fn connect(
         welcomed: Instant::now(),
         cc,
         zero_rtt,
+        early: None,
     })
 }
 
@@ -713,8 +833,14 @@ async fn close(
         welcomed,
         cc: _,
         zero_rtt,
+        early: _,
     } = s;
     let data_seconds = welcomed.elapsed().as_secs_f64();
+    // (A put to this server that starts in its first flight times its first
+    // data by this.)
+    if let Some(m) = crate::resume::Memo::new(&opts.trust) {
+        m.set_rtt(conn.rtt());
+    }
     let frames = conn.stats().frame_tx.stream;
     drop(ctl);
     let _ = writer.await;
@@ -842,6 +968,7 @@ fn build_report(
         final_mbps: None,
         to_90pct_s: None,
         zero_rtt,
+        early_files: false,
         reconnects: 0,
         outages: Vec::new(),
         unsettled: r.unsettled,
@@ -1267,6 +1394,32 @@ async fn put_once(
     opts: &ClientOpts,
     progress: Arc<Progress>,
 ) -> Result<ClientReport, Problem> {
+    let mut early = true;
+    loop {
+        let p = progress.clone();
+        match put_session(local, (host, port), remote_dest, opts, p, early).await {
+            Ok(done) => return done,
+            Err(why) => {
+                tracing::info!("{why}: the put goes again, after the server's answer");
+                early = false;
+            }
+        }
+    }
+}
+
+/// One session of a put. `early`: it may send its files in its first flight,
+/// before the server's answer (a known server, 0-RTT, one connection, a
+/// plain put of targets this client did not put there lately); Err says why
+/// such a put must go again, waiting for the answer (nothing of it was
+/// taken).
+async fn put_session(
+    local: &[PathBuf],
+    (host, port): (&str, u16),
+    remote_dest: &[u8],
+    opts: &ClientOpts,
+    progress: Arc<Progress>,
+    early: bool,
+) -> Result<Result<ClientReport, Problem>, &'static str> {
     let started = Instant::now();
     let mut sources: Vec<SendRootResult> = Vec::new();
     let mut roots = Vec::new();
@@ -1288,8 +1441,17 @@ async fn put_once(
         }
     }
     if unsendable.len() == local.len() {
-        return Err(unsendable.remove(0));
+        return Ok(Err(unsendable.remove(0)));
     }
+    let key = crate::resume::put_key(
+        remote_dest,
+        &roots.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+    );
+    let early = early
+        && !opts.dry_run
+        && opts.shard.is_none()
+        && opts.connections <= 1
+        && crate::resume::Memo::new(&opts.trust).is_some_and(|m| !m.put_seen(&key));
     let op = Op::Put {
         dest: remote_dest.to_vec(),
         // The server adds whether it is a directory there.
@@ -1314,10 +1476,18 @@ async fn put_once(
             }
         }),
     };
+    let filter = match longhaul_transfer::filter::Filter::new(&opts.filters) {
+        Ok(f) => Arc::new(f),
+        Err(e) => return Ok(Err(Problem::new(Kind::LocalIo, e.to_string()))),
+    };
     let (opts, remembered) = &recall_rate(opts, "put");
-    let mut s = connect(host, port, opts, op, false).await?;
+    let mut s = match connect(host, port, opts, op, early).await {
+        Ok(s) => s,
+        Err(p) => return Ok(Err(p)),
+    };
     progress.welcomed();
     let (tuned, conns) = s.tune(opts, Flow::Tx);
+    let welcome = s.early.as_ref().map(|e| e.welcome.clone());
     let r = run_sender(
         conns,
         s.ctl.clone(),
@@ -1330,24 +1500,51 @@ async fn put_once(
             send_window: tuned.send_window.clone(),
             peer_makes: (opts.specials, false),
             meta: opts.meta,
-            filter: Arc::new(
-                longhaul_transfer::filter::Filter::new(&opts.filters)
-                    .map_err(|e| Problem::new(Kind::LocalIo, e.to_string()))?,
-            ),
+            filter,
+            welcome,
         },
         progress.clone(),
     )
     .await;
+    let early = s.early.is_some();
+    let welcomed = match s.early.take() {
+        None => true,
+        Some(e) => match e.outcome().await {
+            Early::Welcomed(server) => {
+                s.server = server;
+                true
+            }
+            Early::Again { why, there } => {
+                if let (Some(m), true) = (crate::resume::Memo::new(&opts.trust), there) {
+                    m.add_put(key);
+                }
+                s.conn.close(quinn::VarInt::from_u32(0), b"again");
+                return Err(why);
+            }
+            Early::Failed(p) => return Ok(Err(p)),
+            Early::Unwelcomed => false,
+        },
+    };
+    // (Its targets are there now, some of them at least: put again, they
+    // would not be fresh. On first contact the server is known by now.)
+    if let (Some(m), true) = (crate::resume::Memo::new(&opts.trust), welcomed) {
+        m.add_put(key);
+    }
     let (mut rep, result) = r;
     rep.problems.splice(0..0, unsendable);
-    let report = finish(s, started, "put", opts, (rep, result)).await;
+    let report = finish(s, started, "put", opts, (rep, result))
+        .await
+        .map(|r| ClientReport {
+            early_files: early,
+            ..r
+        });
     let report = start_up(report, started, &progress, &tuned);
-    remember_rate(
+    Ok(remember_rate(
         opts,
         *remembered,
         tuned.peak.load(Ordering::Relaxed),
         report,
-    )
+    ))
 }
 
 /// The key of a server and a direction in the rate memory: the known-hosts

@@ -1,4 +1,4 @@
-//! Wire format of protocol version 9 (see docs/PROTOCOL.md). Sans-IO: encoders and
+//! Wire format of the unicast protocol ([`VERSION`], docs/PROTOCOL.md). Sans-IO: encoders and
 //! decoders over byte buffers, no sockets.
 //!
 //! Control stream (the connection's first bidirectional stream): frames of
@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 /// [`REPAIRED_PRELUDE`], and RaptorQ symbols of each ([`Repair`]) follow as
 /// QUIC datagrams, from which the receiver rebuilds what the path lost
 /// instead of waiting a round trip for QUIC's retransmission.
-pub const VERSION: u32 = 12;
+pub const VERSION: u32 = 13;
 /// TLS ALPN both sides require; it names the protocol family and stays
 /// `longhaul/1` across versions ([`VERSION`] is in the `Hello`).
 pub const ALPN: &[u8] = b"longhaul/1";
@@ -264,10 +264,13 @@ pub struct Hello {
     pub max_rate: u64,
     /// Ask the sending side for a congestion controller (`bbr`, `cubic`, `fixed:RATE`).
     pub cc: Option<String>,
-    /// Get only: the client's destination holds none of the targets (nor
+    /// A get: the client's destination holds none of the targets (nor
     /// their part files), so it wants every file whole. The server sends each
     /// file as soon as its entry is out, without waiting for a `Want`, and the
-    /// client sends none. A server ignores it on a put.
+    /// client sends none. A put: the client sends its files at once, before
+    /// the `Welcome` (in its first flight, 0-RTT), as in a fresh session; a
+    /// server whose destination is not fresh reads none of it and waits for
+    /// the client to close and connect again without it.
     pub fresh: bool,
     /// Get only: data streams the server sends on at once (`--streams`); 0
     /// leaves it to the server. A server caps it at [`MAX_STREAMS`].

@@ -410,6 +410,10 @@ pub struct ClientReport {
     /// refused the ticket: the request went again after the handshake) or
     /// `none` (no ticket held).
     pub zero_rtt: ZeroRtt,
+    /// A put's files went in its first flight with the request, before the
+    /// server's answer (a known server, targets not put there lately:
+    /// docs/PROTOCOL.md, "A put's files in the first flight").
+    pub early_files: bool,
     /// The rate over the second half of the data phase, Mbit/s of UDP
     /// payload received (get) or sent and not lost (put); None when the
     /// data phase was shorter than four windows (see `to_90pct_s`).

@@ -4,9 +4,13 @@
 //! (NEW_TOKEN: the server may answer at full rate before the handshake
 //! ends, not three times what it received).
 //!
-//! Both sit in one file beside the known-hosts file (`known_hosts.resume`,
+//! Beside them, what a put needs to start in its first flight
+//! ([`Memo`]): the path RTT the last connection to the server measured, and
+//! which targets the client put there lately.
+//!
+//! All sit in one file beside the known-hosts file (`known_hosts.resume`,
 //! mode 0600, locked while read and rewritten), a line each:
-//! `HOST:PORT FINGERPRINT ticket|token EXPIRES BASE64`. An entry serves only
+//! `HOST:PORT FINGERPRINT ticket|token|rtt|put EXPIRES BASE64`. An entry serves only
 //! the host it came from while the known-hosts file names the fingerprint it
 //! was stored under: a changed entry drops them. A ticket or a token is taken
 //! out of the file when a connection uses it, so none is ever used twice.
@@ -36,6 +40,11 @@ const TOKENS_PER_HOST: usize = 4;
 pub(crate) const TOKEN_LIFETIME: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 /// The most lines the file keeps, all servers together.
 const MAX_LINES: usize = 4096;
+/// Puts remembered per server ([`Memo::put_seen`]).
+const PUTS_PER_HOST: usize = 64;
+/// How long a put is remembered: a put of the same targets again within
+/// this finds them there (unless removed meanwhile).
+const PUT_LIFETIME: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 
 /// The file beside `known_hosts` that holds its servers' tickets and tokens.
 pub(crate) fn resume_file(known_hosts: &Path) -> PathBuf {
@@ -48,6 +57,10 @@ pub(crate) fn resume_file(known_hosts: &Path) -> PathBuf {
 enum Kind {
     Ticket,
     Token,
+    /// The path RTT in microseconds (8 bytes, little-endian).
+    Rtt,
+    /// A put's targets ([`put_key`]).
+    Put,
 }
 
 impl Kind {
@@ -55,6 +68,8 @@ impl Kind {
         match self {
             Kind::Ticket => "ticket",
             Kind::Token => "token",
+            Kind::Rtt => "rtt",
+            Kind::Put => "put",
         }
     }
 }
@@ -77,6 +92,8 @@ impl Entry {
         let kind = match f.next()? {
             "ticket" => Kind::Ticket,
             "token" => Kind::Token,
+            "rtt" => Kind::Rtt,
+            "put" => Kind::Put,
             _ => return None,
         };
         let expires = f.next()?.parse().ok()?;
@@ -156,6 +173,34 @@ impl Locked {
             .retain(|e| e.host != host || e.fingerprint == fp);
     }
 
+    /// Adds an entry of `kind` for `host` under `fp`, keeping the newest
+    /// `keep` of its kind for that host.
+    fn push(
+        &mut self,
+        host: &str,
+        fp: String,
+        kind: Kind,
+        bytes: Vec<u8>,
+        expires: u64,
+        keep: usize,
+    ) {
+        self.drop_other_keys(host, &fp);
+        self.entries.push(Entry {
+            host: host.to_string(),
+            fingerprint: fp,
+            kind,
+            expires,
+            bytes,
+        });
+        let mine = |e: &Entry| e.host == host && e.kind == kind;
+        let mut extra = self.entries.iter().filter(|e| mine(e)).count();
+        self.entries.retain(|e| {
+            let drop = extra > keep && mine(e);
+            extra -= usize::from(drop);
+            !drop
+        });
+    }
+
     fn write(mut self) -> std::io::Result<()> {
         let skip = self.entries.len().saturating_sub(MAX_LINES);
         let text: String = self.entries[skip..].iter().map(Entry::line).collect();
@@ -215,16 +260,8 @@ impl Resume {
         }))
     }
 
-    /// The fingerprint a stored entry must carry to be used now: the
-    /// known-hosts file's for the host (and the `--fingerprint`, if given,
-    /// the same).
     fn expected(&self) -> Option<String> {
-        let kh = KnownHosts::new(self.policy.known_hosts.clone()?);
-        let known = kh.lookup(&self.policy.host).ok()??;
-        match &self.policy.pinned {
-            Some(p) if *p != known => None,
-            _ => Some(known),
-        }
+        expected(&self.policy)
     }
 
     /// The fingerprint what this connection received is stored under.
@@ -273,26 +310,120 @@ impl Resume {
             return;
         };
         let stored = Locked::open(&self.path).and_then(|mut f| {
-            let host = &self.policy.host;
-            f.drop_other_keys(host, &fp);
-            f.entries.push(Entry {
-                host: host.clone(),
-                fingerprint: fp,
-                kind,
-                expires,
-                bytes,
-            });
-            let mine = |e: &Entry| e.host == *host && e.kind == kind;
-            let mut extra = f.entries.iter().filter(|e| mine(e)).count();
-            f.entries.retain(|e| {
-                let drop = extra > keep && mine(e);
-                extra -= usize::from(drop);
-                !drop
-            });
+            f.push(&self.policy.host, fp, kind, bytes, expires, keep);
             f.write()
         });
         if let Err(e) = stored {
             tracing::debug!("{}: {e}", self.path.display());
+        }
+    }
+}
+
+/// The fingerprint a stored entry must carry to be used now: the
+/// known-hosts file's for the host `policy` trusts (and its
+/// `--fingerprint`, if given, the same).
+fn expected(policy: &TrustPolicy) -> Option<String> {
+    let kh = KnownHosts::new(policy.known_hosts.clone()?);
+    let known = kh.lookup(&policy.host).ok()??;
+    match &policy.pinned {
+        Some(p) if *p != known => None,
+        _ => Some(known),
+    }
+}
+
+/// The key a put's targets are remembered by: its destination and the
+/// names of its roots, hashed (the file holds no paths).
+pub(crate) fn put_key(dest: &[u8], roots: &[Vec<u8>]) -> Vec<u8> {
+    let mut h = blake3::Hasher::new();
+    h.update(&(dest.len() as u64).to_le_bytes());
+    h.update(dest);
+    for r in roots {
+        h.update(&(r.len() as u64).to_le_bytes());
+        h.update(r);
+    }
+    h.finalize().as_bytes()[..16].to_vec()
+}
+
+/// What a client remembers of its own sessions with a known server (the
+/// host its known-hosts file names, under the fingerprint it names there),
+/// for a put that starts in its first flight: the path RTT the last
+/// connection measured (its first data is timed by it, as no RTT is
+/// measured before the server's first answer) and the targets it put there
+/// lately (put again, they would be there, and the server would have it
+/// wait for its `Want`s: it does not start before the answer then).
+#[derive(Debug)]
+pub(crate) struct Memo {
+    path: PathBuf,
+    host: String,
+    fingerprint: String,
+}
+
+impl Memo {
+    /// The memo for the server `policy` trusts: None without a known-hosts
+    /// file or an entry in it for the host.
+    pub(crate) fn new(policy: &TrustPolicy) -> Option<Memo> {
+        Some(Memo {
+            path: resume_file(policy.known_hosts.as_ref()?),
+            host: policy.host.clone(),
+            fingerprint: expected(policy)?,
+        })
+    }
+
+    /// The file's entries for this server, the file rewritten with `edit`
+    /// applied (other fingerprints' entries of the host dropped).
+    fn with<T>(&self, edit: impl FnOnce(&mut Locked) -> T) -> Option<T> {
+        let done = Locked::open(&self.path).and_then(|mut f| {
+            f.drop_other_keys(&self.host, &self.fingerprint);
+            let out = edit(&mut f);
+            f.write().map(|()| out)
+        });
+        done.map_err(|e| tracing::debug!("{}: {e}", self.path.display()))
+            .ok()
+    }
+
+    fn add(&self, kind: Kind, bytes: Vec<u8>, life: std::time::Duration, keep: usize) {
+        let expires = now_secs() + life.as_secs();
+        let fp = self.fingerprint.clone();
+        self.with(|f| f.push(&self.host, fp, kind, bytes, expires, keep));
+    }
+
+    fn has(&self, kind: Kind, bytes: Option<&[u8]>) -> Option<Vec<u8>> {
+        self.with(|f| {
+            f.entries
+                .iter()
+                .rev()
+                .find(|e| {
+                    e.host == self.host && e.kind == kind && bytes.is_none_or(|b| e.bytes == b)
+                })
+                .map(|e| e.bytes.clone())
+        })
+        .flatten()
+    }
+
+    /// The path RTT the last connection to the server measured.
+    pub(crate) fn rtt(&self) -> Option<std::time::Duration> {
+        let b: [u8; 8] = self.has(Kind::Rtt, None)?.try_into().ok()?;
+        let us = u64::from_le_bytes(b);
+        (us > 0).then(|| std::time::Duration::from_micros(us))
+    }
+
+    /// Remembers `rtt` as the path RTT (for [`TOKEN_LIFETIME`]).
+    pub(crate) fn set_rtt(&self, rtt: std::time::Duration) {
+        let us = rtt.as_micros().min(u64::MAX as u128) as u64;
+        if us > 0 {
+            self.add(Kind::Rtt, us.to_le_bytes().to_vec(), TOKEN_LIFETIME, 1);
+        }
+    }
+
+    /// Whether a put of `key` ([`put_key`]) went to the server lately.
+    pub(crate) fn put_seen(&self, key: &[u8]) -> bool {
+        self.has(Kind::Put, Some(key)).is_some()
+    }
+
+    /// Remembers a put of `key`.
+    pub(crate) fn add_put(&self, key: Vec<u8>) {
+        if !self.put_seen(&key) {
+            self.add(Kind::Put, key, PUT_LIFETIME, PUTS_PER_HOST);
         }
     }
 }
@@ -441,6 +572,51 @@ mod tests {
             got.push(t[0]);
         }
         assert_eq!(got, [9, 8, 7, 6]);
+    }
+
+    #[test]
+    fn a_memo_keeps_the_last_rtt_and_the_puts_made_for_its_server_only() {
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let kh = dir.path().join("known_hosts");
+        std::fs::write(&kh, "a:1 SHA256:A\nb:1 SHA256:B\n").unwrap();
+        let policy = |host: &str| TrustPolicy {
+            host: host.into(),
+            known_hosts: Some(kh.clone()),
+            pinned: None,
+            accept_new: false,
+        };
+        let (a, b) = (
+            Memo::new(&policy("a:1")).unwrap(),
+            Memo::new(&policy("b:1")).unwrap(),
+        );
+        assert!(Memo::new(&policy("c:1")).is_none(), "no known-hosts entry");
+        assert_eq!(a.rtt(), None);
+        a.set_rtt(Duration::from_micros(700_123));
+        a.set_rtt(Duration::from_micros(701_000));
+        assert_eq!(a.rtt(), Some(Duration::from_micros(701_000)));
+        assert_eq!(
+            a.rtt(),
+            Some(Duration::from_micros(701_000)),
+            "read, not taken"
+        );
+        assert_eq!(b.rtt(), None);
+        let key = |dest: &[u8], root: &[u8]| put_key(dest, &[root.to_vec()]);
+        let k = key(b"incoming/", b"run-1");
+        assert_ne!(k, key(b"incoming/", b"run-2"));
+        assert_ne!(key(b"ab", b"c"), key(b"a", b"bc"));
+        assert!(!a.put_seen(&k));
+        a.add_put(k.clone());
+        a.add_put(k.clone());
+        assert!(a.put_seen(&k) && !b.put_seen(&k));
+        let text = std::fs::read_to_string(resume_file(&kh)).unwrap();
+        let count = |kind: &str| text.lines().filter(|l| l.contains(kind)).count();
+        assert_eq!((count(" rtt "), count(" put ")), (1, 1), "{text}");
+        // The server's key changed: all of it forgotten.
+        std::fs::write(&kh, "a:1 SHA256:NEW\n").unwrap();
+        let a = Memo::new(&policy("a:1")).unwrap();
+        assert_eq!(a.rtt(), None);
+        assert!(!a.put_seen(&k));
     }
 
     #[test]

@@ -173,6 +173,7 @@ pub(crate) fn merge(mut reports: Vec<ClientReport>, seconds: f64) -> ClientRepor
         last.rebuilt_streams += r.rebuilt_streams;
     }
     last.zero_rtt = reports[0].zero_rtt;
+    last.early_files = reports[0].early_files;
     last.remembered_bps = reports[0].remembered_bps;
     last.first_data_s = first_data_s;
     last.final_mbps = final_mbps;
@@ -376,6 +377,7 @@ mod tests {
             receiver_behind_s: 0.0,
             first_data_s: None,
             zero_rtt: crate::ZeroRtt::None,
+            early_files: false,
             final_mbps: None,
             to_90pct_s: None,
             repair_bytes: 0,

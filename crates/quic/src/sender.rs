@@ -12,7 +12,7 @@ use crate::core::send::{
     in_hand_limit, Done, Job, PathView, SendConfig, SendCore, Transmit, Walked,
 };
 use crate::core::Role;
-use crate::proto::{ErrorCode, DATA_PRELUDE, MAX_PROTECTED, REPAIRED_PRELUDE};
+use crate::proto::{ErrorCode, Frame, DATA_PRELUDE, MAX_PROTECTED, REPAIRED_PRELUDE};
 use crate::receiver::BATCH;
 use crate::report::{Kind, Problem, Progress, SessionReport};
 use bytes::Bytes;
@@ -76,6 +76,23 @@ pub(crate) struct SendOpts {
     /// The extended attributes and ACLs the walk reads (`--xattrs`,
     /// `--acls`); owners always go.
     pub meta: longhaul_transfer::meta::Wanted,
+    /// A put that sends its files before the server's `Welcome` (in its
+    /// first flight, `Hello.fresh`): the `Welcome` comes meanwhile on the
+    /// control stream and is taken here. A `Welcome.fresh` of false ends
+    /// the session (its data was sent for a fresh one).
+    pub welcome: Option<Arc<Welcomed>>,
+}
+
+/// The `Welcome` a put that did not wait for it got ([`SendOpts::welcome`]):
+/// the server's name and its `fresh`, once it came.
+#[derive(Debug, Default)]
+pub(crate) struct Welcomed(Mutex<Option<(String, bool)>>);
+
+impl Welcomed {
+    /// The server's name and `Welcome.fresh`, once the `Welcome` came.
+    pub(crate) fn get(&self) -> Option<(String, bool)> {
+        self.0.lock().unwrap().clone()
+    }
 }
 
 /// Chunks up to this size are read on the driver's own task: a page-cache
@@ -145,7 +162,12 @@ pub(crate) async fn run_sender(
         last_path: Default::default(),
         meter,
     };
-    let result = match drive(&mut core, &disk, &ctl, rx, &mut inputs, &tx, &lanes).await {
+    let control = Control {
+        tx: &ctl,
+        rx,
+        welcome: opts.welcome.as_deref(),
+    };
+    let result = match drive(&mut core, &disk, control, &mut inputs, &tx, &lanes).await {
         Err(p) => Err(crate::control::with_close_reason(&conn, p).await),
         ok => ok,
     };
@@ -166,15 +188,27 @@ pub(crate) async fn run_sender(
     (report, result)
 }
 
+/// The control stream as the driver uses it.
+struct Control<'a> {
+    tx: &'a CtlTx,
+    rx: &'a mut CtlRx,
+    /// See [`SendOpts::welcome`].
+    welcome: Option<&'a Welcomed>,
+}
+
 async fn drive(
     core: &mut SendCore<Src>,
     disk: &Arc<SendDisk>,
-    ctl: &CtlTx,
-    rx: &mut CtlRx,
+    control: Control<'_>,
     inputs: &mut mpsc::Receiver<Input>,
     tx: &mpsc::Sender<Input>,
     lanes: &Lanes,
 ) -> Result<(), Problem> {
+    let Control {
+        tx: ctl,
+        rx,
+        welcome,
+    } = control;
     let mut control_open = true;
     loop {
         // (The other connections' windows are taken to be the first's: one path.)
@@ -229,7 +263,21 @@ async fn drive(
         tokio::select! {
             f = rx.recv(), if control_open => {
                 control_open = f.is_some();
-                core.handle_control(Instant::now(), f);
+                match (f, welcome) {
+                    (Some(Ok(Frame::Welcome { server, fresh, .. })), Some(w))
+                        if w.get().is_none() =>
+                    {
+                        *w.0.lock().unwrap() = Some((server, fresh));
+                        if !fresh {
+                            core.handle_failure(Problem::new(
+                                Kind::Connection,
+                                "the destination holds some of the put's targets: \
+                                 its files go again, each as the server wants it",
+                            ));
+                        }
+                    }
+                    (f, _) => core.handle_control(Instant::now(), f),
+                }
             }
             i = inputs.recv() => {
                 // What else is there already goes in before the core's

@@ -1110,6 +1110,8 @@ async fn session(
     } else {
         Conns::one(conn.clone())
     };
+    // (A put's: its client sends its files before this server's answer.)
+    let early_files = h.fresh;
     let (what, result): (String, Result<SessionReport, Problem>) = match h.op {
         Op::Get {
             paths,
@@ -1179,6 +1181,7 @@ async fn session(
                     peer_makes: (true, true),
                     filter,
                     meta,
+                    welcome: None,
                 },
                 progress,
             )
@@ -1268,6 +1271,24 @@ async fn session(
                     streams: 0,
                 })
                 .await;
+            // A client that sent its files before this answer (as to a
+            // fresh destination) into one that holds some of its targets:
+            // none of it is read, and the client connects again and waits
+            // for its `Want`s. (Its close ends this session.)
+            if early_files && !fresh {
+                tracing::info!(
+                    "{remote}: a put sent before its answer, into a destination \
+                     that holds some of its targets: dropped unread, the client sends again"
+                );
+                if handshake.done().await {
+                    let _ = tokio::time::timeout(HELLO_WAIT, conn.closed()).await;
+                }
+                conn.close(VarIntCode::DONE, b"not fresh");
+                return;
+            }
+            if early_files {
+                tracing::debug!("{remote}: a fresh put whose files come before its answer");
+            }
             // Nothing is created, placed or named before the handshake has
             // completed: a `Hello` that came in 0-RTT may be a replay, which
             // cannot complete it (the client's data, sent after this

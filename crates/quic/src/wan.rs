@@ -791,6 +791,9 @@ impl Wan {
                 .map_or(Duration::ZERO, |(f, l)| l.saturating_duration_since(f));
             tracing::trace!(
                 bytes = total,
+                path_us = before.map_or(0, |p| p.as_micros() as u64),
+                first_us =
+                    first.map_or(0, |f| f.saturating_duration_since(start).as_micros() as u64),
                 sent_us = end.saturating_duration_since(start).as_micros() as u64,
                 acks_us = span.as_micros() as u64,
                 after,

@@ -116,15 +116,22 @@ fn nothing_put(root: &std::path::Path, name: &str) {
     }
 }
 
-#[test]
-fn a_first_flight_alone_or_replayed_puts_nothing() {
-    let t = Tmp::new("zero-rtt-replay");
+/// A writable server whose log says what it does with early frames, in a
+/// fresh temporary directory (its root `root`, its state `state`).
+fn debug_server(name: &str) -> (Tmp, std::path::PathBuf, Server) {
+    let t = Tmp::new(name);
     let root = t.join("root");
     std::fs::create_dir(&root).unwrap();
     let srv = ServeCfg::new(&root, &t.join("state"))
         .writable()
         .env("LONGHAUL_LOG", "info,longhaul_quic=debug")
         .start();
+    (t, root, srv)
+}
+
+#[test]
+fn a_first_flight_alone_or_replayed_puts_nothing() {
+    let (t, root, srv) = debug_server("zero-rtt-replay");
     let relay = Relay::start(format!("127.0.0.1:{}", srv.port).parse().unwrap());
     let port = relay.front.port();
     let c = Client::new(t.join("known_hosts"));
@@ -175,4 +182,100 @@ fn a_first_flight_alone_or_replayed_puts_nothing() {
         log.contains("a put before the handshake ended: its data waits"),
         "the early Hello reached the server:\n{log}"
     );
+}
+
+#[test]
+fn a_known_put_sends_its_files_in_the_first_flight_unless_its_targets_are_there() {
+    let (t, root, srv) = debug_server("zero-rtt-early-put");
+    let port = srv.port;
+    const EARLY: &str = "a fresh put whose files come before its answer";
+    const DROPPED: &str = "dropped unread, the client sends again";
+    let c = Client::new(t.join("known_hosts"));
+    let tree = |name: &str, seed: u64| {
+        let d = t.join("src").join(name);
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        gen_file(&d.join("a.bin"), seed, 3 * MIB + 5);
+        gen_file(&d.join("sub/b.bin"), seed + 1, 40_000);
+        d
+    };
+    let put = |src: &std::path::Path, extra: &[&str]| {
+        let mut a: Vec<OsString> = extra.iter().map(OsString::from).collect();
+        a.extend([src.into(), remote(port, "in/")]);
+        let mut cmd = c.cmd("put", a.iter().chain([&OsString::from("--json")]));
+        cmd.env("LONGHAUL_LOG", "info");
+        let out = run(cmd);
+        out.expect_code(0);
+        out
+    };
+    let same = |name: &str| {
+        for f in ["a.bin", "sub/b.bin"] {
+            let (here, there) = (
+                t.join("src").join(name).join(f),
+                root.join("in").join(name).join(f),
+            );
+            assert_eq!(hash_file(&there), hash_file(&here), "{name}/{f}");
+        }
+    };
+    let count = |what: &str| srv.log_text().matches(what).count();
+
+    // First contact: a ticket, a token and the path's RTT kept.
+    std::fs::create_dir(root.join("in")).unwrap();
+    let j = put(&tree("warm", 1), &["--accept-new"]).json();
+    assert_eq!(
+        (j["zero_rtt"].as_str(), j["early_files"].as_bool()),
+        (Some("none"), Some(false))
+    );
+    let kept = std::fs::read_to_string(t.join("known_hosts.resume")).unwrap();
+    assert!(kept.contains(" rtt ") && kept.contains(" put "), "{kept}");
+    same("warm");
+
+    // Known, new targets: the files go with the request, before the answer.
+    let j = put(&tree("run1", 3), &[]).json();
+    assert_eq!(
+        (j["zero_rtt"].as_str(), j["early_files"].as_bool()),
+        (Some("accepted"), Some(true)),
+        "{j:#}"
+    );
+    assert_eq!(j["totals"]["verified"], 2, "{j:#}");
+    same("run1");
+    assert_eq!((count(EARLY), count(DROPPED)), (1, 0));
+
+    // The same targets again: they are there, so it waits for the answer
+    // (and its Wants skip what is there).
+    let j = put(&t.join("src/run1"), &[]).json();
+    assert_eq!(
+        (j["zero_rtt"].as_str(), j["early_files"].as_bool()),
+        (Some("accepted"), Some(false)),
+        "{j:#}"
+    );
+    assert_eq!(j["totals"]["skipped"], 2, "{j:#}");
+    assert_eq!((count(EARLY), count(DROPPED)), (1, 0));
+    same("run1");
+
+    // Targets put there by others: the early files are dropped unread, and
+    // the put goes again, waiting for its Wants; the result is the same.
+    std::fs::create_dir_all(root.join("in/run2/sub")).unwrap();
+    std::fs::write(root.join("in/run2/sub/b.bin"), b"stale").unwrap();
+    let out = put(&tree("run2", 5), &[]);
+    let j = out.json();
+    assert_eq!(j["early_files"], false, "{j:#}");
+    assert!(out.stderr.contains("the put goes again"), "{}", out.stderr);
+    assert_eq!(count(DROPPED), 1, "{}", srv.log_text());
+    same("run2");
+
+    // A restarted server refuses the ticket: the early files are lost with
+    // the 0-RTT data, and the put goes again.
+    srv.kill();
+    let _srv = ServeCfg::new(&root, &t.join("state"))
+        .writable()
+        .port(port)
+        .start();
+    let out = put(&tree("run3", 7), &[]);
+    assert!(
+        out.stderr.contains("the server refused the ticket"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.json()["early_files"], false);
+    same("run3");
 }
