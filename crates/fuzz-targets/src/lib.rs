@@ -153,20 +153,27 @@ pub fn suite(data: &[u8]) {
 /// A known-hosts file, looked up for a host.
 pub fn known_hosts(data: &[u8]) {
     use longhaul_quic::identity::KnownHosts;
+    // A scratch directory of this thread's own, made for each input and
+    // removed after it: nothing is left in the temporary directory.
     thread_local! {
-        static FILE: std::path::PathBuf = {
-            let dir = std::env::temp_dir().join(format!("lh-fuzz-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).expect("a scratch directory");
-            dir.join(format!("known_hosts-{:?}", std::thread::current().id()))
-        };
+        static FILE: std::path::PathBuf = std::env::temp_dir()
+            .join(format!(
+                "lh-fuzz-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ))
+            .join("known_hosts");
     }
     FILE.with(|p| {
-        std::fs::File::create(p)
+        let dir = p.parent().expect("the file is in a directory");
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::File::create(p))
             .and_then(|mut f| f.write_all(data))
             .expect("writing the scratch file");
         let kh = KnownHosts::new(p.clone());
         let _ = kh.lookup("example.org:7878");
         let _ = kh.lookup("[::1]:7878");
+        let _ = std::fs::remove_dir_all(dir);
     });
 }
 
