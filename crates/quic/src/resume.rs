@@ -381,23 +381,33 @@ impl Memo {
             .ok()
     }
 
-    fn add(&self, kind: Kind, bytes: Vec<u8>, life: std::time::Duration, keep: usize) {
+    /// Adds an entry of `kind`, unless `once` and the same one is there.
+    fn add(&self, kind: Kind, bytes: Vec<u8>, life: std::time::Duration, keep: usize, once: bool) {
         let expires = now_secs() + life.as_secs();
         let fp = self.fingerprint.clone();
-        self.with(|f| f.push(&self.host, fp, kind, bytes, expires, keep));
+        self.with(|f| {
+            if !(once && self.find(f, kind, Some(&bytes)).is_some()) {
+                f.push(&self.host, fp, kind, bytes, expires, keep);
+            }
+        });
     }
 
-    fn has(&self, kind: Kind, bytes: Option<&[u8]>) -> Option<Vec<u8>> {
-        self.with(|f| {
-            f.entries
-                .iter()
-                .rev()
-                .find(|e| {
-                    e.host == self.host && e.kind == kind && bytes.is_none_or(|b| e.bytes == b)
-                })
-                .map(|e| e.bytes.clone())
+    /// The newest entry of `kind` for this server (with these `bytes`).
+    fn find<'f>(&self, f: &'f Locked, kind: Kind, bytes: Option<&[u8]>) -> Option<&'f Entry> {
+        f.entries.iter().rev().find(|e| {
+            e.host == self.host
+                && e.fingerprint == self.fingerprint
+                && e.kind == kind
+                && bytes.is_none_or(|b| e.bytes == b)
         })
-        .flatten()
+    }
+
+    /// [`Memo::find`], read without rewriting the file.
+    fn has(&self, kind: Kind, bytes: Option<&[u8]>) -> Option<Vec<u8>> {
+        let read = Locked::open(&self.path)
+            .map_err(|e| tracing::debug!("{}: {e}", self.path.display()))
+            .ok()?;
+        self.find(&read, kind, bytes).map(|e| e.bytes.clone())
     }
 
     /// The path RTT the last connection to the server measured.
@@ -411,7 +421,13 @@ impl Memo {
     pub(crate) fn set_rtt(&self, rtt: std::time::Duration) {
         let us = rtt.as_micros().min(u64::MAX as u128) as u64;
         if us > 0 {
-            self.add(Kind::Rtt, us.to_le_bytes().to_vec(), TOKEN_LIFETIME, 1);
+            self.add(
+                Kind::Rtt,
+                us.to_le_bytes().to_vec(),
+                TOKEN_LIFETIME,
+                1,
+                false,
+            );
         }
     }
 
@@ -420,11 +436,9 @@ impl Memo {
         self.has(Kind::Put, Some(key)).is_some()
     }
 
-    /// Remembers a put of `key`.
+    /// Remembers a put of `key` (once).
     pub(crate) fn add_put(&self, key: Vec<u8>) {
-        if !self.put_seen(&key) {
-            self.add(Kind::Put, key, PUT_LIFETIME, PUTS_PER_HOST);
-        }
+        self.add(Kind::Put, key, PUT_LIFETIME, PUTS_PER_HOST, true);
     }
 }
 
