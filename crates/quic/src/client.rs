@@ -501,6 +501,11 @@ async fn send_hello(
     Ok((ctl, writer, rx, early))
 }
 
+/// The peer closed the connection as a session's end (`done`, code 0).
+fn closed_done(e: &quinn::ConnectionError) -> bool {
+    matches!(e, quinn::ConnectionError::ApplicationClosed(a) if a.error_code == quinn::VarInt::from_u32(0))
+}
+
 /// No handshake within `t`.
 fn no_answer(host: &str, port: u16, addr: SocketAddr, t: Duration) -> Problem {
     let named = join_host_port(host, port);
@@ -628,11 +633,11 @@ async fn connect(
                         .map_err(|_| no_answer(&host, port, addr, t)),
                 };
                 let ended = ended.and_then(|accepted| match c.close_reason() {
-                    Some(e) => {
+                    Some(e) if !(accepted && closed_done(&e)) => {
                         let trust = o.lock().unwrap().clone();
                         Err(connect_error(e, trust.as_ref(), &opts, &host, port, addr))
                     }
-                    None => Ok(accepted),
+                    _ => Ok(accepted),
                 });
                 // (Refused or failed, what was sent is lost: the sender
                 // stops with the connection.)
@@ -680,8 +685,12 @@ async fn connect(
                     .await
                     .map_err(|_| no_answer(host, port, addr, t))?,
             };
+            // (A session so short that the server answered, ended it and
+            // closed within the handshake has its frames still to read.)
             if let Some(e) = conn.close_reason() {
-                return Err(failed(e));
+                if !(accepted && closed_done(&e) && matches!(sent, Some(Ok(_)))) {
+                    return Err(failed(e));
+                }
             }
             let zero_rtt = match (&sent, accepted) {
                 (None, _) => ZeroRtt::None,

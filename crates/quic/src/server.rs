@@ -1399,16 +1399,24 @@ async fn session(
     // timeout, holding its memory and, on a put, its files). A get's client
     // has sent `Done`, all it needed is in. A put's client needs our `Done`
     // (and a failed session's client our `Fatal`): close once the client has
-    // acknowledged all of the control stream.
+    // acknowledged all of the control stream, and give its own close a
+    // moment: the client reads our `Done` just after acknowledging it, and
+    // a close that overtakes its reading loses what quinn had not yet handed
+    // over (a short session's Welcome and Done, all within the handshake).
     if put || failed {
         if let Ok(Ok(send)) = writer {
-            let _ = tokio::time::timeout(Duration::from_secs(30), async {
+            let acked = tokio::time::timeout(Duration::from_secs(30), async {
                 tokio::select! {
                     _ = send.stopped() => {}
                     _ = conn.closed() => {}
                 }
             })
             .await;
+            if acked.is_ok() {
+                let grace =
+                    (conn.rtt() * 2 + Duration::from_millis(200)).min(Duration::from_secs(5));
+                let _ = tokio::time::timeout(grace, conn.closed()).await;
+            }
         }
     }
     close_sent(&conn, 0, b"done").await;
