@@ -112,7 +112,15 @@ fn main() {
         rt.worker_threads(n);
     }
     let rt = rt.enable_all().build().expect("tokio runtime");
-    let code = rt.block_on(run(cli));
+    // The command runs on the workers, not on this thread: a session on
+    // the thread that blocks in `block_on` woke a worker (quinn's tasks) and
+    // was woken by it at every packet and file, two threads for one.
+    let code = rt.block_on(async move {
+        match tokio::spawn(run(cli)).await {
+            Ok(code) => code,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    });
     // Dropping the runtime drops every task still holding session state, so partial
     // files journal what they hold (after Ctrl-C, say) before the process exits.
     rt.shutdown_timeout(std::time::Duration::from_secs(5));
@@ -483,28 +491,29 @@ async fn serve(a: args::ServeArgs) -> Result<i32> {
         anonymous_put: a.allow_anonymous_put,
         read_only: a.read_only,
     };
-    let mut out = std::io::stdout().lock();
-    // The first two lines are what scripts read: the address, then the
-    // fingerprint.
-    writeln!(
-        out,
-        "longhaul serve: root {}, listening on {local}, {}",
-        root.display(),
-        access.short()
-    )?;
-    writeln!(out, "fingerprint {}", server.fingerprint)?;
-    writeln!(out, "access: {}", access.long(local.port(), &root))?;
-    writeln!(
-        out,
-        "reachable at {}",
-        reachable(local)
-            .iter()
-            .map(|a| a.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )?;
-    out.flush()?;
-    drop(out);
+    {
+        let mut out = std::io::stdout().lock();
+        // The first two lines are what scripts read: the address, then the
+        // fingerprint.
+        writeln!(
+            out,
+            "longhaul serve: root {}, listening on {local}, {}",
+            root.display(),
+            access.short()
+        )?;
+        writeln!(out, "fingerprint {}", server.fingerprint)?;
+        writeln!(out, "access: {}", access.long(local.port(), &root))?;
+        writeln!(
+            out,
+            "reachable at {}",
+            reachable(local)
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+        out.flush()?;
+    }
     if a.allow_anonymous_put {
         tracing::warn!(
             "--allow-anonymous-put: anyone who can reach UDP {} may write into {}",

@@ -276,8 +276,18 @@ pub fn apply_fd(fd: BorrowedFd<'_>, a: &Applied) -> io::Result<()> {
     if a.is_empty() {
         return Ok(());
     }
-    let reopened = usable(fd)?;
-    let fd = reopened.as_ref().map_or(fd.as_raw_fd(), |f| f.as_raw_fd());
+    // (An `O_PATH` descriptor fails the first call with EBADF, before it
+    // changed anything: asking first cost every small file a syscall.)
+    match apply_raw(fd.as_raw_fd(), a) {
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => match usable(fd)? {
+            Some(f) => apply_raw(f.as_raw_fd(), a),
+            None => Err(e),
+        },
+        r => r,
+    }
+}
+
+fn apply_raw(fd: std::os::fd::RawFd, a: &Applied) -> io::Result<()> {
     if let Some((uid, gid)) = a.owner {
         // SAFETY: fchown on a descriptor the caller holds.
         if unsafe { libc::fchown(fd, uid, gid) } != 0 {
@@ -294,6 +304,9 @@ pub fn apply_fd(fd: BorrowedFd<'_>, a: &Applied) -> io::Result<()> {
             if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
                 NOT_HELD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(());
+            }
+            if e.raw_os_error() == Some(libc::EBADF) {
+                return Err(e); // (an `O_PATH` descriptor: see `apply_fd`)
             }
             return Err(io::Error::new(
                 e.kind(),
