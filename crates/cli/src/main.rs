@@ -836,13 +836,12 @@ fn conclude(r: Result<ClientReport, Problem>, op: &str, t: &TransferArgs) -> i32
                 eprintln!("error: {}", shown(&p.to_string()));
             }
             if t.json {
-                println!(
-                    "{}",
+                report(&format!(
+                    "{}\n",
                     serde_json::to_string_pretty(&rep).expect("report serializes")
-                );
+                ));
             } else if !t.quiet {
-                print!("{}", changes(&rep));
-                println!("{}", summary(&rep));
+                report(&format!("{}{}\n", changes(&rep), summary(&rep)));
             }
             rep.exit_code()
         }
@@ -868,10 +867,22 @@ fn print_failure(op: &str, problems: &[Problem], interrupted: bool) {
         "files": [],
         "totals": longhaul_quic::Totals::default(),
     });
-    println!(
-        "{}",
+    report(&format!(
+        "{}\n",
         serde_json::to_string_pretty(&doc).expect("serializes")
-    );
+    ));
+}
+
+/// Writes a transfer's report to stdout. A reader that went away (`| head`)
+/// takes nothing from the transfer, whose exit code stands: no panic.
+fn report(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("longhaul: cannot write the report to stdout: {e}");
+        }
+    }
 }
 
 /// The changes a dry run would make, one line each as `rsync -i` writes

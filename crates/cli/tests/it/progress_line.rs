@@ -163,3 +163,44 @@ fn the_progress_line_fits_the_terminal_and_counts_in_si_units() {
         }
     }
 }
+
+/// `longhaul get --json ... | head -c 0`: the report's reader is gone
+/// before the transfer ends. The files arrive and the exit code is the
+/// transfer's, without a panic (a `println!` into the closed pipe panicked,
+/// exit 101, a backtrace on stderr).
+#[test]
+fn a_report_into_a_closed_pipe_leaves_the_transfer_its_exit_code() {
+    let t = Tmp::new("closed-pipe");
+    let root = t.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    gen_file(&root.join("f.bin"), 9, 300_000);
+    let srv = Server::start(&root, &t.join("state"));
+    let c = Client::new(t.join("kh"));
+    for json in [true, false] {
+        let dest = t.join(format!("dest-{json}"));
+        std::fs::create_dir(&dest).unwrap();
+        let mut args = vec!["--accept-new".into()];
+        if json {
+            args.push("--json".into());
+        }
+        args.extend([srv.remote("f.bin"), dest.clone().into_os_string()]);
+        let mut cmd = c.cmd("get", args);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn longhaul");
+        drop(child.stdout.take()); // the reader is gone before any report
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "json {json}: {err}");
+        assert!(!err.contains("panicked"), "json {json}: {err}");
+        assert_eq!(
+            hash_file(&dest.join("f.bin")),
+            hash_file(&root.join("f.bin"))
+        );
+    }
+}
