@@ -501,11 +501,6 @@ async fn send_hello(
     Ok((ctl, writer, rx, early))
 }
 
-/// The peer closed the connection as a session's end (`done`, code 0).
-fn closed_done(e: &quinn::ConnectionError) -> bool {
-    matches!(e, quinn::ConnectionError::ApplicationClosed(a) if a.error_code == quinn::VarInt::from_u32(0))
-}
-
 /// No handshake within `t`.
 fn no_answer(host: &str, port: u16, addr: SocketAddr, t: Duration) -> Problem {
     let named = join_host_port(host, port);
@@ -633,7 +628,7 @@ async fn connect(
                         .map_err(|_| no_answer(&host, port, addr, t)),
                 };
                 let ended = ended.and_then(|accepted| match c.close_reason() {
-                    Some(e) if !(accepted && closed_done(&e)) => {
+                    Some(e) if !(accepted && crate::close::done(&e)) => {
                         let trust = o.lock().unwrap().clone();
                         Err(connect_error(e, trust.as_ref(), &opts, &host, port, addr))
                     }
@@ -688,7 +683,7 @@ async fn connect(
             // (A session so short that the server answered, ended it and
             // closed within the handshake has its frames still to read.)
             if let Some(e) = conn.close_reason() {
-                if !(accepted && closed_done(&e) && matches!(sent, Some(Ok(_)))) {
+                if !(accepted && crate::close::done(&e) && matches!(sent, Some(Ok(_)))) {
                     return Err(failed(e));
                 }
             }

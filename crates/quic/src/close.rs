@@ -5,6 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+/// The application close code of a session that ended as it should (`done`).
+pub(crate) const DONE: u32 = 0;
+
 /// The application close code of a connection the user interrupted.
 pub(crate) const INTERRUPTED: u32 = 2;
 
@@ -26,6 +29,12 @@ pub(crate) fn lost(e: &quinn::ConnectionError) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether a connection that ended with `e` was closed as a session's end
+/// ([`DONE`]).
+pub(crate) fn done(e: &quinn::ConnectionError) -> bool {
+    matches!(e, quinn::ConnectionError::ApplicationClosed(a) if a.error_code == quinn::VarInt::from_u32(DONE))
 }
 
 /// Polls `done` every millisecond until it holds or `max` has passed.

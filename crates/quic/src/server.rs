@@ -650,7 +650,7 @@ async fn fatal(
 
 struct VarIntCode;
 impl VarIntCode {
-    const DONE: quinn::VarInt = quinn::VarInt::from_u32(0);
+    const DONE: quinn::VarInt = quinn::VarInt::from_u32(crate::close::DONE);
     const FATAL: quinn::VarInt = quinn::VarInt::from_u32(1);
 }
 
@@ -700,14 +700,6 @@ impl Drop for Registered {
             c.close(VarIntCode::DONE, b"done");
         }
     }
-}
-
-/// The peer closed the connection with code 0 (`done`).
-fn closed_done(conn: &quinn::Connection) -> bool {
-    matches!(
-        conn.close_reason(),
-        Some(quinn::ConnectionError::ApplicationClosed(a)) if a.error_code == VarIntCode::DONE
-    )
 }
 
 /// The first frame of a connection's control stream: a `Hello` (a new
@@ -1344,7 +1336,7 @@ async fn session(
     tracing::debug!("{remote}: connection stats: {:?}", conn.stats());
     // A get's client closes as soon as it has settled every file; its Done
     // may not have been read yet.
-    if result.is_err() && closed_done(&conn) {
+    if result.is_err() && conn.close_reason().is_some_and(|e| crate::close::done(&e)) {
         tracing::info!("{remote}: {what}: the client closed as done after {secs:.2} s");
         return;
     }

@@ -71,20 +71,13 @@ fn ctrl_c_keeps_every_written_chunk_for_the_rerun() {
         args,
         root,
         dest,
-        mut child,
+        child,
     } = get_two_seconds_in("interrupt", 11, &["--streams", "1"]);
     // SAFETY: sending SIGINT to our own child by its PID.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let status = child.wait().unwrap();
-    let mut err = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert_eq!(status.code(), Some(130), "stderr: {err}");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "stderr: {err}");
     assert!(err.contains("rerun the same command to resume"), "{err}");
     assert!(std::fs::symlink_metadata(dest.join("big.bin")).is_err());
     let (written, journal) = chunks_written_and_journaled(&root, &dest);

@@ -188,15 +188,9 @@ fn a_report_into_a_closed_pipe_leaves_the_transfer_its_exit_code() {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn longhaul");
         drop(child.stdout.take()); // the reader is gone before any report
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        let status = child.wait().unwrap();
-        assert_eq!(status.code(), Some(0), "json {json}: {err}");
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "json {json}: {err}");
         assert!(!err.contains("panicked"), "json {json}: {err}");
         assert_eq!(
             hash_file(&dest.join("f.bin")),
