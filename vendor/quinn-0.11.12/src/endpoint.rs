@@ -741,8 +741,84 @@ impl std::ops::Deref for EndpointRef {
 struct RecvState {
     incoming: VecDeque<proto::Incoming>,
     connections: ConnectionSet,
-    recv_buf: Box<[u8]>,
+    // longhaul patch: the socket reads into a buffer per batch slot, and a
+    // slot filled at least half is handed on as it is, not copied
+    // (`RecvBufs`).
+    recv_bufs: RecvBufs,
     recv_limiter: WorkLimiter,
+}
+
+/// longhaul patch: the receive buffers, one per slot of a `recvmmsg` batch.
+///
+/// Upstream reads into one long buffer and copies every datagram out of it
+/// into a fresh `BytesMut`: a copy of every byte received. Here each slot is
+/// a `BytesMut` of its own; a slot the kernel filled at least half is split
+/// off and handed on whole (its datagrams are views of it), and the rest of
+/// its allocation waits in `lent` until every view is dropped, when it is
+/// taken back without an allocation. A slot filled less (a lone ACK) is
+/// copied as before, so that a small datagram held by a stream never pins a
+/// whole slot: what a handed-on slot holds beyond its datagrams is at most
+/// what they hold themselves.
+struct RecvBufs {
+    slots: Vec<BytesMut>,
+    slot_len: usize,
+    /// Slots handed on whose views may still be alive, oldest first.
+    lent: VecDeque<BytesMut>,
+}
+
+/// The most slots waiting to be taken back; beyond that the oldest is let go
+/// (its memory is freed with its last view, as upstream's copies are).
+const MAX_LENT: usize = 4 * BATCH_SIZE;
+
+impl RecvBufs {
+    fn new(slot_len: usize) -> Self {
+        Self {
+            slots: (0..BATCH_SIZE).map(|_| BytesMut::zeroed(slot_len)).collect(),
+            slot_len,
+            lent: VecDeque::new(),
+        }
+    }
+
+    /// Gives every slot that was handed on a buffer again: one taken back
+    /// from `lent` if all of its views are gone, else a new one.
+    fn refill(&mut self) {
+        for i in 0..self.slots.len() {
+            if !self.slots[i].is_empty() {
+                continue;
+            }
+            let mut fresh = None;
+            for _ in 0..self.lent.len() {
+                let mut b = self.lent.pop_front().expect("counted");
+                b.clear();
+                if b.try_reclaim(self.slot_len) && b.capacity() >= self.slot_len {
+                    // SAFETY: `try_reclaim` never allocates: `b` is the
+                    // allocation made by `BytesMut::zeroed(self.slot_len)`
+                    // again, from its start, and every byte of it was
+                    // initialised then (and written only by the kernel and
+                    // quinn since).
+                    unsafe { b.set_len(self.slot_len) };
+                    fresh = Some(b);
+                    break;
+                }
+                self.lent.push_back(b);
+            }
+            self.slots[i] = fresh.unwrap_or_else(|| BytesMut::zeroed(self.slot_len));
+        }
+    }
+
+    /// The `len` bytes the kernel put in slot `i`.
+    fn take(&mut self, i: usize, len: usize) -> BytesMut {
+        if len * 2 < self.slot_len {
+            return self.slots[i][..len].into();
+        }
+        let data = self.slots[i].split_to(len);
+        let rest = std::mem::take(&mut self.slots[i]);
+        if self.lent.len() == MAX_LENT {
+            self.lent.pop_front();
+        }
+        self.lent.push_back(rest);
+        data
+    }
 }
 
 impl RecvState {
@@ -751,12 +827,13 @@ impl RecvState {
         max_receive_segments: usize,
         endpoint: &proto::Endpoint,
     ) -> Self {
-        let recv_buf = vec![
-            0;
-            endpoint.config().get_max_udp_payload_size().min(64 * 1024) as usize
-                * max_receive_segments
-                * BATCH_SIZE
-        ];
+        // longhaul patch: a slot of at most 64 KiB, what one read of a UDP
+        // socket returns with the kernel's default `gro_max_size` (upstream
+        // sizes a slot for `max_receive_segments` of the largest datagrams,
+        // megabytes that no read fills).
+        let slot_len = (endpoint.config().get_max_udp_payload_size().min(64 * 1024) as usize
+            * max_receive_segments)
+            .min(64 * 1024);
         Self {
             connections: ConnectionSet {
                 senders: FxHashMap::default(),
@@ -764,7 +841,7 @@ impl RecvState {
                 close: None,
             },
             incoming: VecDeque::new(),
-            recv_buf: recv_buf.into(),
+            recv_bufs: RecvBufs::new(slot_len),
             recv_limiter: WorkLimiter::new(RECV_TIME_BOUND),
         }
     }
@@ -779,23 +856,25 @@ impl RecvState {
     ) -> Result<PollProgress, io::Error> {
         let mut received_connection_packet = false;
         let mut metas = [RecvMeta::default(); BATCH_SIZE];
-        let mut iovs: [IoSliceMut; BATCH_SIZE] = {
-            let mut bufs = self
-                .recv_buf
-                .chunks_mut(self.recv_buf.len() / BATCH_SIZE)
-                .map(IoSliceMut::new);
-
-            // expect() safe as self.recv_buf is chunked into BATCH_SIZE items
-            // and iovs will be of size BATCH_SIZE, thus from_fn is called
-            // exactly BATCH_SIZE times.
-            std::array::from_fn(|_| bufs.next().expect("BATCH_SIZE elements"))
-        };
         loop {
-            match socket.poll_recv(cx, &mut iovs, &mut metas) {
+            self.recv_bufs.refill();
+            let polled = {
+                let mut iovs: [IoSliceMut; BATCH_SIZE] = {
+                    let mut bufs = self
+                        .recv_bufs
+                        .slots
+                        .iter_mut()
+                        .map(|b| IoSliceMut::new(&mut b[..]));
+                    // expect() safe: there are BATCH_SIZE slots.
+                    std::array::from_fn(|_| bufs.next().expect("BATCH_SIZE elements"))
+                };
+                socket.poll_recv(cx, &mut iovs, &mut metas)
+            };
+            match polled {
                 Poll::Ready(Ok(msgs)) => {
                     self.recv_limiter.record_work(msgs);
-                    for (meta, buf) in metas.iter().zip(iovs.iter()).take(msgs) {
-                        let mut data: BytesMut = buf[0..meta.len].into();
+                    for (i, meta) in metas.iter().enumerate().take(msgs) {
+                        let mut data = self.recv_bufs.take(i, meta.len);
                         while !data.is_empty() {
                             let buf = data.split_to(meta.stride.min(data.len()));
                             let mut response_buffer = Vec::new();
@@ -864,7 +943,7 @@ impl fmt::Debug for RecvState {
         f.debug_struct("RecvState")
             .field("incoming", &self.incoming)
             .field("connections", &self.connections)
-            // recv_buf too large
+            // recv_bufs too large
             .field("recv_limiter", &self.recv_limiter)
             .finish_non_exhaustive()
     }
