@@ -103,20 +103,6 @@ impl Welcomed {
 /// copy of a few kB costs less than a trip to the blocking pool and back.
 const INLINE_READ: u64 = 64 << 10;
 
-/// The driver yields to the runtime after reading this much on its own task:
-/// a run of small files read in one go (a megabyte is a hundred files, 3-6
-/// ms) otherwise holds the lanes and quinn's connection, woken onto the same
-/// worker, from sending what was read.
-const INLINE_TURN: u64 = 128 << 10;
-
-/// The bytes a job reads on the driver's task (a file's check or close: none).
-fn job_bytes(job: &Job<Src>) -> u64 {
-    match job {
-        Job::Read { plan, index, .. } => plan.len(*index).unwrap_or(0),
-        _ => 0,
-    }
-}
-
 enum Input {
     Walked(Walked<Src>),
     /// A lane wrote a record of this many data bytes.
@@ -228,8 +214,6 @@ async fn drive(
         welcome,
     } = control;
     let mut control_open = true;
-    // Bytes read on this task since it last let the others run.
-    let mut inline = 0u64;
     loop {
         // (The other connections' windows are taken to be the first's: one path.)
         let window = lanes.send_window.load(Ordering::Relaxed) * lanes.connections;
@@ -261,16 +245,8 @@ async fn drive(
             while let Some(job) = core.poll_job() {
                 idle = false;
                 if disk.is_light(&job) {
-                    let bytes = job_bytes(&job);
                     if let Some(d) = disk.run(job) {
                         core.handle_done(Instant::now(), d);
-                    }
-                    inline += bytes;
-                    if inline >= INLINE_TURN {
-                        // The lanes and quinn's connection may wait on this
-                        // worker for what these reads made: let them send it.
-                        inline = 0;
-                        tokio::task::yield_now().await;
                     }
                 } else {
                     let (disk, tx) = (disk.clone(), tx.clone());
