@@ -128,12 +128,13 @@ impl Drop for Daemons {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `N` distinct free TCP ports: each listener is held until all are
+/// taken (one at a time, the kernel may hand the same port out twice).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<_> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 fn daemon(cmd: &mut Command, log: &Path) -> Child {
@@ -185,6 +186,7 @@ fn a_slurm_array_runs_the_shards_and_a_dependent_job_finishes() {
         .to_string();
     let conf = s.join("slurm.conf");
     let d = s.display();
+    let [ctld_port, d_port] = free_ports::<2>();
     std::fs::write(
         &conf,
         format!(
@@ -200,8 +202,8 @@ fn a_slurm_array_runs_the_shards_and_a_dependent_job_finishes() {
              NodeName={host} CPUs=2 State=UNKNOWN\n\
              PartitionName=dtn Nodes={host} Default=YES MaxTime=INFINITE State=UP \
              OverSubscribe=YES\n",
-            free_port(),
-            free_port(),
+            ctld_port,
+            d_port,
             sock.display()
         ),
     )
