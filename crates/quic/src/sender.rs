@@ -700,8 +700,7 @@ fn open_root(
 /// chunks are read, by id.
 #[derive(Default)]
 pub(crate) struct SendDisk {
-    /// Each with whether it is sparse (fewer blocks than its size needs).
-    open: Mutex<HashMap<u64, (Arc<File>, bool)>>,
+    open: Mutex<HashMap<u64, Arc<File>>>,
 }
 
 impl SendDisk {
@@ -714,21 +713,12 @@ impl SendDisk {
     }
 
     fn file(&self, id: u64, src: &SrcFile) -> std::io::Result<Arc<File>> {
-        Ok(self.opened(id, src)?.0)
-    }
-
-    /// The file, and whether it is sparse.
-    fn opened(&self, id: u64, src: &SrcFile) -> std::io::Result<(Arc<File>, bool)> {
         if let Some(f) = self.open.lock().unwrap().get(&id) {
             return Ok(f.clone());
         }
-        // (Whether it is sparse is the walk's word: no second stat.)
         let f = Arc::new(open_read(&src.dir, src.path.as_path())?);
-        self.open
-            .lock()
-            .unwrap()
-            .insert(id, (f.clone(), src.sparse));
-        Ok((f, src.sparse))
+        self.open.lock().unwrap().insert(id, f.clone());
+        Ok(f)
     }
 
     fn close(&self, id: u64) {
@@ -798,7 +788,8 @@ impl SendDisk {
         plan: &ChunkPlan,
         index: u64,
     ) -> std::io::Result<(Bytes, Digest, Shape)> {
-        let (file, sparse) = self.opened(id, src)?;
+        // (Whether it is sparse is the walk's word: no second stat.)
+        let (file, sparse) = (self.file(id, src)?, src.sparse);
         let len = plan.len(index).expect("planned chunk") as usize;
         // A sparse file's chunks that lie in a hole are not read: they go
         // as zeros, without data.

@@ -782,12 +782,16 @@ impl RecvBufs {
     /// Gives every slot that was handed on a buffer again: one taken back
     /// from `lent` if all of its views are gone, else a new one.
     fn refill(&mut self) {
+        // Each lent buffer is looked at once per refill, however many slots
+        // are empty.
+        let mut unseen = self.lent.len();
         for i in 0..self.slots.len() {
             if !self.slots[i].is_empty() {
                 continue;
             }
             let mut fresh = None;
-            for _ in 0..self.lent.len() {
+            while unseen > 0 {
+                unseen -= 1;
                 let mut b = self.lent.pop_front().expect("counted");
                 b.clear();
                 if b.try_reclaim(self.slot_len) && b.capacity() >= self.slot_len {
