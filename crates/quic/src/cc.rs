@@ -241,6 +241,7 @@ impl Controller for WanController {
     ) {
         self.in_flight = in_flight;
         self.core.on_end_acks(now);
+        self.core.on_flight(in_flight);
     }
     fn on_congestion_event(&mut self, now: Instant, sent: Instant, _persistent: bool, lost: u64) {
         self.in_flight = self.in_flight.saturating_sub(lost);

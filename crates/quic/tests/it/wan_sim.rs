@@ -1,7 +1,7 @@
 //! longhaul's controller (`wan::Wan`) against a simulated bottleneck: simulated
 //! time, seeded loss (random or in bursts), a FIFO queue of one BDP with tail
-//! drop, ACK per packet, and competing TCP CUBIC flows (unpaced, as a kernel
-//! without fq sends them). A `wan` sender is driven as quinn drives
+//! drop, ACK per packet (or on a receiver's clock), and competing TCP CUBIC
+//! flows (unpaced, as a kernel without fq sends them). A `wan` sender is driven as quinn drives
 //! a controller: at most `window` bytes in flight, paced at 1.25 × window /
 //! the RTT the controller names (`pacing_rtt`, as longhaul's patched quinn
 //! does) or the smoothed RTT, and back to back while it asks for a train (`unpaced`),
@@ -27,6 +27,9 @@ struct Path {
     one_way: Duration,
     queue_bytes: f64,
     loss: Loss,
+    /// The receiver acknowledges on a clock of this period (what it
+    /// received since its last ACK), not each packet as it comes.
+    ack_every: Option<Duration>,
 }
 
 #[derive(Clone, Copy)]
@@ -258,6 +261,14 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
             .find(|(from, _)| d >= *from)
             .map_or(path.rate[0].1, |r| r.1)
     };
+    // When the receiver acknowledges a packet that reached it at `t`.
+    let acked = |t: Instant| match path.ack_every {
+        Some(every) => {
+            let n = ((t - t0).as_nanos()).div_ceil(every.as_nanos());
+            t0 + Duration::from_nanos((n * every.as_nanos()) as u64)
+        }
+        None => t,
+    };
     let mut queue_ms = vec![f64::INFINITY; nbins];
     let mut link_free = t0;
     let mut bad = false;
@@ -307,7 +318,7 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
                     Pkt {
                         seq: f.seq,
                         sent: now,
-                        ack_at: depart + path.one_way * 2,
+                        ack_at: acked(depart + path.one_way) + path.one_way,
                         delivered: !lost,
                     }
                 };
@@ -370,10 +381,12 @@ fn simulate(path: &Path, mut flows: Vec<Flow>, secs: f64, seed: u64) -> Outcome 
                 f.inflight -= path.pkt;
                 let sample = p.ack_at - p.sent;
                 f.srtt = Some(f.srtt.map_or(sample, |r| (r * 7 + sample) / 8));
+                let inflight = f.inflight;
                 match &mut f.cc {
                     Sender::Wan(w) => {
                         w.on_ack(p.ack_at, path.pkt, sample);
                         w.on_end_acks(p.ack_at);
+                        w.on_flight(inflight);
                     }
                     Sender::Tcp(t) => t.on_ack(p.ack_at, path.pkt, sample),
                 }
@@ -420,6 +433,7 @@ fn gbit(rtt_ms: u64, loss: f64) -> Path {
         one_way: Duration::from_millis(rtt_ms / 2),
         queue_bytes: rate * rtt_ms as f64 / 1e3,
         loss: Loss::Random(loss),
+        ack_every: None,
     }
 }
 
@@ -646,6 +660,7 @@ fn slow(bps: f64, rtt_ms: u64, loss: f64) -> Path {
         one_way: Duration::from_millis(rtt_ms / 2),
         queue_bytes: 50.0 * 1500.0,
         loss: Loss::Random(loss),
+        ack_every: None,
     }
 }
 
@@ -745,6 +760,26 @@ fn the_probe_cycle_leaves_the_link_busy() {
         );
         let q = o.standing_queue(10.0, 28.0);
         assert!(q <= 10.0, "{rtt} ms, {loss}: standing queue {q:.1} ms");
+    }
+    // A receiver that acknowledges on a 4 ms clock: the flight a link
+    // needs is the BDP and half that clock. The drain round ends once the
+    // flight is down to the BDP; held there for the whole round it left
+    // the link short: 992.7-993.6 Mbit/s at 70 ms.
+    for loss in [0.0, 1e-3] {
+        let mut p = gbit(70, loss);
+        p.ack_every = Some(Duration::from_millis(4));
+        let o = run(&p, 0, 30.0, 1);
+        let r = o.rate(10.0, 30.0);
+        assert!(
+            r >= 996e6,
+            "ACKs every 4 ms, {loss}: {:.1} Mbit/s in cruise",
+            r / 1e6
+        );
+        let q = o.standing_queue(10.0, 28.0);
+        assert!(
+            q <= 10.0,
+            "ACKs every 4 ms, {loss}: standing queue {q:.1} ms"
+        );
     }
 }
 
