@@ -1431,6 +1431,7 @@ impl Wan {
         self.cubic = c;
         self.mode = Mode::Compete;
         self.gain = 1.0;
+        self.own_startup_queue = false;
         self.compete_since = Some(now);
         self.clear_rounds = 0;
     }
@@ -1452,6 +1453,7 @@ impl Wan {
         self.gain = STARTUP_GAIN;
         self.train_cap = None;
         self.train_cap_max = None;
+        self.own_startup_queue = false;
         self.full_bw = self.bw;
         self.full_bw_rounds = 0;
         self.last_round_bw = 0.0;
