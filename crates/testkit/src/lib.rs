@@ -786,14 +786,20 @@ impl Relay {
         }
         {
             let (front, back) = (front.clone(), back.clone());
-            let (mode, answered) = (mode.clone(), answered.clone());
+            let (mode, answered, flight) = (mode.clone(), answered.clone(), flight.clone());
             std::thread::spawn(move || {
                 let mut buf = vec![0u8; 65536];
                 while let Ok(n) = back.recv(&mut buf) {
                     if mode.load(Ordering::SeqCst) == Relay::CUT {
                         continue;
                     }
-                    answered.store(true, Ordering::SeqCst);
+                    // An answer ends the first flight only once the flight
+                    // has begun: a late retransmission of the server's to an
+                    // earlier connection (a replayed flight it answered) is
+                    // not an answer to the next client.
+                    if !flight.lock().unwrap().is_empty() {
+                        answered.store(true, Ordering::SeqCst);
+                    }
                     if let Some(c) = *client.lock().unwrap() {
                         let _ = front.send_to(&buf[..n], c);
                     }
