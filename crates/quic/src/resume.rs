@@ -204,9 +204,9 @@ impl Locked {
     fn write(mut self) -> std::io::Result<()> {
         let skip = self.entries.len().saturating_sub(MAX_LINES);
         let text: String = self.entries[skip..].iter().map(Entry::line).collect();
-        self.file.set_len(0)?;
         self.file.rewind()?;
-        self.file.write_all(text.as_bytes())
+        self.file.write_all(text.as_bytes())?;
+        self.file.set_len(text.len() as u64)
     }
 }
 
@@ -559,6 +559,33 @@ mod tests {
             Some(&b"t1"[..])
         );
         assert_eq!(quinn::TokenStore::take(&a, "longhaul"), None);
+    }
+
+    #[test]
+    fn a_rewrite_that_shrinks_the_file_leaves_exactly_the_lines_kept() {
+        // (The file is rewritten in place and cut to its new length: no
+        // truncation to zero, which ext4 answers with a flush on close.)
+        let dir = tempfile::tempdir().unwrap();
+        let a = store(dir.path(), "a:1", "SHA256:A");
+        *a.outcome.lock().unwrap() = Some(TrustOutcome::Known);
+        let long = vec![7u8; 300];
+        quinn::TokenStore::insert(&a, "longhaul", bytes::Bytes::from(long.clone()));
+        quinn::TokenStore::insert(&a, "longhaul", bytes::Bytes::from_static(b"short"));
+        let path = resume_file(&dir.path().join("known_hosts"));
+        let before = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(before.lines().count(), 2);
+        // The newest (short) one goes; the long one's line is all that is left.
+        assert_eq!(
+            quinn::TokenStore::take(&a, "longhaul").as_deref(),
+            Some(&b"short"[..])
+        );
+        let after = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(after, before.lines().next().unwrap().to_string() + "\n");
+        assert_eq!(
+            quinn::TokenStore::take(&a, "longhaul").as_deref(),
+            Some(&long[..])
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
     }
 
     #[test]
