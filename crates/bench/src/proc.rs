@@ -78,6 +78,44 @@ pub(crate) fn stop(pid: i32) -> f64 {
     cpu
 }
 
+/// A descriptor that becomes readable when our child `pid` exits (a
+/// pidfd); None where the kernel has none.
+pub(crate) fn exit_fd(pid: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a descriptor the call just opened, owned by no one else.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Waits up to `timeout` for one of `fds` ([`exit_fd`]) to become
+/// readable: a child has exited, and is timed by that instant, not by the
+/// end of a sleep (5 ms steps made a 0.2 s run up to 2.5 % longer).
+pub(crate) fn wait_exit(fds: &[&std::os::fd::OwnedFd], timeout: Duration) {
+    use std::os::fd::AsRawFd;
+    if fds.is_empty() {
+        std::thread::sleep(timeout);
+        return;
+    }
+    let mut polled: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|f| libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: poll over descriptors we hold, with their count.
+    unsafe {
+        libc::poll(
+            polled.as_mut_ptr(),
+            polled.len() as libc::nfds_t,
+            timeout.as_millis().min(i32::MAX as u128) as i32,
+        )
+    };
+}
+
 pub(crate) fn forget_group(pid: i32) {
     live().groups.retain(|&g| g != pid);
 }
@@ -296,6 +334,26 @@ impl Forked {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_childs_exit_ends_the_wait_at_once_and_it_can_be_reaped() {
+        let child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let fd = super::exit_fd(pid).expect("pidfd_open");
+        let t0 = std::time::Instant::now();
+        // Still running: the wait ends with its timeout, nothing to reap.
+        super::wait_exit(&[&fd], std::time::Duration::from_millis(20));
+        assert_eq!(super::reap(pid), None);
+        // Then it ends long before the 30 s asked for, at the exit.
+        super::wait_exit(&[&fd], std::time::Duration::from_secs(30));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+        let (status, _) = super::reap(pid).expect("exited");
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        std::mem::forget(child);
+    }
+
     /// Runs `script` as a group leader whose children burn CPU, watches it
     /// as the runner watches a daemon until they have used 0.05 s, then
     /// kills all of them: what was seen, the leader's pid, and the group

@@ -9,7 +9,9 @@
 use super::{new_run, receiver_name, set_limit, unavailable, Options, SERVER};
 use crate::dataset::{self, DataSet};
 use crate::metrics::*;
-use crate::proc::{forget_group, reap, spawn, stop, tail, wait_ready, why, Forked};
+use crate::proc::{
+    exit_fd, forget_group, reap, spawn, stop, tail, wait_exit, wait_ready, why, Forked,
+};
 use crate::results::{Results, Run, Status};
 use crate::scenario::{Background, Plan};
 use crate::tools::{Commands, Daemon, Host, Proc, Proto, Receiver, Setup, Tool, ToolSpec};
@@ -332,6 +334,8 @@ impl<'a> Transfer<'a> {
         let mut next_look = w.t0;
         let mut next_fork_look = w.t0;
         let mut next_mark = w.t0 + Duration::from_secs(1);
+        // (A client is timed by its exit, not by the end of a 5 ms sleep.)
+        let exits: Vec<_> = w.actors.iter().map(|a| exit_fd(a.pid)).collect();
         while !w.pending.is_empty() && Instant::now() < deadline {
             if background && Instant::now() >= next_mark {
                 next_mark += Duration::from_secs(1);
@@ -357,7 +361,16 @@ impl<'a> Transfer<'a> {
                 self.look_for_done(w);
                 next_look = Instant::now() + Duration::from_millis(250);
             }
-            std::thread::sleep(Duration::from_millis(5));
+            let pending: Vec<_> = w
+                .pending
+                .iter()
+                .filter_map(|&k| exits[k].as_ref())
+                .collect();
+            if pending.len() == w.pending.len() {
+                wait_exit(&pending, Duration::from_millis(5));
+            } else {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
         let wall = w.t0.elapsed().as_secs_f64();
         if self.watch_done() {
