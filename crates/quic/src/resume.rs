@@ -201,12 +201,19 @@ impl Locked {
         });
     }
 
+    /// Writes the entries over the file in place: cut (or grown) to their
+    /// length first, then written. Not cut to zero: ext4 flushes a file
+    /// truncated to zero and written again when it closes (0.3-1.2 ms, three
+    /// or four times per get). Cut first: a process killed between the two
+    /// calls leaves a prefix of the old lines, which for a ticket or token
+    /// taken from the end (the newest, as `take` takes) is exactly the lines
+    /// kept, where written first it left the taken one as the old tail.
     fn write(mut self) -> std::io::Result<()> {
         let skip = self.entries.len().saturating_sub(MAX_LINES);
         let text: String = self.entries[skip..].iter().map(Entry::line).collect();
+        self.file.set_len(text.len() as u64)?;
         self.file.rewind()?;
-        self.file.write_all(text.as_bytes())?;
-        self.file.set_len(text.len() as u64)
+        self.file.write_all(text.as_bytes())
     }
 }
 
@@ -563,8 +570,8 @@ mod tests {
 
     #[test]
     fn a_rewrite_that_shrinks_the_file_leaves_exactly_the_lines_kept() {
-        // (The file is rewritten in place and cut to its new length: no
-        // truncation to zero, which ext4 answers with a flush on close.)
+        // (The file is rewritten in place at its new length: nothing of
+        // the longer old text may stay behind.)
         let dir = tempfile::tempdir().unwrap();
         let a = store(dir.path(), "a:1", "SHA256:A");
         *a.outcome.lock().unwrap() = Some(TrustOutcome::Known);

@@ -361,6 +361,9 @@ impl<'a> Transfer<'a> {
                 self.look_for_done(w);
                 next_look = Instant::now() + Duration::from_millis(250);
             }
+            if w.pending.is_empty() {
+                break; // (timed now, not after one more wait)
+            }
             let pending: Vec<_> = w
                 .pending
                 .iter()
