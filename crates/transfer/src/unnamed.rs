@@ -23,11 +23,21 @@ static USABLE: AtomicU8 = AtomicU8::new(0);
 /// file it links and removes again: without the capability `AT_EMPTY_PATH`
 /// needs and without /proc, an unnamed file could be written but never named.
 pub fn create(dir: &impl AsRawFd) -> io::Result<Option<File>> {
+    create_with(dir, 0o600)
+}
+
+/// As [`create`], with the permission bits `mode & 0o777` (less the
+/// umask, as any new file): the file's final mode where it may have it
+/// while it has no name, so that placing it needs no `fchmod` (see
+/// [`crate::place::apply_meta`]). Until it is linked no other process can
+/// open it whatever its mode.
+pub fn create_with(dir: &impl AsRawFd, mode: u32) -> io::Result<Option<File>> {
+    let mode = mode & 0o777;
     match USABLE.load(Ordering::Relaxed) {
-        1 => open_unnamed(dir),
+        1 => open_unnamed(dir, mode),
         2 => Ok(None),
         _ => {
-            let Some(probe) = open_unnamed(dir)? else {
+            let Some(probe) = open_unnamed(dir, 0o600)? else {
                 USABLE.store(2, Ordering::Relaxed);
                 return Ok(None);
             };
@@ -49,7 +59,7 @@ pub fn create(dir: &impl AsRawFd) -> io::Result<Option<File>> {
             };
             USABLE.store(if usable { 1 } else { 2 }, Ordering::Relaxed);
             if usable {
-                open_unnamed(dir)
+                open_unnamed(dir, mode)
             } else {
                 Ok(None)
             }
@@ -57,7 +67,7 @@ pub fn create(dir: &impl AsRawFd) -> io::Result<Option<File>> {
     }
 }
 
-fn open_unnamed(dir: &impl AsRawFd) -> io::Result<Option<File>> {
+fn open_unnamed(dir: &impl AsRawFd, mode: u32) -> io::Result<Option<File>> {
     // SAFETY: a valid directory descriptor and a NUL-terminated path; the
     // returned descriptor is owned by the File.
     let fd = unsafe {
@@ -65,7 +75,7 @@ fn open_unnamed(dir: &impl AsRawFd) -> io::Result<Option<File>> {
             dir.as_raw_fd(),
             c".".as_ptr(),
             libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
-            0o600 as libc::c_uint,
+            mode as libc::c_uint,
         )
     };
     if fd >= 0 {
