@@ -2,7 +2,8 @@
 //! ([`scenario`], `suites/*.toml`), one adapter per peer tool ([`tools`]),
 //! data sets (`dataset`), the runner ([`runner`]), what a run produced
 //! ([`results`]) and the reports made from it ([`report`], `html`), and
-//! README-sized tables of it ([`numbers`], `longhaul lab table`).
+//! README-sized tables of it ([`numbers`], `longhaul lab table`), and two
+//! builds' runs side by side ([`compare`], `longhaul lab compare`).
 //!
 //! The runner's helpers have modules of their own: `proc` (processes in
 //! the hosts), `host` (host settings), `live` (what an interrupted run
@@ -12,12 +13,14 @@
 //! Modules depend one way: `runner` → `feed`, `proc`, `host`, `metrics`,
 //! `tools`, `dataset`, `scenario`, `results`; `runner`, `proc`, `host` →
 //! `live` → `stage` (whose `mount` and `unmount` every mount of a run goes
-//! through, `host`'s tmpfs too); `report` → `html`; `report`, `html`, `numbers` →
+//! through, `host`'s tmpfs too); `report` → `html`; `compare` → `results`,
+//! `scenario`; `report`, `html`, `numbers` →
 //! `text` (the words and numbers both print) → `results` → `scenario` →
 //! `tools`.
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod compare;
 mod dataset;
 mod feed;
 mod host;

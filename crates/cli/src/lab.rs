@@ -172,6 +172,22 @@ pub fn run(cmd: LabCommand) -> Result<i32> {
             }
             Ok(0)
         }
+        LabCommand::Compare(a) => {
+            let load = |dirs: &[std::path::PathBuf]| {
+                dirs.iter()
+                    .map(|d| report::load(d))
+                    .collect::<Result<Vec<_>>>()
+            };
+            let choice = longhaul_bench::compare::Choice {
+                tool: a.tool,
+                scenarios: a.scenarios,
+            };
+            print!(
+                "{}",
+                longhaul_bench::compare::table(&load(&a.before)?, &load(&a.after)?, &choice)
+            );
+            Ok(0)
+        }
         LabCommand::Deps(a) => {
             let tools = parse_tools(a.tools.as_deref())?.unwrap_or_else(Tool::all);
             install(&tools, a.dry_run)?;

@@ -83,6 +83,10 @@ pub enum LabCommand {
     /// beside the best peer and their ratio, under the command that reran it.
     #[command(after_help = TABLE_HELP)]
     Table(TableArgs),
+    /// Two builds' runs of a suite side by side: per scenario and tool the
+    /// rates' medians and quartiles, the change, a rank-sum test's p, CPU.
+    #[command(after_help = COMPARE_HELP)]
+    Compare(CompareArgs),
     /// Install the peer tools (Debian packages); installs only what is missing.
     Deps(DepsArgs),
     #[command(name = "__supervise", hide = true)]
@@ -452,6 +456,36 @@ pub struct TableArgs {
     /// tool at a time).
     #[arg(long)]
     pub merge: bool,
+}
+
+const COMPARE_HELP: &str = "\
+On two shared cores a build's rate moves by 5-10 % from run to run and more
+from hour to hour: run both builds in turns, many times, each run into its
+own directory, then compare. A p over 0.05 says the difference lies within
+what the runs' spread gives by chance. scripts/ab-lab runs the turns.
+
+Example:
+  for i in 1 2 3 4 5 6; do
+    /tmp/lh-old lab run docs/lab/small-lan.toml --repeat 3 --out ab/old-$i
+    /tmp/lh-new lab run docs/lab/small-lan.toml --repeat 3 --out ab/new-$i
+  done
+  longhaul lab compare --before ab/old-* --after ab/new-*";
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// Directories `lab run` wrote with the build before (each with results.json).
+    #[arg(long, required = true, num_args = 1.., value_name = "DIR")]
+    pub before: Vec<std::path::PathBuf>,
+    /// Directories `lab run` wrote with the build after.
+    #[arg(long, required = true, num_args = 1.., value_name = "DIR")]
+    pub after: Vec<std::path::PathBuf>,
+    /// Only this tool label [default: every tool].
+    #[arg(long, value_name = "LABEL")]
+    pub tool: Option<String>,
+    /// Only the scenarios matching these globs (`*` for any run of
+    /// characters), comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "GLOBS")]
+    pub scenarios: Option<Vec<String>>,
 }
 
 #[derive(Args)]
