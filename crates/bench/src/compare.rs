@@ -108,7 +108,9 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// First quartile, median and third quartile of `v` (linear between the
-/// closest ranks; NaN when empty).
+/// closest ranks, so the median of an even count is the mean of the middle
+/// two; NaN when empty). README's tables take their medians from here
+/// (`numbers`).
 pub fn quartiles(v: &[f64]) -> (f64, f64, f64) {
     if v.is_empty() {
         return (f64::NAN, f64::NAN, f64::NAN);
@@ -118,7 +120,9 @@ pub fn quartiles(v: &[f64]) -> (f64, f64, f64) {
     let at = |q: f64| {
         let x = q * (s.len() - 1) as f64;
         let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
-        s[lo] + (s[hi] - s[lo]) * (x - lo as f64)
+        // (Weighted so that halfway is exactly (a + b) / 2.)
+        let f = x - lo as f64;
+        s[lo] * (1.0 - f) + s[hi] * f
     };
     (at(0.25), at(0.5), at(0.75))
 }
@@ -282,6 +286,13 @@ mod tests {
         ] {
             assert!((erfc(x) - want).abs() < 1e-6, "erfc({x})");
         }
+    }
+
+    #[test]
+    fn the_median_takes_the_middle_or_the_mean_of_two() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[0.1, 0.7]), (0.1 + 0.7) / 2.0);
     }
 
     #[test]

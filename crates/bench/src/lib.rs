@@ -13,8 +13,8 @@
 //! Modules depend one way: `runner` → `feed`, `proc`, `host`, `metrics`,
 //! `tools`, `dataset`, `scenario`, `results`; `runner`, `proc`, `host` →
 //! `live` → `stage` (whose `mount` and `unmount` every mount of a run goes
-//! through, `host`'s tmpfs too); `report` → `html`; `compare` → `results`,
-//! `scenario`; `report`, `html`, `numbers` →
+//! through, `host`'s tmpfs too); `report` → `html`; `numbers` → `compare`
+//! (its medians) → `results`, `scenario`; `report`, `html`, `numbers` →
 //! `text` (the words and numbers both print) → `results` → `scenario` →
 //! `tools`.
 

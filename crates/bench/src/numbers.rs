@@ -115,17 +115,6 @@ impl Choice {
     }
 }
 
-/// The median of `v` (not empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// One tool's figure in one scenario: the median over its measured runs,
 /// whether any was stopped at the time cap, and how many there were.
 struct Cell {
@@ -144,7 +133,7 @@ fn cell(r: &Results, scenario: &str, tool: &str, figure: Figure) -> Option<Cell>
     let runs: Vec<&&Run> = made.iter().filter(|x| x.status.measured()).collect();
     let vs: Vec<f64> = runs.iter().filter_map(|x| figure.of(x)).collect();
     (!vs.is_empty()).then(|| Cell {
-        value: median(vs),
+        value: crate::compare::median(&vs),
         capped: runs.iter().any(|x| x.status == Status::Timeout),
         runs: (runs.len(), made.len()),
     })
@@ -596,11 +585,5 @@ mod tests {
         assert_eq!(date(0), "1970-01-01");
         assert_eq!(date(951_782_400), "2000-02-29");
         assert_eq!(date(1_796_083_200), "2026-12-01");
-    }
-
-    #[test]
-    fn the_median_takes_the_middle_or_the_mean_of_two() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 }

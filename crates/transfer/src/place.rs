@@ -1125,7 +1125,7 @@ pub enum Settled {
 /// (after its last write; the owner first: a chown clears setuid bits).
 /// An owner or a mode the file already has is not set again: a file this
 /// process just made (an unnamed one is made with its final permission
-/// bits, [`crate::unnamed::create_with`]) usually has both, and one `fstat`
+/// bits, [`crate::unnamed::create_with`]) usually has both, and one `statx`
 /// costs less than a `fchown` and a `fchmod`, each of which changes the
 /// inode (a journal transaction on ext4).
 pub fn apply_meta(
