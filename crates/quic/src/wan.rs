@@ -127,6 +127,16 @@ pub const FIRST_FLIGHT_BPS: f64 = 1.5e6;
 /// The least first window, in datagrams (RFC 9002 allows 10; a 50-packet
 /// queue takes 32).
 pub const FIRST_FLIGHT_MIN: u64 = 32;
+/// A handshake RTT under this is a LAN's (or a metro link's): the first
+/// window is [`INITIAL_WINDOW`], and startup's window never goes below it.
+/// A slow link's queue is what the first window must fit elsewhere, and a
+/// slow link is never this short (a 1,200-byte datagram each way alone
+/// takes 2 ms at 10 Mbit/s). On a LAN a first window of 32 datagrams lasts
+/// a round trip of the receiver's ACK time (1-3 ms while it makes its
+/// first files), and startup's first rounds read the sender's first reads
+/// (7 Mbit/s of 1 Gbit/s, a get of 2,000 files of 10 kB): a window of
+/// that held the next round to 17 Mbit/s for 15 ms.
+pub const LAN_RTT: Duration = Duration::from_millis(3);
 /// Datagrams of the first flight sent back to back to time the bottleneck
 /// (see [`Wan::on_sent`]); quinn sends up to ten in one GSO batch and the
 /// train ends with the batch that reaches this, so it is 30-39 datagrams:
@@ -1091,7 +1101,7 @@ impl Wan {
         let bdp = self.bw * rtt.as_secs_f64() / (1.0 - self.random_loss());
         let head = self.headroom(rtt);
         let w = (self.gain * bdp + head) as u64;
-        if self.mode == Mode::Startup && self.rounds == 0 {
+        if self.mode == Mode::Startup && (self.rounds == 0 || rtt < LAN_RTT) {
             w.max(initial)
         } else {
             w.max(self.min_window())
@@ -1100,10 +1110,12 @@ impl Wan {
 
     /// The first window: [`FIRST_FLIGHT_BPS`] over the path RTT known (the
     /// handshake's), between [`FIRST_FLIGHT_MIN`] datagrams and
-    /// [`INITIAL_WINDOW`]; the least of them before any RTT is known.
+    /// [`INITIAL_WINDOW`] (that on a path under [`LAN_RTT`]); the least of
+    /// them before any RTT is known.
     pub fn first_flight(&self) -> u64 {
         let least = FIRST_FLIGHT_MIN * self.mtu;
         match self.known_rtt() {
+            Some(rtt) if rtt < LAN_RTT => INITIAL_WINDOW.max(least),
             Some(rtt) => ((FIRST_FLIGHT_BPS / 8.0 * rtt.as_secs_f64()) as u64)
                 .clamp(least, INITIAL_WINDOW.max(least)),
             None => least,
@@ -1221,7 +1233,13 @@ impl Wan {
         if self.mode == Mode::Cruise && self.settled_since.is_none() {
             self.settled_since = Some(now);
         }
-        self.aggregation(now, bytes);
+        // (Not in startup, whose estimate lags what it delivers by design:
+        // on a LAN, whose startup keeps its first window of 240 kB, the
+        // ACKs of rounds that read a few Mbit/s came as 20 ms of
+        // "aggregation", and the headroom of it kept a standing queue.)
+        if self.mode != Mode::Startup {
+            self.aggregation(now, bytes);
+        }
         // Not in `fair`: it takes its CUBIC window from the estimate startup
         // ends with, and the higher per-ACK one gave it 1.5-1.9 fair shares
         // beside 5 CUBIC flows in the simulation.
@@ -1875,6 +1893,46 @@ mod tests {
         assert_eq!(w.window(), 4 * 6500);
         w.set_mtu(1200);
         assert_eq!(w.window(), 4 * 1200);
+    }
+
+    #[test]
+    fn a_lan_starts_with_a_larger_window_that_startup_keeps() {
+        let t = Instant::now();
+        // Handshake RTTs of 0.4 ms (a LAN), 10 ms and 290 ms (no LAN).
+        for (rtt_us, first) in [
+            (400, INITIAL_WINDOW),
+            (10_000, FIRST_FLIGHT_MIN * 1452),
+            (290_000, 54_374), // 1.5 Mbit/s over 290 ms
+        ] {
+            let mut w = Wan::new(1452, 0);
+            w.seed_rtt(Duration::from_micros(rtt_us));
+            assert_eq!(w.first_flight(), first, "{rtt_us} us");
+            assert_eq!(w.window(), first, "{rtt_us} us");
+        }
+        // First rounds that read the sender's first reads (7 Mbit/s: 4.4
+        // kB every 5 ms): the LAN's startup keeps its first window, a
+        // longer path's grows from what it read.
+        let mut lan = Wan::new(1452, 0);
+        lan.seed_rtt(Duration::from_micros(400));
+        let mut metro = Wan::new(1452, 0);
+        metro.seed_rtt(Duration::from_millis(10));
+        for w in [&mut lan, &mut metro] {
+            let rtt = w.known_rtt().unwrap();
+            for k in 0..8u64 {
+                ack(w, t + Duration::from_millis(5 * k), 4400, rtt);
+            }
+            assert_eq!(w.mode(), Mode::Startup);
+            assert!(w.bandwidth() < 10_000_000, "{}", w.bandwidth());
+        }
+        assert_eq!(lan.window(), INITIAL_WINDOW);
+        assert!(
+            metro.window() < FIRST_FLIGHT_MIN * 1452,
+            "{}",
+            metro.window()
+        );
+        // Nor do those ACKs, far above what startup estimated, count as ACK
+        // aggregation: the headroom after startup is its least.
+        assert_eq!(lan.agg_max, [0.0; 2]);
     }
 
     #[test]
