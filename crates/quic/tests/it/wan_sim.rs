@@ -868,15 +868,10 @@ fn a_cold_start_on_a_short_path_is_not_held_at_the_floor() {
     // the first time 5 s into cruise, not as startup ends, where it held
     // a LAN get of 2,000 files of 10 kB (0.2 s) for a tenth of its time.
     for us in [200u64, 1_000] {
-        let rate = 125e6;
-        let p = Path {
-            pkt: PKT,
-            rate: vec![(Duration::ZERO, rate)],
-            one_way: Duration::from_micros(us / 2),
-            queue_bytes: rate * 0.01,
-            loss: Loss::Random(0.0),
-            ack_every: None,
-        };
+        // 1 Gbit/s with 10 ms of queue.
+        let mut p = gbit(0, 0.0);
+        p.one_way = Duration::from_micros(us / 2);
+        p.queue_bytes = 125e6 * 0.01;
         let o = run(&p, 0, 7.0, 3);
         let early = o.rate(0.0, 0.1);
         // (973 and 966 Mbit/s; with the floor at once 914 and 816.)
