@@ -255,6 +255,11 @@ fn short_path(path: Duration) -> bool {
     path < HEADROOM * 4
 }
 
+/// A path as short as a LAN's ([`LAN_RTT`]).
+fn lan_path(path: Duration) -> bool {
+    path < LAN_RTT
+}
+
 /// The phase the controller is in; [`Wan::mode`] tells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -1101,7 +1106,7 @@ impl Wan {
         let bdp = self.bw * rtt.as_secs_f64() / (1.0 - self.random_loss());
         let head = self.headroom(rtt);
         let w = (self.gain * bdp + head) as u64;
-        if self.mode == Mode::Startup && (self.rounds == 0 || rtt < LAN_RTT) {
+        if self.mode == Mode::Startup && (self.rounds == 0 || lan_path(rtt)) {
             w.max(initial)
         } else {
             w.max(self.min_window())
@@ -1115,7 +1120,7 @@ impl Wan {
     pub fn first_flight(&self) -> u64 {
         let least = FIRST_FLIGHT_MIN * self.mtu;
         match self.known_rtt() {
-            Some(rtt) if rtt < LAN_RTT => INITIAL_WINDOW.max(least),
+            Some(rtt) if lan_path(rtt) => INITIAL_WINDOW.max(least),
             Some(rtt) => ((FIRST_FLIGHT_BPS / 8.0 * rtt.as_secs_f64()) as u64)
                 .clamp(least, INITIAL_WINDOW.max(least)),
             None => least,
