@@ -916,7 +916,10 @@ fn build_report(
         zero_rtt,
     } = about;
     let seconds = started.elapsed().as_secs_f64();
-    r.files.sort_by(|a, b| a.path.cmp(&b.path));
+    // (Unstable: the order among equal paths, were a path reported twice,
+    // means nothing; it took half the stable sort's 4 ms for 20,000 files,
+    // at the end of every such get.)
+    r.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     let t = Totals {
         dirs: r.dirs,
         symlinks: r.symlinks,
