@@ -729,10 +729,10 @@ impl Wan {
     /// a time (up to 54 datagrams in one GSO send), so a batch must not take
     /// it past the first flight (or four to sixteen times that for a second
     /// train, by what the first read), which fits a slow link's 50-packet
-    /// queue: uncapped, a train of 68
-    /// datagrams at 256 kbit/s and 290 ms lost 18 of them in the queue and
-    /// their repair came 1.4 s later (seed 001's path B, 10 x 10 kB in 5.5 s
-    /// instead of 4.0). None when no train is going out.
+    /// queue: uncapped, a train of 68 datagrams at 256 kbit/s and 290 ms lost
+    /// 18 of them in the queue and their repair came 1.4 s later (seed 001's
+    /// path B, 10 x 10 kB in 5.5 s instead of 4.0). None when no train is
+    /// going out.
     pub fn train_room(&self) -> Option<u64> {
         let Train::Sending { bytes, .. } = self.train else {
             return None;
